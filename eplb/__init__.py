@@ -1,0 +1,32 @@
+"""eplb: expert-parallel load balancing for MoE inference (core types only).
+
+Solvers live in `solvers`, traces in `traces`, evaluation in `evaluation`; the core never
+imports them.
+"""
+
+from eplb.errors import (
+    EplbError,
+    InfeasibleError,
+    InputError,
+    PlacementError,
+    SolverTimeout,
+    TopologyError,
+    TraceError,
+)
+from eplb.placement import Placement
+from eplb.topology import Topology
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EplbError",
+    "InfeasibleError",
+    "InputError",
+    "Placement",
+    "PlacementError",
+    "SolverTimeout",
+    "Topology",
+    "TopologyError",
+    "TraceError",
+    "__version__",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from eplb.cli import main
+
+sys.exit(main())

@@ -1,0 +1,343 @@
+"""Placement files: native JSON and NPZ (lossless), SGLang and TensorRT-LLM exports.
+
+- ``native``: JSON ``{"format": "eplb.placement", "version": 1, "topology", "num_logical_experts",
+  "layer_ids", "phy2log", "replica_share", "solver", "source", "metrics", "meta"}``.
+- ``npz``: the same content; arrays as arrays, the rest as a JSON ``header`` string.
+- ``sglang``: ``{"physical_to_logical_map": [[...]]}`` with one row per *model* layer (SGLang
+  passes every key as a keyword argument, so nothing else is written). Rows of layers the
+  placement does not cover (dense layers) get the default map ``slot % E``.
+- ``trtllm``: TensorRT-LLM MoE load-balancer YAML ``{num_slots, initial_global_assignments:
+  {layer_id: [expert per slot]}}``.
+
+Every write is atomic (temporary file, then rename); every read raises `PlacementError` or
+`InputError` naming the file and field, never a numpy traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eplb.atomic import atomic_write_bytes, atomic_write_text
+from eplb.errors import InputError, PlacementError, TopologyError
+from eplb.placement import Placement
+from eplb.topology import Topology
+
+FORMATS = ("native", "npz", "sglang", "trtllm")
+_MAGIC = "eplb.placement"
+_VERSION = 1
+_META_BLOCKS = ("solver", "source", "metrics")
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def format_for(path: str | os.PathLike, format: str | None = None) -> str:
+    """The placement format to use for ``path``: explicit ``format`` or its suffix."""
+    if format is not None:
+        if format not in FORMATS:
+            raise InputError(f"unknown placement format {format!r}; use one of {', '.join(FORMATS)}")
+        return format
+    suffix = Path(path).suffix.lower()
+    if suffix == ".npz":
+        return "npz"
+    if suffix in (".yaml", ".yml"):
+        return "trtllm"
+    if suffix == ".json":
+        return "native"
+    raise InputError(
+        f"cannot tell the placement format of {str(path)!r} from its suffix; "
+        f"name it .json/.npz/.yaml or pass format= ({', '.join(FORMATS)})"
+    )
+
+
+# ---------------------------------------------------------------------- write
+def _header(p: Placement) -> dict:
+    meta = _jsonable(dict(p.meta))
+    head = {
+        "format": _MAGIC,
+        "version": _VERSION,
+        "topology": p.topology.to_dict(),
+        "num_logical_experts": p.num_experts,
+        "num_layers": p.num_layers,
+        "num_slots": p.num_slots,
+    }
+    for block in _META_BLOCKS:
+        head[block] = meta.pop(block, None)
+    head["meta"] = meta
+    return head
+
+
+def dumps_native(p: Placement) -> str:
+    head = _header(p)
+    head["layer_ids"] = p.layer_ids.tolist()
+    head["phy2log"] = p.phy2log.tolist()
+    head["replica_share"] = None if p.replica_share is None else p.replica_share.tolist()
+    order = ["format", "version", "topology", "num_logical_experts", "num_layers", "num_slots",
+             "layer_ids", "solver", "source", "metrics", "meta", "phy2log", "replica_share"]
+    return json.dumps({k: head[k] for k in order}, indent=1) + "\n"
+
+
+def sglang_map(p: Placement, num_model_layers: int | None = None) -> np.ndarray:
+    """int64[num_model_layers, P]: SGLang's ``physical_to_logical_map`` for every model layer."""
+    need = int(p.layer_ids.max()) + 1
+    rows = need if num_model_layers is None else int(num_model_layers)
+    if rows < need:
+        raise InputError(f"num_model_layers {rows} is below the largest layer id {need - 1} + 1")
+    if p.layer_ids.min() < 0:
+        raise InputError("layer ids must be >= 0 for an SGLang export")
+    out = np.tile(np.arange(p.num_slots, dtype=np.int64) % p.num_experts, (rows, 1))
+    out[p.layer_ids] = p.phy2log
+    return out
+
+
+def write_placement(
+    placement: Placement,
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    num_model_layers: int | None = None,
+) -> str:
+    """Write ``placement`` atomically; returns the format written.
+
+    ``num_model_layers`` (SGLang only) sets the row count of the map; default is the largest
+    layer id + 1.
+    """
+    fmt = format_for(path, format)
+    p = placement
+    if fmt == "native":
+        atomic_write_text(path, dumps_native(p))
+    elif fmt == "npz":
+        arrays = {
+            "phy2log": p.phy2log,
+            "layer_ids": p.layer_ids,
+            "header": np.array(json.dumps(_header(p))),
+        }
+        if p.replica_share is not None:
+            arrays["replica_share"] = p.replica_share
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
+    elif fmt == "sglang":
+        if p.replica_share is not None:
+            raise InputError(
+                "SGLang's expert location file cannot carry replica_share; SGLang splits tokens "
+                "evenly. Solve without weighted shares or export the native format"
+            )
+        rows = sglang_map(p, num_model_layers).tolist()
+        atomic_write_text(path, json.dumps({"physical_to_logical_map": rows}) + "\n")
+    else:  # trtllm
+        import yaml
+
+        if p.replica_share is not None:
+            raise InputError("TensorRT-LLM's initial_global_assignments cannot carry replica_share")
+        doc = {
+            "num_slots": int(p.num_slots),
+            "initial_global_assignments": {
+                int(lid): [int(e) for e in row] for lid, row in zip(p.layer_ids, p.phy2log)
+            },
+        }
+        atomic_write_text(path, yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+    return fmt
+
+
+# ----------------------------------------------------------------------- read
+def _fail(path, msg: str) -> PlacementError:
+    return PlacementError(f"{path}: {msg}")
+
+
+def _read_json(path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"placement file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read placement file {str(path)!r}: {exc}") from None
+    if not text.strip():
+        raise _fail(path, "file is empty")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON ({exc})") from None
+
+
+def _int_table(path, name: str, rows) -> np.ndarray:
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+        raise _fail(path, f"{name} must be a non-empty list of lists (one per layer)")
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        raise _fail(path, f"{name} is ragged: rows have lengths {sorted(widths)}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for r in rows for v in r):
+        raise _fail(path, f"{name} must hold integers only")
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _from_header(path, head: dict, phy2log, share, layer_ids) -> Placement:
+    if head.get("format") != _MAGIC:
+        raise _fail(path, f"'format' is {head.get('format')!r}, expected {_MAGIC!r}")
+    if head.get("version") != _VERSION:
+        raise _fail(path, f"unsupported version {head.get('version')!r}; this eplb reads {_VERSION}")
+    try:
+        topo = Topology.from_dict(head.get("topology"))
+    except TopologyError as exc:
+        raise _fail(path, f"topology: {exc}") from None
+    num_experts = head.get("num_logical_experts")
+    if not isinstance(num_experts, int):
+        raise _fail(path, "num_logical_experts must be an integer")
+    meta = dict(head.get("meta") or {})
+    for block in _META_BLOCKS:
+        if head.get(block) is not None:
+            meta[block] = head[block]
+    try:
+        return Placement(phy2log, num_experts, topo, share, meta, layer_ids).validate()
+    except PlacementError as exc:
+        raise _fail(path, str(exc)) from None
+
+
+def _read_native(path, doc: Any = None) -> Placement:
+    doc = _read_json(path) if doc is None else doc
+    if not isinstance(doc, dict):
+        raise _fail(path, "top level must be an object")
+    for key in ("phy2log", "layer_ids", "topology", "num_logical_experts"):
+        if key not in doc:
+            raise _fail(path, f"missing field {key!r}")
+    phy2log = _int_table(path, "phy2log", doc["phy2log"])
+    share = doc.get("replica_share")
+    if share is not None:
+        try:
+            share = np.asarray(share, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise _fail(path, "replica_share must be a table of numbers") from None
+    ids = doc["layer_ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise _fail(path, "layer_ids must be a list of integers")
+    return _from_header(path, doc, phy2log, share, np.asarray(ids, dtype=np.int64))
+
+
+def _read_npz(path) -> Placement:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            names = set(z.files)
+            for key in ("phy2log", "layer_ids", "header"):
+                if key not in names:
+                    raise _fail(path, f"missing array {key!r}")
+            head = json.loads(str(z["header"][()]))
+            phy2log = z["phy2log"]
+            ids = z["layer_ids"]
+            share = z["replica_share"] if "replica_share" in names else None
+    except FileNotFoundError:
+        raise InputError(f"placement file {str(path)!r} does not exist") from None
+    except PlacementError:
+        raise
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise _fail(path, "contains pickled objects, which are refused") from None
+        raise _fail(path, f"not a readable npz ({exc})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"truncated or not an npz file ({exc})") from None
+    if not isinstance(head, dict):
+        raise _fail(path, "header must be a JSON object")
+    return _from_header(path, head, phy2log, share, ids)
+
+
+def _need_topology(path, fmt: str, topology: Topology | None) -> Topology:
+    if topology is None:
+        raise InputError(
+            f"{path}: a {fmt} placement file does not record the topology; pass topology= "
+            "(CLI: --topology NODESxGPUS)"
+        )
+    return topology
+
+
+def _build(path, phy2log, topology, num_experts, layer_ids, meta) -> Placement:
+    E = int(phy2log.max()) + 1 if num_experts is None else num_experts
+    try:
+        return Placement(phy2log, E, topology, None, meta, layer_ids).validate()
+    except PlacementError as exc:
+        raise _fail(path, str(exc)) from None
+
+
+def _read_sglang(path, topology, num_experts, doc: Any = None) -> Placement:
+    doc = _read_json(path) if doc is None else doc
+    if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
+        raise _fail(path, "expected an object with 'physical_to_logical_map'")
+    phy2log = _int_table(path, "physical_to_logical_map", doc["physical_to_logical_map"])
+    topo = _need_topology(path, "sglang", topology)
+    return _build(path, phy2log, topo, num_experts, None, {"source": {"format": "sglang"}})
+
+
+def _read_trtllm(path, topology, num_experts) -> Placement:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"placement file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _fail(path, f"not readable YAML ({exc})") from None
+    if not isinstance(doc, dict) or "initial_global_assignments" not in doc:
+        raise _fail(path, "expected a mapping with 'initial_global_assignments'")
+    assign = doc["initial_global_assignments"]
+    if not isinstance(assign, dict) or not assign:
+        raise _fail(path, "initial_global_assignments must map layer ids to slot lists")
+    if not all(isinstance(k, int) for k in assign):
+        raise _fail(path, "initial_global_assignments keys must be integer layer ids")
+    ids = sorted(assign)
+    phy2log = _int_table(path, "initial_global_assignments", [assign[i] for i in ids])
+    if "num_slots" in doc and doc["num_slots"] != phy2log.shape[1]:
+        raise _fail(path, f"num_slots {doc['num_slots']} but rows have {phy2log.shape[1]} slots")
+    topo = _need_topology(path, "trtllm", topology)
+    meta = {"source": {"format": "trtllm"}}
+    return _build(path, phy2log, topo, num_experts, np.asarray(ids), meta)
+
+
+def read_placement(
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    topology: Topology | None = None,
+    num_experts: int | None = None,
+) -> Placement:
+    """Read and validate a placement file.
+
+    Native and npz files carry their topology. SGLang and TensorRT-LLM files do not: pass
+    ``topology`` (and ``num_experts`` if some expert id is absent; default max id + 1).
+    A ``.json`` file is sniffed: native when it has ``"format": "eplb.placement"``, SGLang
+    when it has ``physical_to_logical_map``.
+    """
+    fmt = format_for(path, format)
+    if not Path(path).exists():
+        raise InputError(f"placement file {str(path)!r} does not exist")
+    doc = None
+    if fmt in ("native", "sglang"):
+        doc = _read_json(path)
+        if format is None and isinstance(doc, dict) and "physical_to_logical_map" in doc:
+            fmt = "sglang"
+    if fmt == "native":
+        return _read_native(path, doc)
+    if fmt == "npz":
+        return _read_npz(path)
+    if fmt == "sglang":
+        return _read_sglang(path, topology, num_experts, doc)
+    return _read_trtllm(path, topology, num_experts)

@@ -1,0 +1,264 @@
+"""Placement: which logical expert every physical slot holds, per layer.
+
+Tables (names and meanings shared with DeepSeek's EPLB, vLLM and SGLang):
+
+- ``phy2log: int64[L, P]``: logical expert held by each slot (the placement itself).
+- ``logcnt: int64[L, E]``: replicas of each expert; ``logcnt.sum(-1) == P``, all ``>= 1``.
+- ``log2phy: int64[L, E, R]``: slots of each expert in *ascending slot order*, ``-1`` padded,
+  ``R = logcnt.max()``. (DeepSeek orders replicas by creation; vLLM's
+  ``compute_logical_maps`` and SGLang's ``init_by_mapping`` order by slot, as we do.)
+- ``replica_share: float64[L, P]`` or ``None``: fraction of its expert's tokens each replica
+  receives; ``None`` means an even split ``1 / logcnt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from eplb.errors import PlacementError
+from eplb.loads import check_load
+from eplb.topology import Topology
+
+SHARE_TOL = 1e-9
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """A replicated expert placement for ``L`` layers on a `Topology`.
+
+    ``layer_ids: int64[L]`` are the model layer ids of the rows (default ``0..L-1``);
+    ``meta`` records solver name, parameters, seconds, objective, bound and source.
+    Construction converts and freezes the arrays; `validate` checks every invariant.
+    """
+
+    phy2log: np.ndarray
+    num_experts: int
+    topology: Topology
+    replica_share: np.ndarray | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    layer_ids: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topology, Topology):
+            raise PlacementError(f"topology must be a Topology, got {type(self.topology).__name__}")
+        try:
+            raw = np.asarray(self.phy2log)
+        except (TypeError, ValueError) as exc:
+            raise PlacementError(f"phy2log is not an array: {exc}") from None
+        if raw.ndim != 2:
+            raise PlacementError(f"phy2log must be 2-D [layers, slots], got shape {raw.shape}")
+        if raw.size and not np.issubdtype(raw.dtype, np.integer):
+            if not np.issubdtype(raw.dtype, np.number) or not np.all(raw == np.round(raw)):
+                raise PlacementError(f"phy2log must hold integer expert ids, got dtype {raw.dtype}")
+        object.__setattr__(self, "phy2log", _readonly(raw.astype(np.int64, copy=True)))
+        if isinstance(self.num_experts, bool) or not isinstance(self.num_experts, (int, np.integer)):
+            raise PlacementError(f"num_experts must be an integer, got {self.num_experts!r}")
+        if self.num_experts < 1:
+            raise PlacementError(f"num_experts must be >= 1, got {self.num_experts}")
+        object.__setattr__(self, "num_experts", int(self.num_experts))
+        if self.replica_share is not None:
+            share = np.asarray(self.replica_share, dtype=np.float64)
+            object.__setattr__(self, "replica_share", _readonly(share.copy()))
+        L = raw.shape[0]
+        ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
+        if ids.shape != (L,):
+            raise PlacementError(f"layer_ids must have one id per layer ({L}), got shape {ids.shape}")
+        object.__setattr__(self, "layer_ids", _readonly(ids.astype(np.int64, copy=True)))
+        object.__setattr__(self, "meta", dict(self.meta))
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_layers(self) -> int:
+        return self.phy2log.shape[0]
+
+    @property
+    def num_slots(self) -> int:
+        return self.phy2log.shape[1]
+
+    # ------------------------------------------------------------ derived maps
+    @cached_property
+    def logcnt(self) -> np.ndarray:
+        """int64[L, E]: replicas per logical expert."""
+        L, E = self.num_layers, self.num_experts
+        flat = self.phy2log + (np.arange(L, dtype=np.int64) * E)[:, None]
+        ok = (self.phy2log >= 0) & (self.phy2log < E)
+        counts = np.bincount(flat[ok], minlength=L * E)
+        return _readonly(counts.reshape(L, E))
+
+    @cached_property
+    def replica_rank(self) -> np.ndarray:
+        """int64[L, P]: ordinal of each slot among its expert's replicas, in slot order."""
+        L, P = self.phy2log.shape
+        order = np.argsort(self.phy2log, axis=1, kind="stable")  # slots grouped by expert
+        sorted_e = np.take_along_axis(self.phy2log, order, axis=1)
+        pos = np.broadcast_to(np.arange(P), (L, P))
+        new_run = np.ones((L, P), dtype=bool)
+        new_run[:, 1:] = sorted_e[:, 1:] != sorted_e[:, :-1]
+        run_start = np.maximum.accumulate(np.where(new_run, pos, 0), axis=1)
+        rank = np.empty((L, P), dtype=np.int64)
+        np.put_along_axis(rank, order, pos - run_start, axis=1)
+        return _readonly(rank)
+
+    @cached_property
+    def log2phy(self) -> np.ndarray:
+        """int64[L, E, R]: slots of each expert in ascending slot order, ``-1`` padded."""
+        L, P = self.phy2log.shape
+        E = self.num_experts
+        R = max(int(self.logcnt.max(initial=0)), 1)
+        out = np.full((L, E, R), -1, dtype=np.int64)
+        ok = (self.phy2log >= 0) & (self.phy2log < E)
+        layer = np.broadcast_to(np.arange(L)[:, None], (L, P))
+        slot = np.broadcast_to(np.arange(P)[None, :], (L, P))
+        out[layer[ok], self.phy2log[ok], self.replica_rank[ok]] = slot[ok]
+        return _readonly(out)
+
+    @cached_property
+    def share(self) -> np.ndarray:
+        """float64[L, P]: fraction of its expert's tokens each slot receives (even if no shares)."""
+        if self.replica_share is not None:
+            return self.replica_share
+        cnt = np.take_along_axis(self.logcnt, np.clip(self.phy2log, 0, self.num_experts - 1), 1)
+        return _readonly(1.0 / np.maximum(cnt, 1))
+
+    # ------------------------------------------------------------------ loads
+    def slot_load(self, load) -> np.ndarray:
+        """float64[L, P]: tokens each slot receives for ``load: float[L, E]``."""
+        load = self._check_load(load)
+        return np.take_along_axis(load, self.phy2log, axis=1) * self.share
+
+    def gpu_load(self, load) -> np.ndarray:
+        """float64[L, G]: tokens each GPU receives for ``load: float[L, E]`` (shares honoured)."""
+        topo = self.topology
+        return self.slot_load(load).reshape(self.num_layers, topo.num_gpus, topo.slots_per_gpu).sum(-1)
+
+    def node_load(self, load) -> np.ndarray:
+        """float64[L, N]: tokens each node receives."""
+        topo = self.topology
+        return self.gpu_load(load).reshape(self.num_layers, topo.num_nodes, topo.gpus_per_node).sum(-1)
+
+    def _check_load(self, load) -> np.ndarray:
+        load = check_load(load)
+        if load.shape != (self.num_layers, self.num_experts):
+            raise PlacementError(
+                f"load has shape {load.shape} but the placement is "
+                f"[{self.num_layers} layers, {self.num_experts} experts]"
+            )
+        return load
+
+    # ------------------------------------------------------------- invariants
+    def validate(self) -> Placement:
+        """Check every invariant; raise `PlacementError` naming the layer/slot. Returns self."""
+        topo = self.topology
+        L, P = self.phy2log.shape
+        E = self.num_experts
+        if L < 1:
+            raise PlacementError("phy2log has no layers")
+        if P != topo.num_slots:
+            raise PlacementError(
+                f"phy2log has {P} slots per layer but topology {topo} has {topo.num_slots}"
+            )
+        if P % topo.num_gpus:
+            raise PlacementError(f"{P} slots is not a multiple of {topo.num_gpus} GPUs")
+        bad = (self.phy2log < 0) | (self.phy2log >= E)
+        if bad.any():
+            layer, slot = (int(i) for i in np.argwhere(bad)[0])
+            raise PlacementError(
+                f"layer {layer} slot {slot} holds expert {self.phy2log[layer, slot]}, "
+                f"outside 0..{E - 1}"
+            )
+        if P < E:
+            raise PlacementError(f"{P} slots cannot hold {E} experts (need P >= E)")
+        cnt = self.logcnt
+        missing = cnt < 1
+        if missing.any():
+            layer, expert = (int(i) for i in np.argwhere(missing)[0])
+            raise PlacementError(f"layer {layer} expert {expert} has no replica")
+        wrong = cnt.sum(axis=1) != P
+        if wrong.any():
+            layer = int(np.argmax(wrong))
+            raise PlacementError(f"layer {layer}: logcnt sums to {cnt[layer].sum()}, not {P}")
+        self._check_log2phy()
+        if self.replica_share is not None:
+            self._check_share()
+        return self
+
+    def _check_log2phy(self) -> None:
+        l2p = self.log2phy
+        L, E, R = l2p.shape
+        valid = l2p >= 0
+        if not np.array_equal(valid.sum(-1), self.logcnt):
+            raise PlacementError("log2phy replica counts disagree with logcnt")
+        if not np.all(valid[..., :-1] | ~valid[..., 1:]):
+            raise PlacementError("log2phy has -1 padding before a valid slot")
+        layer = np.broadcast_to(np.arange(L)[:, None, None], l2p.shape)
+        held = self.phy2log[layer[valid], l2p[valid]]
+        expert = np.broadcast_to(np.arange(E)[None, :, None], l2p.shape)[valid]
+        if not np.array_equal(held, expert):
+            raise PlacementError("log2phy points at a slot holding another expert")
+        both = valid[..., 1:] & valid[..., :-1]
+        if np.any(both & (l2p[..., 1:] <= l2p[..., :-1])):
+            raise PlacementError("log2phy slots are not in ascending slot order")
+
+    def _check_share(self) -> None:
+        share = self.replica_share
+        if share.shape != self.phy2log.shape:
+            raise PlacementError(
+                f"replica_share has shape {share.shape}, expected {self.phy2log.shape} like phy2log"
+            )
+        bad = ~np.isfinite(share) | (share < 0)
+        if bad.any():
+            layer, slot = (int(i) for i in np.argwhere(bad)[0])
+            raise PlacementError(
+                f"replica_share[{layer}, {slot}] is {share[layer, slot]}; shares must be >= 0"
+            )
+        L, E = self.num_layers, self.num_experts
+        flat = (self.phy2log + (np.arange(L) * E)[:, None]).ravel()
+        sums = np.bincount(flat, weights=share.ravel(), minlength=L * E).reshape(L, E)
+        off = np.abs(sums - 1.0) > SHARE_TOL * 10
+        if off.any():
+            layer, expert = (int(i) for i in np.argwhere(off)[0])
+            raise PlacementError(
+                f"replica_share of layer {layer} expert {expert} sums to {sums[layer, expert]!r}, "
+                "not 1; normalise each expert's shares"
+            )
+
+    # ------------------------------------------------------------- utilities
+    def with_meta(self, **updates: Any) -> Placement:
+        """A copy with ``meta`` updated (arrays are shared, they are read-only)."""
+        meta = dict(self.meta)
+        meta.update(updates)
+        return Placement(
+            self.phy2log, self.num_experts, self.topology, self.replica_share, meta, self.layer_ids
+        )
+
+    def equals(self, other: Placement) -> bool:
+        """Same topology, experts, layer ids, tables and shares (meta ignored)."""
+        if not isinstance(other, Placement):
+            return False
+        if (self.topology, self.num_experts) != (other.topology, other.num_experts):
+            return False
+        if not (
+            np.array_equal(self.phy2log, other.phy2log)
+            and np.array_equal(self.layer_ids, other.layer_ids)
+        ):
+            return False
+        if (self.replica_share is None) != (other.replica_share is None):
+            return False
+        return self.replica_share is None or np.array_equal(self.replica_share, other.replica_share)
+
+    def __repr__(self) -> str:
+        shares = ", weighted" if self.replica_share is not None else ""
+        return (
+            f"Placement({self.num_layers} layers, {self.num_experts} experts, "
+            f"{self.num_slots} slots on {self.topology}{shares})"
+        )

@@ -1,0 +1,176 @@
+"""Cluster shape: nodes x GPUs per node x expert slots per GPU, plus link bandwidths.
+
+Slot ``p`` lives on GPU ``p // S``; GPU ``g`` lives on node ``g // gpus_per_node``.
+Bandwidths are in GB/s (gigabytes per second) per GPU; defaults are DeepSeek's published
+figures for H800 nodes (NVLink ~160 GB/s, InfiniBand ~50 GB/s per NIC).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from eplb.errors import TopologyError
+
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*(?:[xX*]\s*(\d+)\s*)?$")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+    if value < 1:
+        raise TopologyError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``num_nodes`` nodes of ``gpus_per_node`` GPUs, each GPU holding ``slots_per_gpu`` slots."""
+
+    num_nodes: int
+    gpus_per_node: int
+    slots_per_gpu: int
+    nvlink_gbps: float = 160.0
+    rdma_gbps: float = 50.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "gpus_per_node", "slots_per_gpu"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("nvlink_gbps", "rdma_gbps"):
+            value = getattr(self, name)
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise TopologyError(f"{name} must be a number in GB/s, got {value!r}") from None
+            if not np.isfinite(value) or value <= 0:
+                raise TopologyError(f"{name} must be a positive bandwidth in GB/s, got {value}")
+            object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_gpus(self) -> int:
+        """G, the number of EP ranks."""
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def num_slots(self) -> int:
+        """P, physical expert slots per layer across the cluster."""
+        return self.num_gpus * self.slots_per_gpu
+
+    @cached_property
+    def gpu_of_slot(self) -> np.ndarray:
+        """int64[P]: GPU holding each slot."""
+        out = np.repeat(np.arange(self.num_gpus, dtype=np.int64), self.slots_per_gpu)
+        out.flags.writeable = False
+        return out
+
+    @cached_property
+    def node_of_gpu(self) -> np.ndarray:
+        """int64[G]: node of each GPU."""
+        out = np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.gpus_per_node)
+        out.flags.writeable = False
+        return out
+
+    @cached_property
+    def node_of_slot(self) -> np.ndarray:
+        """int64[P]: node of each slot."""
+        out = self.node_of_gpu[self.gpu_of_slot]
+        out.flags.writeable = False
+        return out
+
+    # ------------------------------------------------------------------ views
+    def graph(self):
+        """networkx.Graph of GPUs (nodes ``0..G-1``, attribute ``node``) and their links.
+
+        Inside a node every GPU pair is joined by an ``nvlink`` edge; across nodes GPUs with
+        the same local index are joined by an ``rdma`` edge (one NIC per GPU, rail-optimised,
+        as DeepEP's internode kernels assume: RDMA to the peer GPU, then NVLink forwarding).
+        Each edge carries ``kind`` and ``gbps``.
+        """
+        import networkx as nx
+
+        g = nx.Graph(name=str(self))
+        per = self.gpus_per_node
+        for gpu in range(self.num_gpus):
+            g.add_node(gpu, node=gpu // per, local=gpu % per)
+        for node in range(self.num_nodes):
+            members = range(node * per, (node + 1) * per)
+            for a in members:
+                for b in members:
+                    if a < b:
+                        g.add_edge(a, b, kind="nvlink", gbps=self.nvlink_gbps)
+        for local in range(per):
+            rail = [node * per + local for node in range(self.num_nodes)]
+            for i, a in enumerate(rail):
+                for b in rail[i + 1 :]:
+                    g.add_edge(a, b, kind="rdma", gbps=self.rdma_gbps)
+        return g
+
+    def to_dict(self) -> dict:
+        return {
+            "num_nodes": self.num_nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "slots_per_gpu": self.slots_per_gpu,
+            "nvlink_gbps": self.nvlink_gbps,
+            "rdma_gbps": self.rdma_gbps,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Topology:
+        if not isinstance(data, dict):
+            raise TopologyError(f"topology must be an object, got {type(data).__name__}")
+        missing = [k for k in ("num_nodes", "gpus_per_node", "slots_per_gpu") if k not in data]
+        if missing:
+            raise TopologyError(f"topology is missing {', '.join(missing)}")
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    @classmethod
+    def parse(
+        cls,
+        text: str,
+        slots: int | None = None,
+        *,
+        nvlink_gbps: float = 160.0,
+        rdma_gbps: float = 50.0,
+    ) -> Topology:
+        """Parse ``"NODESxGPUS"`` (then ``slots`` = total slots P) or ``"NODESxGPUSxSLOTS"``.
+
+        ``Topology.parse("4x8", slots=288)`` is 4 nodes x 8 GPUs x 9 slots per GPU.
+        """
+        m = _SHAPE.match(str(text))
+        if not m:
+            raise TopologyError(
+                f"topology {text!r} is not NODESxGPUS (e.g. '4x8') or NODESxGPUSxSLOTS_PER_GPU"
+            )
+        nodes, gpus = int(m.group(1)), int(m.group(2))
+        if nodes < 1 or gpus < 1:
+            raise TopologyError(f"topology {text!r} needs at least one node and one GPU per node")
+        num_gpus = nodes * gpus
+        if m.group(3) is not None:
+            per = int(m.group(3))
+            if slots is not None and slots != per * num_gpus:
+                raise TopologyError(
+                    f"slots {slots} disagrees with topology {text!r} ({per * num_gpus} slots)"
+                )
+        else:
+            if slots is None:
+                raise TopologyError(
+                    f"topology {text!r} gives no slot count; pass slots (e.g. --slots "
+                    f"{num_gpus * 9}) or write NODESxGPUSxSLOTS_PER_GPU"
+                )
+            if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
+                raise TopologyError(f"slots must be a positive integer, got {slots!r}")
+            if slots % num_gpus:
+                fix = (slots // num_gpus + 1) * num_gpus
+                raise TopologyError(
+                    f"slots {slots} is not a multiple of {num_gpus} GPUs; use {fix}"
+                )
+            per = slots // num_gpus
+        return cls(nodes, gpus, per, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps)
+
+    def __str__(self) -> str:
+        return f"{self.num_nodes}x{self.gpus_per_node}x{self.slots_per_gpu}"
