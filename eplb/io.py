@@ -57,7 +57,9 @@ def format_for(path: str | os.PathLike, format: str | None = None) -> str:
     """The placement format to use for ``path``: explicit ``format`` or its suffix."""
     if format is not None:
         if format not in FORMATS:
-            raise InputError(f"unknown placement format {format!r}; use one of {', '.join(FORMATS)}")
+            raise InputError(
+                f"unknown placement format {format!r}; use one of {', '.join(FORMATS)}"
+            )
         return format
     suffix = Path(path).suffix.lower()
     if suffix == ".npz":
@@ -94,8 +96,21 @@ def dumps_native(p: Placement) -> str:
     head["layer_ids"] = p.layer_ids.tolist()
     head["phy2log"] = p.phy2log.tolist()
     head["replica_share"] = None if p.replica_share is None else p.replica_share.tolist()
-    order = ["format", "version", "topology", "num_logical_experts", "num_layers", "num_slots",
-             "layer_ids", "solver", "source", "metrics", "meta", "phy2log", "replica_share"]
+    order = [
+        "format",
+        "version",
+        "topology",
+        "num_logical_experts",
+        "num_layers",
+        "num_slots",
+        "layer_ids",
+        "solver",
+        "source",
+        "metrics",
+        "meta",
+        "phy2log",
+        "replica_share",
+    ]
     return json.dumps({k: head[k] for k in order}, indent=1) + "\n"
 
 
@@ -155,7 +170,7 @@ def write_placement(
         doc = {
             "num_slots": int(p.num_slots),
             "initial_global_assignments": {
-                int(lid): [int(e) for e in row] for lid, row in zip(p.layer_ids, p.phy2log)
+                int(lid): row.tolist() for lid, row in zip(p.layer_ids, p.phy2log, strict=True)
             },
         }
         atomic_write_text(path, yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
@@ -197,7 +212,9 @@ def _from_header(path, head: dict, phy2log, share, layer_ids) -> Placement:
     if head.get("format") != _MAGIC:
         raise _fail(path, f"'format' is {head.get('format')!r}, expected {_MAGIC!r}")
     if head.get("version") != _VERSION:
-        raise _fail(path, f"unsupported version {head.get('version')!r}; this eplb reads {_VERSION}")
+        raise _fail(
+            path, f"unsupported version {head.get('version')!r}; this eplb reads {_VERSION}"
+        )
     try:
         topo = Topology.from_dict(head.get("topology"))
     except TopologyError as exc:
@@ -282,8 +299,8 @@ def _read_sglang(path, topology, num_experts, doc: Any = None) -> Placement:
     doc = _read_json(path) if doc is None else doc
     if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
         raise _fail(path, "expected an object with 'physical_to_logical_map'")
-    phy2log = _int_table(path, "physical_to_logical_map", doc["physical_to_logical_map"])
     topo = _need_topology(path, "sglang", topology)
+    phy2log = _int_table(path, "physical_to_logical_map", doc["physical_to_logical_map"])
     return _build(path, phy2log, topo, num_experts, None, {"source": {"format": "sglang"}})
 
 
@@ -303,11 +320,11 @@ def _read_trtllm(path, topology, num_experts) -> Placement:
         raise _fail(path, "initial_global_assignments must map layer ids to slot lists")
     if not all(isinstance(k, int) for k in assign):
         raise _fail(path, "initial_global_assignments keys must be integer layer ids")
+    topo = _need_topology(path, "trtllm", topology)
     ids = sorted(assign)
     phy2log = _int_table(path, "initial_global_assignments", [assign[i] for i in ids])
     if "num_slots" in doc and doc["num_slots"] != phy2log.shape[1]:
         raise _fail(path, f"num_slots {doc['num_slots']} but rows have {phy2log.shape[1]} slots")
-    topo = _need_topology(path, "trtllm", topology)
     meta = {"source": {"format": "trtllm"}}
     return _build(path, phy2log, topo, num_experts, np.asarray(ids), meta)
 

@@ -61,7 +61,9 @@ class Placement:
             if not np.issubdtype(raw.dtype, np.number) or not np.all(raw == np.round(raw)):
                 raise PlacementError(f"phy2log must hold integer expert ids, got dtype {raw.dtype}")
         object.__setattr__(self, "phy2log", _readonly(raw.astype(np.int64, copy=True)))
-        if isinstance(self.num_experts, bool) or not isinstance(self.num_experts, (int, np.integer)):
+        if isinstance(self.num_experts, bool) or not isinstance(
+            self.num_experts, (int, np.integer)
+        ):
             raise PlacementError(f"num_experts must be an integer, got {self.num_experts!r}")
         if self.num_experts < 1:
             raise PlacementError(f"num_experts must be >= 1, got {self.num_experts}")
@@ -72,7 +74,9 @@ class Placement:
         L = raw.shape[0]
         ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
         if ids.shape != (L,):
-            raise PlacementError(f"layer_ids must have one id per layer ({L}), got shape {ids.shape}")
+            raise PlacementError(
+                f"layer_ids must have one id per layer ({L}), got shape {ids.shape}"
+            )
         object.__setattr__(self, "layer_ids", _readonly(ids.astype(np.int64, copy=True)))
         object.__setattr__(self, "meta", dict(self.meta))
 
@@ -139,12 +143,16 @@ class Placement:
     def gpu_load(self, load) -> np.ndarray:
         """float64[L, G]: tokens each GPU receives for ``load: float[L, E]`` (shares honoured)."""
         topo = self.topology
-        return self.slot_load(load).reshape(self.num_layers, topo.num_gpus, topo.slots_per_gpu).sum(-1)
+        return (
+            self.slot_load(load).reshape(self.num_layers, topo.num_gpus, topo.slots_per_gpu).sum(-1)
+        )
 
     def node_load(self, load) -> np.ndarray:
         """float64[L, N]: tokens each node receives."""
         topo = self.topology
-        return self.gpu_load(load).reshape(self.num_layers, topo.num_nodes, topo.gpus_per_node).sum(-1)
+        return (
+            self.gpu_load(load).reshape(self.num_layers, topo.num_nodes, topo.gpus_per_node).sum(-1)
+        )
 
     def _check_load(self, load) -> np.ndarray:
         load = check_load(load)
@@ -228,8 +236,8 @@ class Placement:
         if off.any():
             layer, expert = (int(i) for i in np.argwhere(off)[0])
             raise PlacementError(
-                f"replica_share of layer {layer} expert {expert} sums to {sums[layer, expert]!r}, "
-                "not 1; normalise each expert's shares"
+                f"replica_share of layer {layer} expert {expert} sums to "
+                f"{float(sums[layer, expert]):.12g}, not 1; normalise each expert's shares"
             )
 
     # ------------------------------------------------------------- utilities

@@ -113,7 +113,9 @@ def rebalance_hierarchical(
     pphy2phy = _inverse(gpu * per_gpu + rank)
     # 4. map back to logical ids
     pphy2mlog = np.take_along_axis(phy2mlog, pphy2phy, axis=1).reshape(L, num_nodes, -1)
-    pphy2mlog = (pphy2mlog + (np.arange(num_nodes) * (E // num_nodes))[None, :, None]).reshape(L, -1)
+    pphy2mlog = (pphy2mlog + (np.arange(num_nodes) * (E // num_nodes))[None, :, None]).reshape(
+        L, -1
+    )
     phy2log = np.take_along_axis(mlog2log, pphy2mlog, axis=1)
     pphyrank = np.take_along_axis(phyrank, pphy2phy, axis=1).reshape(L, -1)
     logcnt = np.take_along_axis(mlogcnt.reshape(L, -1), log2mlog, axis=1)
@@ -136,7 +138,9 @@ def rebalance_experts(
     _check(E, num_replicas, num_groups, num_nodes, num_gpus)
     hierarchical = num_groups % num_nodes == 0
     if hierarchical:
-        phy2log, rank, logcnt = rebalance_hierarchical(w32, num_replicas, num_groups, num_nodes, num_gpus)
+        phy2log, rank, logcnt = rebalance_hierarchical(
+            w32, num_replicas, num_groups, num_nodes, num_gpus
+        )
     else:
         phy2log, rank, logcnt = rebalance_hierarchical(w32, num_replicas, 1, 1, num_gpus)
     R = int(logcnt.max())

@@ -33,8 +33,11 @@ def sniff(path: str | os.PathLike) -> str:
         return "npy"
     if suffix == ".json":
         return "sglang"
-    raise _fail(path, f"unknown trace format (suffix {suffix or 'none'!r}); use one of "
-                f"{', '.join(FORMATS)} or pass format=")
+    raise _fail(
+        path,
+        f"unknown trace format (suffix {suffix or 'none'!r}); use one of "
+        f"{', '.join(FORMATS)} or pass format=",
+    )
 
 
 def drop_dense(counts: np.ndarray, layer_ids: np.ndarray | None = None):
@@ -50,8 +53,11 @@ def _from_dense(path, arr, meta: dict) -> Trace:
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3:
-        raise _fail(path, f"expected [layers, experts] or [windows, layers, experts], "
-                    f"got nesting depth {arr.ndim}")
+        raise _fail(
+            path,
+            f"expected [layers, experts] or [windows, layers, experts], "
+            f"got nesting depth {arr.ndim}",
+        )
     num_model_layers = arr.shape[1]
     try:
         counts, ids = drop_dense(np.asarray(arr, dtype=np.float64))
@@ -73,13 +79,19 @@ def _read_sglang(path) -> Trace:
     except json.JSONDecodeError as exc:
         raise _fail(path, f"not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or "logical_count" not in doc:
-        raise _fail(path, "expected an object with 'logical_count' ([layers][experts] or "
-                    "[steps][layers][experts])")
+        raise _fail(
+            path,
+            "expected an object with 'logical_count' ([layers][experts] or "
+            "[steps][layers][experts])",
+        )
     try:
         arr = np.array(doc["logical_count"], dtype=np.float64)
     except (ValueError, TypeError):
-        raise _fail(path, "logical_count is ragged or not numeric; every layer needs the same "
-                    "number of expert counts") from None
+        raise _fail(
+            path,
+            "logical_count is ragged or not numeric; every layer needs the same "
+            "number of expert counts",
+        ) from None
     return _from_dense(path, arr, {"provenance": {"format": "sglang", "path": str(path)}})
 
 
@@ -107,7 +119,9 @@ def _read_npz(path) -> Trace:
             if "counts" not in names:
                 if len(names) == 1:  # a bare [L, E] / [T, L, E] array saved with savez
                     arr = z[next(iter(names))]
-                    return _from_dense(path, arr, {"provenance": {"format": "npz", "path": str(path)}})
+                    return _from_dense(
+                        path, arr, {"provenance": {"format": "npz", "path": str(path)}}
+                    )
                 raise _fail(path, f"no 'counts' array (has {sorted(names)}); not an eplb trace")
             arrays = {k: z[k] for k in _NPZ_ARRAYS if k in names}
             meta = json.loads(str(z["meta"][()])) if "meta" in names else {}

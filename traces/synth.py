@@ -33,8 +33,9 @@ def zipf(
     experts; each window samples ``tokens * top_k`` picks multinomially from those weights.
     ``counts: float64[windows, num_layers, num_experts]``.
     """
-    _check_sizes(num_layers=num_layers, num_experts=num_experts, windows=windows,
-                 tokens=tokens, top_k=top_k)
+    _check_sizes(
+        num_layers=num_layers, num_experts=num_experts, windows=windows, tokens=tokens, top_k=top_k
+    )
     lo, hi = skew
     if not (0 <= lo <= hi):
         raise TraceError(f"skew must be (low, high) with 0 <= low <= high, got {skew}")

@@ -11,19 +11,38 @@ from eplb.topology import Topology
 
 
 def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--topology", required=required, metavar="NxG",
-                   help="nodes x GPUs per node, e.g. 4x8 (or NxGxS with slots per GPU)")
-    p.add_argument("--slots", type=int, metavar="P",
-                   help="physical expert slots per layer across all GPUs, e.g. 288")
-    p.add_argument("--nvlink-gbps", type=float, default=160.0, metavar="GB/s",
-                   help="NVLink bandwidth per GPU in GB/s (default 160)")
-    p.add_argument("--rdma-gbps", type=float, default=50.0, metavar="GB/s",
-                   help="RDMA bandwidth per GPU in GB/s (default 50)")
+    p.add_argument(
+        "--topology",
+        required=required,
+        metavar="NxG",
+        help="nodes x GPUs per node, e.g. 4x8 (or NxGxS with slots per GPU)",
+    )
+    p.add_argument(
+        "--slots",
+        type=int,
+        metavar="P",
+        help="physical expert slots per layer across all GPUs, e.g. 288",
+    )
+    p.add_argument(
+        "--nvlink-gbps",
+        type=float,
+        default=160.0,
+        metavar="GB/s",
+        help="NVLink bandwidth per GPU in GB/s (default 160)",
+    )
+    p.add_argument(
+        "--rdma-gbps",
+        type=float,
+        default=50.0,
+        metavar="GB/s",
+        help="RDMA bandwidth per GPU in GB/s (default 50)",
+    )
 
 
 def topology_from(args: argparse.Namespace) -> Topology:
-    return Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
-                          rdma_gbps=args.rdma_gbps)
+    return Topology.parse(
+        args.topology, args.slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps
+    )
 
 
 def parse_options(items: Sequence[str] | None) -> dict:
@@ -44,7 +63,7 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None)
     """Plain aligned text table."""
     cells = [[str(c) for c in row] for row in ([header] if header else []) + list(rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     if header:
         lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

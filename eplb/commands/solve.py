@@ -20,15 +20,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("load", metavar="LOAD", help="trace or load matrix file")
     add_topology_args(p)
-    p.add_argument("--groups", type=int, metavar="G",
-                   help="expert groups (group-limited routing); hierarchical policies use them")
+    p.add_argument(
+        "--groups",
+        type=int,
+        metavar="G",
+        help="expert groups (group-limited routing); hierarchical policies use them",
+    )
     p.add_argument("--solver", default="deepseek", help="placement policy (default deepseek)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised solvers")
     p.add_argument("--time-limit", type=float, metavar="SEC", help="time limit for search solvers")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="extra solver option, repeatable (value parsed as JSON if it can be)")
-    p.add_argument("--format", choices=["native", "npz", "sglang", "trtllm"],
-                   help="output format (default: from the suffix of -o)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra solver option, repeatable (value parsed as JSON if it can be)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["native", "npz", "sglang", "trtllm"],
+        help="output format (default: from the suffix of -o)",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="placement file to write")
     p.set_defaults(func=run)
 
@@ -47,21 +58,35 @@ def run(args: argparse.Namespace) -> int:
     trace = traces.read(args.load)
     load = trace.load()
     placement = solvers.solve(
-        args.solver, load, topology, num_groups=args.groups, seed=args.seed,
-        time_limit=args.time_limit, **options,
+        args.solver,
+        load,
+        topology,
+        num_groups=args.groups,
+        seed=args.seed,
+        time_limit=args.time_limit,
+        **options,
     )
     gpu = placement.gpu_load(load)
     bal, mom = balancedness(gpu), max_over_mean(gpu)
     digest = hashlib.sha256(Path(args.load).read_bytes()).hexdigest()
     placement = type(placement)(
-        placement.phy2log, placement.num_experts, topology, placement.replica_share,
+        placement.phy2log,
+        placement.num_experts,
+        topology,
+        placement.replica_share,
         {
             **placement.meta,
-            "source": {"path": str(args.load), "sha256": digest,
-                       "num_model_layers": trace.meta.get("num_model_layers")},
-            "metrics": {"balancedness_mean": float(bal.mean()), "balancedness_min": float(bal.min()),
-                        "max_over_mean_mean": float(mom.mean()),
-                        "max_over_mean_worst": float(mom.max())},
+            "source": {
+                "path": str(args.load),
+                "sha256": digest,
+                "num_model_layers": trace.meta.get("num_model_layers"),
+            },
+            "metrics": {
+                "balancedness_mean": float(bal.mean()),
+                "balancedness_min": float(bal.min()),
+                "max_over_mean_mean": float(mom.mean()),
+                "max_over_mean_worst": float(mom.max()),
+            },
         },
         trace.layer_ids,
     )
@@ -70,20 +95,30 @@ def run(args: argparse.Namespace) -> int:
     ids = trace.layer_ids
     rows = [
         ("solver", f"{args.solver}{policy}"),
-        ("topology", f"{topology.num_nodes} nodes x {topology.gpus_per_node} GPUs x "
-                     f"{topology.slots_per_gpu} slots = {topology.num_slots} slots"),
-        ("layers", f"{placement.num_layers} (model layers {ids.min()}-{ids.max()}), "
-                   f"{placement.num_experts} experts"),
+        (
+            "topology",
+            f"{topology.num_nodes} nodes x {topology.gpus_per_node} GPUs x "
+            f"{topology.slots_per_gpu} slots = {topology.num_slots} slots",
+        ),
+        (
+            "layers",
+            f"{placement.num_layers} (model layers {ids.min()}-{ids.max()}), "
+            f"{placement.num_experts} experts",
+        ),
         ("balancedness mean/max GPU load", f"mean {bal.mean():.4f}  min {bal.min():.4f}"),
         ("max GPU load / mean", f"mean {mom.mean():.4f}  worst {mom.max():.4f}"),
-        ("redundant slots", f"{topology.num_slots - placement.num_experts} per layer, "
-                            f"max replicas of one expert {int(np.max(placement.logcnt))}"),
+        (
+            "redundant slots",
+            f"{topology.num_slots - placement.num_experts} per layer, "
+            f"max replicas of one expert {int(np.max(placement.logcnt))}",
+        ),
         ("solve time", f"{info['seconds'] * 1e3:.1f} ms"),
     ]
     if args.output:
         nml = trace.meta.get("num_model_layers")
-        write_placement(placement, args.output, fmt,
-                        num_model_layers=nml if fmt == "sglang" else None)
+        write_placement(
+            placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None
+        )
         rows.append(("wrote", f"{args.output} ({fmt})"))
     print(table(rows))
     return 0

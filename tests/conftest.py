@@ -1,0 +1,39 @@
+"""Shared test fixtures: paths to the real traces (skipped when absent), hypothesis profile."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+BUNDLED = REPO / "traces" / "data"
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=40,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,
+)
+settings.register_profile("dev", deadline=None, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """``../shared/traces`` next to the repository; skips the test when it is absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live outside the repo)")
+    return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def deepseek_jsons(shared_traces: Path) -> list[Path]:
+    files = sorted((shared_traces / "deepseek-v3-sglang").glob("*.json"))
+    if not files:
+        pytest.skip(f"no DeepSeek-V3 JSON files under {shared_traces / 'deepseek-v3-sglang'}")
+    return files
