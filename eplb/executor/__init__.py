@@ -1,0 +1,48 @@
+"""Reference executor: one expert-parallel MoE layer driven by placement tables, in numpy.
+
+- `MoELayer`: router + SwiGLU experts and the dense single-device forward (the truth).
+- `ReferenceExecutor`: the layer on ``G`` simulated ranks; ``forward`` returns the output and
+  measured `ExecutorStats` (tokens per GPU, NVLink/RDMA bytes); ``rebalance`` moves weights.
+- `eplb.executor.kernels`: ``route``, ``dispatch_layout``, ``dispatch``, ``expert_compute``,
+  ``combine``.
+- `eplb.executor.routing`: the dispatch policies shared with ``evaluation.traffic``.
+
+Depends on the eplb core only.
+"""
+
+from eplb.executor.executor import (
+    ExecutorStats,
+    RebalanceReport,
+    ReferenceExecutor,
+    even_token_rank,
+    weight_moves,
+)
+from eplb.executor.kernels import (
+    DispatchLayout,
+    combine,
+    dispatch,
+    dispatch_layout,
+    expert_compute,
+)
+from eplb.executor.model import MoELayer, check_topk, swiglu
+from eplb.executor.routing import POLICIES, check_policy, dispatch_table, route
+
+__all__ = [
+    "POLICIES",
+    "DispatchLayout",
+    "ExecutorStats",
+    "MoELayer",
+    "RebalanceReport",
+    "ReferenceExecutor",
+    "check_policy",
+    "check_topk",
+    "combine",
+    "dispatch",
+    "dispatch_layout",
+    "dispatch_table",
+    "even_token_rank",
+    "expert_compute",
+    "route",
+    "swiglu",
+    "weight_moves",
+]

@@ -1,0 +1,359 @@
+"""Expert-parallel MoE kernels in numpy: route, dispatch layout, dispatch, expert compute, combine.
+
+One layer runs on ``G`` simulated ranks in ``Nn`` nodes (``gpn`` GPUs per node). The data path
+follows DeepEP's internode kernels and is the one the traffic contract in the brief counts:
+
+- **dispatch**: token ``n`` on source GPU ``s`` goes once to each distinct destination GPU of its
+  K picks. Same GPU: no transfer (hop ``LOCAL``). Same node: one NVLink copy (``NVLINK``). Remote
+  node ``b``: one RDMA copy per distinct remote node into the *rail peer* (GPU on ``b`` with the
+  local index of ``s``), then one NVLink forward from the rail peer to each other destination on
+  ``b`` (hops ``RDMA`` for the rail peer itself, ``RDMA_NVLINK`` for forwarded copies).
+- **expert compute**: every rank runs its local slots over the tokens it received; each (token,
+  pick) row is grouped by slot (stable sort, contiguous segments) and goes through SwiGLU.
+- **combine**: the exact reverse. Each rank sums its weighted pick outputs per token; remote
+  partial sums go over NVLink to the rail peer, which adds them into one RDMA buffer row per
+  (token, node) and sends it back; the source adds everything up.
+
+Buffers are flat arrays with CSR-style offsets: rank ``g``'s receive buffer is
+``recv[layout.rank_offsets[g]:layout.rank_offsets[g + 1]]`` and node ``b``'s RDMA receive rows
+are ``rdma[layout.node_offsets[b]:layout.node_offsets[b + 1]]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from eplb.errors import InputError
+from eplb.executor.model import swiglu
+from eplb.executor.routing import route
+from eplb.topology import Topology
+
+__all__ = [
+    "HOP_LOCAL",
+    "HOP_NVLINK",
+    "HOP_RDMA",
+    "HOP_RDMA_NVLINK",
+    "DispatchLayout",
+    "combine",
+    "dispatch",
+    "dispatch_layout",
+    "expert_compute",
+    "route",
+]
+
+HOP_LOCAL = 0  # destination is the source GPU: no link
+HOP_NVLINK = 1  # same node: one NVLink copy from the source
+HOP_RDMA = 2  # remote node, destination is the rail peer: one RDMA copy
+HOP_RDMA_NVLINK = 3  # remote node, other GPU: RDMA to the rail peer, then NVLink forward
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class DispatchLayout:
+    """Where every token goes for one layer (all arrays read-only; ``N`` tokens, top-``K``).
+
+    Counts (as DeepEP's ``get_dispatch_layout``):
+
+    - ``is_token_in_rank: bool[N, G]``, ``num_tokens_per_rank: int64[G]`` distinct tokens each
+      GPU receives (its own included); ``is_token_in_node: bool[N, Nn]``,
+      ``num_tokens_per_node: int64[Nn]``; ``num_picks_per_slot: int64[P]`` (token, k) picks.
+
+    Receive buffers, one row per (token, destination GPU) pair, ``M`` rows sorted stably by
+    destination (then token): ``recv_token, recv_gpu: int64[M]``, ``rank_offsets: int64[G + 1]``,
+    ``recv_hop: int8[M]`` (``HOP_*``), ``recv_rdma_row: int64[M]`` (RDMA row the pair's copy
+    came through, ``-1`` for ``LOCAL``/``NVLINK``).
+
+    RDMA transfers, one per (token, remote node) (per-node dedup), ``R`` rows sorted stably by
+    destination node: ``rdma_token, rdma_node, rdma_gpu (the rail peer): int64[R]``,
+    ``node_offsets: int64[Nn + 1]``.
+
+    Picks: ``pick_row: int64[N, K]`` receive row serving pick ``(n, k)``; ``pick_order: int64[N*K]``
+    flat picks ``n * K + k`` sorted stably by slot; ``slot_offsets: int64[P + 1]`` the segment
+    of each slot in ``pick_order`` (the grouped expert-compute order).
+    """
+
+    topology: Topology
+    slots: np.ndarray
+    token_rank: np.ndarray
+    is_token_in_rank: np.ndarray
+    is_token_in_node: np.ndarray
+    num_tokens_per_rank: np.ndarray
+    num_tokens_per_node: np.ndarray
+    num_picks_per_slot: np.ndarray
+    recv_token: np.ndarray
+    recv_gpu: np.ndarray
+    rank_offsets: np.ndarray
+    recv_hop: np.ndarray
+    recv_rdma_row: np.ndarray
+    rdma_token: np.ndarray
+    rdma_node: np.ndarray
+    rdma_gpu: np.ndarray
+    node_offsets: np.ndarray
+    pick_row: np.ndarray
+    pick_order: np.ndarray
+    slot_offsets: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return self.slots.shape[0]
+
+    @property
+    def top_k(self) -> int:
+        return self.slots.shape[1]
+
+    @property
+    def num_recv(self) -> int:
+        """M, rows over all receive buffers."""
+        return self.recv_token.shape[0]
+
+    @property
+    def num_rdma(self) -> int:
+        """R, RDMA transfers per direction."""
+        return self.rdma_token.shape[0]
+
+    @cached_property
+    def num_nvlink(self) -> int:
+        """NVLink transfers per direction (direct same-node copies plus rail-peer forwards)."""
+        hop = self.recv_hop
+        return int(np.count_nonzero((hop == HOP_NVLINK) | (hop == HOP_RDMA_NVLINK)))
+
+    @cached_property
+    def nvlink_sender(self) -> np.ndarray:
+        """int64[M]: GPU sending each receive row over NVLink in dispatch (``-1``: none)."""
+        hop = self.recv_hop
+        out = np.full(self.num_recv, -1, dtype=np.int64)
+        direct = hop == HOP_NVLINK
+        out[direct] = self.token_rank[self.recv_token[direct]]
+        fwd = hop == HOP_RDMA_NVLINK
+        out[fwd] = self.rdma_gpu[self.recv_rdma_row[fwd]]
+        return _ro(out)
+
+    @cached_property
+    def source_row(self) -> np.ndarray:
+        """int64[M]: row of ``concat(x, rdma_buffer)`` each receive row is copied from."""
+        direct = self.recv_hop <= HOP_NVLINK
+        out = np.where(direct, self.recv_token, self.num_tokens + self.recv_rdma_row)
+        return _ro(out)
+
+    # --------------------------------------------- combine reduction matrices
+    @cached_property
+    def _pick_to_recv(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """CSR pattern ``(indptr, indices, N*K)`` of [M, N*K]: receive row <- the expert-output
+        rows (in ``pick_order``) of its picks."""
+        Q = self.pick_order.shape[0]
+        rows = self.pick_row.reshape(-1)[self.pick_order]
+        order = np.argsort(rows, kind="stable")  # CSR: row-major, columns ascending
+        indptr = np.zeros(self.num_recv + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.num_recv), out=indptr[1:])
+        return indptr, order.astype(np.int64), Q
+
+    @cached_property
+    def _recv_to_rdma(self) -> sp.csr_matrix:
+        """0/1 [R, M]: RDMA row (at the rail peer) <- partial sums of the pairs it serves."""
+        remote = np.flatnonzero(self.recv_hop >= HOP_RDMA)
+        return _selector(self.recv_rdma_row[remote], remote, self.num_rdma, self.num_recv)
+
+    @cached_property
+    def _recv_to_token(self) -> sp.csr_matrix:
+        """0/1 [N, M]: source token <- partial sums of its local and same-node pairs."""
+        near = np.flatnonzero(self.recv_hop <= HOP_NVLINK)
+        return _selector(self.recv_token[near], near, self.num_tokens, self.num_recv)
+
+    @cached_property
+    def _rdma_to_token(self) -> sp.csr_matrix:
+        """0/1 [N, R]: source token <- RDMA rows coming back from remote nodes."""
+        R = self.num_rdma
+        return _selector(self.rdma_token, np.arange(R), self.num_tokens, R)
+
+
+def _selector(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
+    data = np.ones(rows.shape[0], dtype=np.float64)
+    return sp.csr_matrix((data, (rows, cols)), shape=(n_rows, n_cols))
+
+
+def _segments(keys: np.ndarray, n: int) -> np.ndarray:
+    """int64[n + 1] offsets of the runs of sorted ``keys`` (values in ``0..n-1``)."""
+    out = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=out[1:])
+    return out
+
+
+def _running_index(mask: np.ndarray) -> np.ndarray:
+    """Same shape as ``mask``: index of each True entry among the True entries in C order."""
+    dt = np.int32 if mask.size < 2**31 else np.int64
+    return (np.cumsum(mask.reshape(-1), dtype=dt) - 1).reshape(mask.shape)
+
+
+def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
+    """Plan the dispatch of one layer.
+
+    ``slots: int[N, K]`` the replica slot serving each pick (from `route`), ``token_rank: int[N]``
+    the source GPU of each token. Returns a `DispatchLayout` (see its fields); pure index math,
+    no activations touched.
+    """
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
+    G, gpn, S = topology.num_gpus, topology.gpus_per_node, topology.slots_per_gpu
+    Nn, P = topology.num_nodes, topology.num_slots
+    slots = np.asarray(slots)
+    if slots.ndim != 2 or (slots.size and not np.issubdtype(slots.dtype, np.integer)):
+        raise InputError(f"slots must be int[N, K], got {slots.dtype}{slots.shape}")
+    slots = slots.astype(np.int64, copy=False)
+    N, K = slots.shape
+    if slots.size and (slots.min() < 0 or slots.max() >= P):
+        raise InputError(f"slots must be slot ids in 0..{P - 1} of topology {topology}")
+    rank = np.asarray(token_rank)
+    if rank.shape != (N,) or (rank.size and not np.issubdtype(rank.dtype, np.integer)):
+        raise InputError(f"token_rank must be int[{N}] (source GPU per token), got {rank.shape}")
+    rank = rank.astype(np.int64, copy=False)
+    if rank.size and (rank.min() < 0 or rank.max() >= G):
+        raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
+
+    tok = np.arange(N, dtype=np.int64)
+    pick_gpu = slots // S
+    # destination-major membership [G, N]: np.nonzero walks it in send order (gpu, then token)
+    in_rank_t = np.zeros((G, N), dtype=bool)
+    in_rank_t[pick_gpu, tok[:, None]] = True
+    in_node_t = in_rank_t.reshape(Nn, gpn, N).any(1)
+
+    # receive rows: (token, gpu) pairs; row of pair (g, n) = running count of pairs before it
+    recv_gpu, recv_token = (a.astype(np.int64) for a in np.nonzero(in_rank_t))
+    recv_index = _running_index(in_rank_t)
+    src = rank[recv_token]
+    src_node, dst_node = src // gpn, recv_gpu // gpn
+    rail = dst_node * gpn + src % gpn
+    hop = np.where(
+        recv_gpu == src,
+        HOP_LOCAL,
+        np.where(
+            src_node == dst_node,
+            HOP_NVLINK,
+            np.where(recv_gpu == rail, HOP_RDMA, HOP_RDMA_NVLINK),
+        ),
+    ).astype(np.int8)
+
+    # RDMA rows: (token, remote node) pairs, node-major; one per node however many GPUs there
+    remote_t = in_node_t.copy()
+    remote_t[rank // gpn, tok] = False
+    rdma_node, rdma_token = (a.astype(np.int64) for a in np.nonzero(remote_t))
+    rdma_gpu = rdma_node * gpn + rank[rdma_token] % gpn
+    recv_rdma_row = np.full(recv_token.shape[0], -1, dtype=np.int64)
+    far = hop >= HOP_RDMA
+    recv_rdma_row[far] = _running_index(remote_t)[dst_node[far], recv_token[far]]
+
+    pick_row = recv_index[pick_gpu, tok[:, None]].astype(np.int64)
+    flat = slots.reshape(-1)
+    # stable sort by slot (radix sort on 16-bit keys when the slot ids fit)
+    pick_order = np.argsort(flat.astype(np.uint16) if P <= 2**16 else flat, kind="stable")
+    per_slot = np.bincount(flat, minlength=P)
+    slot_offsets = np.zeros(P + 1, dtype=np.int64)
+    np.cumsum(per_slot, out=slot_offsets[1:])
+
+    return DispatchLayout(
+        topology=topology,
+        slots=_ro(slots.copy()),
+        token_rank=_ro(rank.copy()),
+        is_token_in_rank=_ro(np.ascontiguousarray(in_rank_t.T)),
+        is_token_in_node=_ro(np.ascontiguousarray(in_node_t.T)),
+        num_tokens_per_rank=_ro(in_rank_t.sum(1, dtype=np.int64)),
+        num_tokens_per_node=_ro(in_node_t.sum(1, dtype=np.int64)),
+        num_picks_per_slot=_ro(per_slot.astype(np.int64)),
+        recv_token=_ro(recv_token),
+        recv_gpu=_ro(recv_gpu),
+        rank_offsets=_ro(_segments(recv_gpu, G)),
+        recv_hop=_ro(hop),
+        recv_rdma_row=_ro(recv_rdma_row),
+        rdma_token=_ro(rdma_token),
+        rdma_node=_ro(rdma_node),
+        rdma_gpu=_ro(rdma_gpu),
+        node_offsets=_ro(_segments(rdma_node, Nn)),
+        pick_row=_ro(pick_row),
+        pick_order=_ro(pick_order.astype(np.int64)),
+        slot_offsets=_ro(slot_offsets),
+    )
+
+
+def _check_rows(name: str, a: np.ndarray, rows: int) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[0] != rows or not np.issubdtype(a.dtype, np.floating):
+        raise InputError(f"{name} must be float[{rows}, H], got {a.dtype}{a.shape}")
+    return a
+
+
+def dispatch(x, layout: DispatchLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Move activations ``x: float[N, H]`` into the receive buffers of ``layout``.
+
+    Returns ``(recv: float[M, H], rdma: float[R, H])``: ``rdma`` holds the RDMA receive rows
+    at the rail peers (one per token and remote node); ``recv`` rows of hop ``LOCAL``/``NVLINK``
+    are copied from ``x`` on the source GPU, rows of hop ``RDMA``/``RDMA_NVLINK`` from the rail
+    peer's RDMA row. Rank ``g``'s buffer is ``recv[rank_offsets[g]:rank_offsets[g + 1]]``.
+    """
+    x = _check_rows("x", x, layout.num_tokens)
+    N, H = x.shape
+    staging = np.empty((N + layout.num_rdma, H), dtype=x.dtype)  # [send buffers | RDMA rows]
+    staging[:N] = x
+    np.take(x, layout.rdma_token, axis=0, out=staging[N:])
+    recv = np.take(staging, layout.source_row, axis=0)
+    return recv, staging[N:]
+
+
+def expert_compute(recv, layout: DispatchLayout, w1, w3, w2) -> np.ndarray:
+    """Run every rank's local experts on its received tokens (grouped GEMM per slot).
+
+    ``recv: float[M, H]`` from `dispatch`; ``w1, w3: float[G, S, H, F]`` and
+    ``w2: float[G, S, F, H]`` the weights each rank holds in its ``S`` slots. Returns
+    ``out: float[N*K, H]`` in ``layout.pick_order`` (picks sorted by slot): rows
+    ``slot_offsets[p]:slot_offsets[p + 1]`` are slot ``p``'s SwiGLU outputs for its picks.
+    """
+    topo = layout.topology
+    P = topo.num_slots
+    recv = _check_rows("recv", recv, layout.num_recv)
+    w1, w3, w2 = (np.asarray(w) for w in (w1, w3, w2))
+    H = recv.shape[1]
+    G, S = topo.num_gpus, topo.slots_per_gpu
+    if w1.ndim != 4 or w1.shape[:3] != (G, S, H) or w3.shape != w1.shape:
+        raise InputError(f"w1, w3 must be [G={G}, S={S}, H={H}, F], got {w1.shape}, {w3.shape}")
+    F = w1.shape[3]
+    if w2.shape != (G, S, F, H):
+        raise InputError(f"w2 must be [G={G}, S={S}, F={F}, H={H}], got {w2.shape}")
+    w1, w3, w2 = w1.reshape(P, H, F), w3.reshape(P, H, F), w2.reshape(P, F, H)
+    rows = layout.pick_row.reshape(-1)[layout.pick_order]
+    out = np.empty((rows.shape[0], H), dtype=np.result_type(recv, w1))
+    off = layout.slot_offsets
+    for p in np.flatnonzero(layout.num_picks_per_slot):
+        a, b = off[p], off[p + 1]
+        out[a:b] = swiglu(recv[rows[a:b]], w1[p], w3[p], w2[p])
+    return out
+
+
+def combine(expert_out, topk_weights, layout: DispatchLayout) -> np.ndarray:
+    """Reduce expert outputs back to their source tokens along the reverse dispatch path.
+
+    ``expert_out: float[N*K, H]`` in ``layout.pick_order`` (as `expert_compute` returns),
+    ``topk_weights: float[N, K]``. Returns ``out: float[N, H]`` with
+    ``out[n] = sum_k topk_weights[n, k] * expert_out[pick (n, k)]``, summed in three stages:
+    per receiving rank (its picks of the token), per rail peer (the node's partial sums, one
+    RDMA row per token and node), at the source (local, same-node and RDMA contributions).
+    """
+    N, K = layout.num_tokens, layout.top_k
+    y = _check_rows("expert_out", expert_out, N * K)
+    w = np.asarray(topk_weights)
+    if w.shape != (N, K):
+        raise InputError(f"topk_weights must be float[{N}, {K}], got {w.shape}")
+    dt = y.dtype
+    indptr, indices, Q = layout._pick_to_recv
+    data = w.reshape(-1)[layout.pick_order][indices].astype(dt)
+    to_recv = sp.csr_matrix((data, indices, indptr), shape=(layout.num_recv, Q))
+    partial = to_recv @ y  # [M, H]: each rank's weighted sum per received token
+    rdma = layout._recv_to_rdma.astype(dt) @ partial  # [R, H]: summed at the rail peer
+    out = layout._recv_to_token.astype(dt) @ partial
+    out += layout._rdma_to_token.astype(dt) @ rdma
+    return np.asarray(out, dtype=dt)
