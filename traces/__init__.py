@@ -1,7 +1,32 @@
-"""Expert-load traces: the `Trace` model, readers, writers and synthetic generators."""
+"""Expert-load traces: the `Trace` model, readers, writers and synthetic generators.
 
+- `Trace`: ``counts: float64[T, L, E]`` per window, model ``layer_ids``, optional
+  ``source_counts``, token-level ``topk_ids``/``token_rank`` and ``meta``.
+- `read(path, format=None)`: native npz, SGLang JSON/.pt dumps, long CSV/Parquet, per-rank
+  CSV directories (see `traces.readers`).
+- `write(trace, path, format=None)`: npz, Parquet, CSV, SGLang JSON (see `traces.writers`).
+- `traces.synth`: seeded generators (zipf, lognormal, uniform, drift, bursty, calibrated,
+  token-level group-limited routing).
+- `traces.summary`: per-layer skew statistics.
+"""
+
+from traces import synth
 from traces.model import Trace
-from traces.readers import read
-from traces.writers import write_npz
+from traces.readers import FORMATS, read, sniff
+from traces.tables import from_frame
+from traces.writers import WRITE_FORMATS, dropped, write, write_csv, write_npz, write_parquet
 
-__all__ = ["Trace", "read", "write_npz"]
+__all__ = [
+    "FORMATS",
+    "WRITE_FORMATS",
+    "Trace",
+    "dropped",
+    "from_frame",
+    "read",
+    "sniff",
+    "synth",
+    "write",
+    "write_csv",
+    "write_npz",
+    "write_parquet",
+]

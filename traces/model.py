@@ -4,21 +4,32 @@ Shapes (see DESIGN.md):
 
 - ``counts: float64[T, L, E]``: tokens routed to each expert in each window.
 - ``layer_ids: int64[L]``: model layer id of each row (dense layers are not stored).
-- ``source_counts: float64[T, L, G_src, E]`` (optional): tokens from each source rank.
+- ``source_counts: float64[T, L, G_src, E]`` (optional): tokens from each source rank;
+  ``source_counts.sum(axis=2) == counts`` (checked).
 - ``topk_ids: int16[N, L, K]`` + ``token_rank: int32[N]`` (optional): token-level routing.
 - ``meta``: ``model``, ``num_groups``, ``top_k``, ``num_model_layers``, ``provenance``...
+  (JSON-serialisable; it is stored as JSON in the native format).
+
+Token-level arrays describe the tokens of the whole trace, not of one window: when they are
+present, ``token_counts()`` (the per-layer bincount of ``topk_ids``) equals ``load()`` for the
+traces the toolkit makes (one window). ``select`` keeps them when every window is kept (layers
+may still be sliced) and drops them otherwise, since a token does not record its window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eplb.errors import InputError, TraceError
 from eplb.loads import check_load
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -59,6 +70,15 @@ class Trace:
                 raise TraceError(
                     f"source_counts has shape {src.shape}, expected [{T}, {L}, G_src, {E}]"
                 )
+            total = src.sum(axis=2)
+            if not np.allclose(total, counts, rtol=1e-9, atol=1e-6):
+                w, lyr, e = (int(i) for i in np.argwhere(
+                    ~np.isclose(total, counts, rtol=1e-9, atol=1e-6))[0])
+                raise TraceError(
+                    f"source_counts summed over ranks is {total[w, lyr, e]} at window {w}, "
+                    f"layer row {lyr}, expert {e} but counts is {counts[w, lyr, e]}; counts must "
+                    "equal source_counts.sum(axis=2)"
+                )
             object.__setattr__(self, "source_counts", src)
         if (self.topk_ids is None) != (self.token_rank is None):
             raise TraceError("topk_ids and token_rank come together; give both or neither")
@@ -98,11 +118,7 @@ class Trace:
         ``alpha * (1 - alpha)``, ...; weights are normalised to sum to the window count so the
         scale matches the sum.
         """
-        sel = self.counts if windows is None else self.counts[windows]
-        if sel.ndim == 2:
-            sel = sel[None]
-        if sel.shape[0] == 0:
-            raise TraceError(f"windows {windows!r} selects no window of {self.num_windows}")
+        sel = self.counts if windows is None else self.counts[self.window_index(windows)]
         if ema is None:
             return sel.sum(axis=0)
         if not (0 < ema <= 1):
@@ -111,6 +127,122 @@ class Trace:
         w = ema * (1 - ema) ** np.arange(T - 1, -1, -1, dtype=np.float64)
         w *= T / w.sum()
         return np.tensordot(w, sel, axes=1)
+
+    # -------------------------------------------------------------- slicing
+    def window_index(self, windows=None) -> np.ndarray:
+        """``int64[T']``: the window positions ``windows`` picks (int, slice, list or bool mask)."""
+        allw = np.arange(self.num_windows)
+        if windows is None:
+            return allw
+        try:
+            idx = np.atleast_1d(allw[windows])
+        except (IndexError, TypeError, ValueError) as exc:
+            raise TraceError(
+                f"windows {windows!r} is not a valid selection of {self.num_windows} windows "
+                f"(use an index, a slice, a list of indices or a boolean mask): {exc}"
+            ) from None
+        if idx.size == 0:
+            raise TraceError(f"windows {windows!r} selects no window of {self.num_windows}")
+        return idx
+
+    def layer_index(self, layers=None) -> np.ndarray:
+        """``int64[L']``: row positions of the model layer ids ``layers`` (int or iterable)."""
+        if layers is None:
+            return np.arange(self.num_layers)
+        wanted = np.atleast_1d(np.asarray(list(layers) if isinstance(layers, Iterable)
+                                          and not isinstance(layers, np.ndarray) else layers))
+        if wanted.size == 0:
+            raise TraceError("layers selects no layer; give model layer ids, e.g. layers=[3, 4]")
+        if not np.issubdtype(wanted.dtype, np.integer):
+            raise TraceError(f"layers must be model layer ids (integers), got {wanted.tolist()}")
+        pos = {int(lid): i for i, lid in enumerate(self.layer_ids)}
+        missing = [int(x) for x in wanted if int(x) not in pos]
+        if missing:
+            ids = self.layer_ids
+            raise TraceError(
+                f"layers {missing} are not in this trace; its model layer ids are "
+                f"{ids.min()}..{ids.max()} ({self.num_layers} layers)"
+            )
+        return np.array([pos[int(x)] for x in wanted], dtype=np.int64)
+
+    def select(self, windows=None, layers=None) -> Trace:
+        """A new trace with only ``windows`` (positions) and ``layers`` (model layer ids).
+
+        ``source_counts`` is sliced alike. Token-level arrays are kept (sliced by layer) only
+        when every window is kept in order; a window subset drops them (tokens carry no window).
+        """
+        w = self.window_index(windows)
+        lpos = self.layer_index(layers)
+        src = None
+        if self.source_counts is not None:
+            src = self.source_counts[w][:, lpos]
+        topk = rank = None
+        if self.topk_ids is not None and np.array_equal(w, np.arange(self.num_windows)):
+            topk, rank = self.topk_ids[:, lpos], self.token_rank
+        return Trace(self.counts[w][:, lpos], self.layer_ids[lpos], src, topk, rank,
+                     meta=self.meta)
+
+    # --------------------------------------------------------------- views
+    def token_counts(self) -> np.ndarray:
+        """``float64[L, E]``: per-layer bincount of ``topk_ids`` (picks per expert)."""
+        if self.topk_ids is None:
+            raise TraceError("this trace has no token-level topk_ids")
+        N, L, K = self.topk_ids.shape
+        E = self.num_experts
+        flat = (self.topk_ids.astype(np.int64) + (np.arange(L) * E)[None, :, None]).ravel()
+        return np.bincount(flat, minlength=L * E).reshape(L, E).astype(np.float64)
+
+    def to_frame(self, *, by_rank: bool = False, nonzero: bool = False) -> pd.DataFrame:
+        """Long pandas frame, one row per (window, layer, expert): columns ``window, layer,
+        expert, count`` (``layer`` is the model layer id, ``window`` the window position).
+
+        ``by_rank=True`` uses ``source_counts`` and adds a ``rank`` column (source rank) before
+        ``count``. ``nonzero=True`` leaves out rows whose count is 0.
+        """
+        import pandas as pd
+
+        if by_rank:
+            if self.source_counts is None:
+                raise TraceError("by_rank=True needs source_counts, which this trace lacks")
+            arr = self.source_counts
+            names = ("window", "layer", "rank", "expert")
+        else:
+            arr = self.counts
+            names = ("window", "layer", "expert")
+        flat = arr.reshape(-1)
+        grids = np.unravel_index(np.arange(flat.size, dtype=np.int64), arr.shape)
+        if nonzero:
+            keep = np.flatnonzero(flat)
+            flat = flat[keep]
+            grids = tuple(g[keep] for g in grids)
+        cols = dict(zip(names, grids, strict=True))
+        cols["layer"] = self.layer_ids[cols["layer"]]
+        cols["count"] = flat
+        order = ("window", "layer", "expert", "rank", "count") if by_rank else (
+            "window", "layer", "expert", "count")
+        return pd.DataFrame({k: cols[k] for k in order})
+
+    def summary(self, windows=None, *, ema: float | None = None) -> pd.DataFrame:
+        """Per-layer skew of ``load(windows, ema=ema)``: one row per layer with columns
+        ``layer, tokens, max_over_mean, cv, gini, top1pct_share, top10pct_share``
+        (see `traces.summary`)."""
+        from traces.summary import skew_table
+
+        return skew_table(self.load(windows, ema=ema), self.layer_ids)
+
+    def equals(self, other: Trace, *, meta: bool = True) -> bool:
+        """Same arrays (values and shapes) and, with ``meta=True``, the same JSON metadata."""
+        if not isinstance(other, Trace):
+            return False
+        for name in ("counts", "layer_ids", "source_counts", "topk_ids", "token_rank"):
+            a, b = getattr(self, name), getattr(other, name)
+            if (a is None) != (b is None):
+                return False
+            if a is not None and not np.array_equal(a, b):
+                return False
+        if meta:
+            return _json(self.meta) == _json(other.meta)
+        return True
 
     def __repr__(self) -> str:
         extra = []
@@ -123,3 +255,16 @@ class Trace:
             f"Trace({self.num_windows} windows, {self.num_layers} layers, "
             f"{self.num_experts} experts{more})"
         )
+
+
+def _json(meta: Mapping[str, Any]) -> str:
+    return json.dumps(dict(meta), sort_keys=True, default=json_default)
+
+
+def json_default(obj):
+    """``json.dumps(default=...)`` for numpy scalars and arrays inside ``meta``."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"meta value {obj!r} is not JSON serialisable")

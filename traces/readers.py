@@ -1,112 +1,198 @@
-"""Reading traces: ``traces.read(path, format=None) -> Trace``, sniffing by suffix and content.
+"""Reading traces: ``traces.read(path, format=None) -> Trace``, sniffing by content and suffix.
 
-Formats so far: native ``.npz`` (lossless), ``.npy`` (``[L, E]`` or ``[T, L, E]``) and SGLang
-JSON (``{"logical_count": [L][E]}`` or ``[steps][L][E]``). All-zero layers (dense layers in
-SGLang dumps) are dropped; the kept rows keep their model layer ids in ``layer_ids`` and
+Formats (``format=`` names):
+
+- ``npz``: the native, lossless format (arrays + JSON ``meta``; see `traces.writers`).
+- ``npy``: a bare ``[L, E]`` or ``[T, L, E]`` count array.
+- ``sglang``: SGLang JSON ``{"logical_count": [L][E]}`` or ``[steps][L][E]`` (or a bare nested
+  list; a file, or the JSON text itself given inline as SGLang's ``--init-expert-location``
+  accepts).
+- ``pt``: SGLang ``torch.save`` dumps of the expert distribution recorder: stat dumps
+  ``{"rank", "logical_count": [steps, L, E], ...}`` (one window per step), per-pass dumps
+  ``{"records": [{"forward_pass_id", "rank", "global_physical_count": [L, P], ...}],
+  "last_physical_to_logical_map": [L, P]}`` whose physical counts are summed into their logical
+  experts (one window per forward pass), and per-token dumps (records that also hold
+  ``topk_ids_of_layer: [L, N, K]`` physical ids) which add token-level ``topk_ids``. Needs the
+  ``torch`` extra; loaded with ``weights_only=True`` (never unpickles arbitrary objects).
+- ``csv`` / ``parquet``: long tables with columns ``window, layer, expert, count`` and optional
+  ``rank`` (source rank -> ``source_counts``). ``layer`` is the model layer id; windows are
+  sorted, layers kept in order of first appearance, ``E = max(expert) + 1``; a missing row is a
+  zero count. Parquet files written by eplb also carry ``meta``.
+- ``rankdir``: per-rank CSV directories as HarMoEny/ExFlow write them: rank folders ``0..R-1``
+  each holding ``moe_layer-<l>.csv`` with one row per iteration whose last column,
+  ``expert distribution``, lists the tokens that rank sent to each expert. Iterations become
+  windows, ranks ``source_counts[T, L, R, E]``, ``counts`` their sum over ranks.
+
+Dense formats (``npy``, ``sglang``, ``pt``) drop layers that are zero in every window (dense
+layers in SGLang dumps); the kept rows keep their model layer ids in ``layer_ids`` and
 ``meta["num_model_layers"]`` records the original row count.
+
+Every failure raises `TraceError` naming the file, the field and the fix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from eplb.errors import TraceError
+from traces.checks import (
+    FIX_FORMAT,
+    FORMATS,
+    check_values,
+    drop_dense,
+    fail,
+    from_dense,
+    make_trace,
+)
 from traces.model import Trace
 
-FORMATS = ("npz", "npy", "sglang")
+__all__ = ["FORMATS", "drop_dense", "read", "sniff"]
 
-
-def _fail(path, msg: str) -> TraceError:
-    return TraceError(f"{path}: {msg}")
+_SUFFIXES = {".npz": "npz", ".npy": "npy", ".json": "sglang", ".pt": "pt", ".pth": "pt",
+             ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
 def sniff(path: str | os.PathLike) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".npz":
-        return "npz"
-    if suffix == ".npy":
+    """The format of ``path`` from its content (magic bytes), falling back to its suffix."""
+    p = Path(path)
+    if p.is_dir():
+        return "rankdir"
+    suffix = p.suffix.lower()
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(512)
+    except OSError as exc:
+        raise fail(path, f"cannot read: {exc}") from None
+    if not head:
+        raise fail(path, "file is empty")
+    if head.startswith(b"\x93NUMPY"):
         return "npy"
-    if suffix == ".json":
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if head.startswith(b"PK\x03\x04"):
+        return _sniff_zip(p, suffix)
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "pt"  # legacy (non-zip) torch.save file: a pickle stream
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
         return "sglang"
-    raise _fail(
-        path,
-        f"unknown trace format (suffix {suffix or 'none'!r}); use one of "
-        f"{', '.join(FORMATS)} or pass format=",
-    )
+    if suffix == ".csv" or re.match(rb"[^\n]*\bwindow\b[^\n]*\bexpert\b", text, re.I):
+        return "csv"
+    if suffix in _SUFFIXES and _SUFFIXES[suffix] in ("npz", "npy", "pt", "parquet"):
+        raise fail(path, f"suffix {suffix} says {_SUFFIXES[suffix]} but the content is not; "
+                    "the file is truncated or mislabelled")
+    raise fail(path, f"unknown trace format (suffix {suffix or 'none'!r}, content not "
+                f"recognised); {FIX_FORMAT}")
 
 
-def drop_dense(counts: np.ndarray, layer_ids: np.ndarray | None = None):
-    """Drop layers that are zero in every window; returns ``(counts, layer_ids)``."""
-    ids = np.arange(counts.shape[1]) if layer_ids is None else np.asarray(layer_ids)
-    keep = counts.reshape(counts.shape[0], counts.shape[1], -1).any(axis=(0, 2))
-    if not keep.any():
-        return counts, ids
-    return counts[:, keep], ids[keep]
-
-
-def _from_dense(path, arr, meta: dict) -> Trace:
-    if arr.ndim == 2:
-        arr = arr[None]
-    if arr.ndim != 3:
-        raise _fail(
-            path,
-            f"expected [layers, experts] or [windows, layers, experts], "
-            f"got nesting depth {arr.ndim}",
-        )
-    num_model_layers = arr.shape[1]
+def _sniff_zip(p: Path, suffix: str) -> str:
     try:
-        counts, ids = drop_dense(np.asarray(arr, dtype=np.float64))
-        meta = {"num_model_layers": num_model_layers, **meta}
-        return Trace(counts, ids, meta=meta)
-    except TraceError as exc:
-        raise _fail(path, str(exc)) from None
+        with zipfile.ZipFile(p) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        # truncated zip: trust the suffix so the reader reports it as a truncated file
+        return _SUFFIXES.get(suffix, "npz")
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return "pt"
+    return "npz"
 
 
-def _read_sglang(path) -> Trace:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(path, f"cannot read: {exc}") from None
+def _nested_shape(path, obj: Any, field: str) -> None:
+    """Explain why a nested JSON list is not a rectangular numeric array (raises)."""
+    names = ("steps", "layers", "experts")
+
+    def depth(x):
+        d = 0
+        while isinstance(x, list):
+            if not x:
+                return d + 1
+            x, d = x[0], d + 1
+        return d
+
+    nd = depth(obj)
+    label = names[-nd:] if 1 <= nd <= 3 else [f"axis {i}" for i in range(nd)]
+
+    def walk(x, where: str, level: int, ref: list[int | None]):
+        if level == nd:
+            if isinstance(x, list) or isinstance(x, bool) or not isinstance(
+                    x, (int, float)) and x is not None:
+                raise fail(path, f"{field}{where} is {json.dumps(x)[:40]}, expected a number "
+                            f"(nesting depth must be the same everywhere)")
+            return
+        if not isinstance(x, list):
+            raise fail(path, f"{field}{where} is {json.dumps(x)[:40]}, expected a list of "
+                        f"{label[level]}; nesting depth differs between entries")
+        if ref[level] is None:
+            ref[level] = len(x)
+        elif len(x) != ref[level]:
+            what = label[level]
+            raise fail(path, f"{field}{where} has {len(x)} {what} but earlier entries have "
+                        f"{ref[level]} (ragged JSON; every "
+                        f"{'window' if level == 1 and nd == 3 else 'row'} needs the same "
+                        f"number of {what})")
+        for i, y in enumerate(x):
+            walk(y, f"{where}[{i}]", level + 1, ref)
+
+    walk(obj, "", 0, [None] * nd)
+    raise fail(path, f"{field} is not a rectangular array of numbers")
+
+
+# ------------------------------------------------------------------ JSON
+def _read_sglang(path, text: str | None = None) -> Trace:
+    inline = text is not None
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(path, f"cannot read as UTF-8 text: {exc}") from None
     if not text.strip():
-        raise _fail(path, "file is empty")
+        raise fail(path, "file is empty")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON ({exc})") from None
+        raise fail(path, f"not valid JSON ({exc}); the file may be truncated") from None
+    if isinstance(doc, list):
+        doc = {"logical_count": doc}
     if not isinstance(doc, dict) or "logical_count" not in doc:
-        raise _fail(
-            path,
-            "expected an object with 'logical_count' ([layers][experts] or "
-            "[steps][layers][experts])",
-        )
+        keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        raise fail(path, f"expected an object with 'logical_count' ([layers][experts] or "
+                    f"[steps][layers][experts]); found {keys}")
+    raw = doc["logical_count"]
+    if not isinstance(raw, list):
+        raise fail(path, f"logical_count is {type(raw).__name__}, expected nested lists")
     try:
-        arr = np.array(doc["logical_count"], dtype=np.float64)
+        arr = np.array(raw, dtype=np.float64)
     except (ValueError, TypeError):
-        raise _fail(
-            path,
-            "logical_count is ragged or not numeric; every layer needs the same "
-            "number of expert counts",
-        ) from None
-    return _from_dense(path, arr, {"provenance": {"format": "sglang", "path": str(path)}})
+        _nested_shape(path, raw, "logical_count")
+        raise  # pragma: no cover - _nested_shape always raises
+    if arr.dtype == object:  # pragma: no cover - numpy raises above for ragged input
+        _nested_shape(path, raw, "logical_count")
+    where = "<inline JSON>" if inline else str(path)
+    return from_dense(path, arr, {"provenance": {"format": "sglang", "path": where}},
+                       "logical_count")
 
 
+# ------------------------------------------------------------------ npy / npz
 def _read_npy(path) -> Trace:
     try:
         arr = np.load(path, allow_pickle=False)
     except ValueError as exc:
         if "pickle" in str(exc):
-            raise _fail(path, "contains pickled objects, which are refused") from None
-        raise _fail(path, f"not a readable .npy ({exc})") from None
+            raise fail(path, "contains pickled Python objects, which are refused; save a "
+                        "numeric array") from None
+        raise fail(path, f"not a readable .npy ({exc})") from None
     except (OSError, EOFError) as exc:
-        raise _fail(path, f"truncated or unreadable .npy ({exc})") from None
+        raise fail(path, f"truncated or unreadable .npy ({exc})") from None
     if not np.issubdtype(arr.dtype, np.number):
-        raise _fail(path, f"holds {arr.dtype}, expected numeric counts")
-    return _from_dense(path, arr, {"provenance": {"format": "npy", "path": str(path)}})
+        raise fail(path, f"holds {arr.dtype}, expected numeric counts")
+    return from_dense(path, arr, {"provenance": {"format": "npy", "path": str(path)}})
 
 
 _NPZ_ARRAYS = ("counts", "layer_ids", "source_counts", "topk_ids", "token_rank")
@@ -117,35 +203,81 @@ def _read_npz(path) -> Trace:
         with np.load(path, allow_pickle=False) as z:
             names = set(z.files)
             if "counts" not in names:
-                if len(names) == 1:  # a bare [L, E] / [T, L, E] array saved with savez
-                    arr = z[next(iter(names))]
-                    return _from_dense(
-                        path, arr, {"provenance": {"format": "npz", "path": str(path)}}
-                    )
-                raise _fail(path, f"no 'counts' array (has {sorted(names)}); not an eplb trace")
+                arr = z[next(iter(names))] if len(names) == 1 else None
+                if isinstance(arr, np.ndarray) and np.issubdtype(arr.dtype, np.number):
+                    # a bare [L, E] / [T, L, E] array saved with savez
+                    return from_dense(path, arr,
+                                       {"provenance": {"format": "npz", "path": str(path)}})
+                raise fail(path, f"no 'counts' array (has {sorted(names)}); not an eplb trace "
+                            "(write it with traces.write_npz)")
             arrays = {k: z[k] for k in _NPZ_ARRAYS if k in names}
-            meta = json.loads(str(z["meta"][()])) if "meta" in names else {}
+            meta_text = str(z["meta"][()]) if "meta" in names else "{}"
     except TraceError:
         raise
     except ValueError as exc:
         if "pickle" in str(exc):
-            raise _fail(path, "contains pickled objects, which are refused") from None
-        raise _fail(path, f"not a readable npz ({exc})") from None
-    except (zipfile.BadZipFile, EOFError, OSError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"truncated or not an npz file ({exc})") from None
+            raise fail(path, "contains pickled Python objects, which are refused (loaded with "
+                        "allow_pickle=False); rewrite it with traces.write_npz") from None
+        raise fail(path, f"not a readable npz ({exc})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
+        raise fail(path, f"truncated or not an npz file ({exc}); regenerate or re-copy it"
+                    ) from None
     try:
-        return Trace(meta=meta, **arrays)
-    except TraceError as exc:
-        raise _fail(path, str(exc)) from None
+        meta = json.loads(meta_text)
+    except json.JSONDecodeError as exc:
+        raise fail(path, f"meta is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise fail(path, f"meta is {type(meta).__name__}, expected a JSON object")
+    for name in ("counts", "source_counts"):
+        if name in arrays:
+            if not np.issubdtype(arrays[name].dtype, np.number):
+                raise fail(path, f"{name} holds {arrays[name].dtype}, expected numbers")
+            if not np.issubdtype(arrays[name].dtype, np.unsignedinteger):  # those are fine
+                arrays[name] = check_values(path, arrays[name], name)
+    return make_trace(path, meta=meta, **arrays)
+
+
+# ------------------------------------------------------------------ entry point
+def _lazy(module: str, name: str):
+    def reader(path):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(path)
+
+    return reader
+
+
+_READERS = {"npz": _read_npz, "npy": _read_npy, "sglang": _read_sglang,
+            "pt": _lazy("traces.sglang_pt", "read_pt"), "csv": _lazy("traces.tables", "read_csv"),
+            "parquet": _lazy("traces.tables", "read_parquet"),
+            "rankdir": _lazy("traces.rankdir", "read_rankdir")}
 
 
 def read(path: str | os.PathLike, format: str | None = None) -> Trace:
-    """Read a trace file; raises `TraceError` naming the file, field and fix."""
-    if not Path(path).exists():
+    """Read a trace (file, per-rank directory or inline SGLang JSON text).
+
+    ``format`` is one of ``FORMATS``; by default it is sniffed from the content, then the
+    suffix. Raises `TraceError` naming the file, the field and the fix.
+    """
+    if format is not None and format not in FORMATS:
+        raise TraceError(f"unknown trace format {format!r}; use one of {', '.join(FORMATS)}")
+    if isinstance(path, str) and path.lstrip().startswith(("{", "[")) and not _exists(path):
+        return _read_sglang("<inline JSON>", path)
+    p = Path(path)
+    if not p.exists():
         raise TraceError(f"trace file {str(path)!r} does not exist")
-    fmt = sniff(path) if format is None else format
-    if fmt not in FORMATS:
-        raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if Path(path).is_file() and Path(path).stat().st_size == 0:
-        raise _fail(path, "file is empty")
-    return {"npz": _read_npz, "npy": _read_npy, "sglang": _read_sglang}[fmt](path)
+    if p.is_file() and p.stat().st_size == 0:
+        raise fail(path, "file is empty")
+    fmt = sniff(p) if format is None else format
+    if fmt == "rankdir" and not p.is_dir():
+        raise fail(path, "format rankdir needs a directory of rank folders")
+    if fmt != "rankdir" and p.is_dir():
+        raise fail(path, f"is a directory; format {fmt} needs a file")
+    return _READERS[fmt](p)
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,275 @@
+"""``eplb trace``: inspect (``info``), generate (``synth``) and convert (``convert``) traces."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from eplb.commands.common import parse_options, table
+from eplb.errors import InputError
+
+KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
+_GENERATOR = {"tokens": "token_level"}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "trace",
+        help="inspect, generate and convert expert-load traces",
+        description="Inspect, generate and convert expert-load traces (native .npz, SGLang "
+        ".json/.pt dumps, long .csv/.parquet, per-rank CSV directories).",
+    )
+    tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND")
+
+    info = tsub.add_parser(
+        "info", help="shape, windows and per-layer skew of a trace",
+        description="Print a trace's shape, metadata and per-layer skew table "
+        "(max/mean, CV, Gini, share of the top 1%% / 10%% of experts).",
+        epilog="example: eplb trace info traces/data/deepseek-v3-calibrated.npz "
+        "--plot heatmap.png",
+    )
+    info.add_argument("file", metavar="FILE", help="trace file or per-rank directory")
+    info.add_argument("--format", help="input format (default: sniffed from content/suffix)")
+    info.add_argument("--windows", metavar="SPEC",
+                      help="windows to sum: an index, a slice 'a:b' or a list '0,3,5' "
+                      "(default all)")
+    info.add_argument("--ema", type=float, metavar="ALPHA",
+                      help="exponential moving average over the windows instead of the sum")
+    info.add_argument("--plot", metavar="PNG", help="write a layer x expert load heatmap")
+    info.set_defaults(func=run_info)
+
+    synth = tsub.add_parser(
+        "synth", help="generate a synthetic or calibrated trace",
+        description="Generate a seeded trace. KIND: zipf, lognormal, uniform, drift, bursty, "
+        "calibrated (DeepSeek-V3 statistics), tokens (token-level group-limited routing "
+        "matching --target). Generator-specific options go in --param KEY=VALUE (values are "
+        "JSON), e.g. --param skew=[0.8,1.2], --param rate=0.2, --param phase=prefill.",
+        epilog="examples: eplb trace synth calibrated --windows 32 -o cal.npz; "
+        "eplb trace synth tokens --target cal.npz --tokens 2048 -o tok.npz",
+    )
+    synth.add_argument("kind", metavar="KIND", choices=KINDS, help=", ".join(KINDS))
+    synth.add_argument("-o", "--output", required=True, metavar="FILE",
+                       help="output file (.npz, .parquet, .csv, .json)")
+    synth.add_argument("--format", help="output format (default from the suffix)")
+    synth.add_argument("--layers", type=int, metavar="L", help="MoE layers")
+    synth.add_argument("--experts", type=int, metavar="E", help="experts per layer")
+    synth.add_argument("--windows", type=int, metavar="T", help="time windows")
+    synth.add_argument("--tokens", type=int, metavar="N",
+                       help="tokens per window (tokens: number of tokens to route)")
+    synth.add_argument("--top-k", type=int, metavar="K", help="experts per token")
+    synth.add_argument("--first-layer", type=int, metavar="ID",
+                       help="model layer id of the first layer (e.g. 3 for DeepSeek-V3)")
+    synth.add_argument("--target", metavar="TRACE", help="tokens: trace whose load to match")
+    synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synth.add_argument("--param", action="append", metavar="KEY=VALUE",
+                       help="generator parameter, repeatable (value parsed as JSON if it can be)")
+    synth.set_defaults(func=run_synth)
+
+    conv = tsub.add_parser(
+        "convert", help="convert a trace between formats",
+        description="Read IN in any supported format and write OUT (.npz lossless, .parquet, "
+        ".csv, SGLang .json). Parts the output format cannot hold are named.",
+        epilog="example: eplb trace convert dump.pt trace.npz",
+    )
+    conv.add_argument("input", metavar="IN")
+    conv.add_argument("output", metavar="OUT")
+    conv.add_argument("--format", help="output format: npz, parquet, csv, sglang")
+    conv.add_argument("--in-format", help="input format (default: sniffed)")
+    conv.set_defaults(func=run_convert)
+
+    p.set_defaults(func=lambda args: _no_sub(p))
+
+
+def _no_sub(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _windows(spec: str | None):
+    if spec is None:
+        return None
+    try:
+        if ":" in spec:
+            parts = [int(x) if x.strip() else None for x in spec.split(":")]
+            if len(parts) > 3:
+                raise ValueError
+            return slice(*parts)
+        if "," in spec:
+            return [int(x) for x in spec.split(",") if x.strip()]
+        return [int(spec)]
+    except ValueError:
+        raise InputError(f"--windows {spec!r} is not an index, a slice a:b or a list "
+                         "0,3,5") from None
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "nan" if x != x else f"{x:.{digits}f}"
+
+
+# ------------------------------------------------------------------ info
+def run_info(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import traces
+
+    trace = traces.read(args.file, format=args.format)
+    fmt = args.format or (traces.sniff(args.file) if Path(args.file).exists() else "sglang")
+    windows = _windows(args.windows)
+    chosen = trace.window_index(windows)
+    load = trace.load(windows, ema=args.ema)
+    meta = trace.meta
+    ids = trace.layer_ids
+    rows = [("file", f"{args.file} ({fmt})")]
+    if meta.get("model"):
+        rows.append(("model", str(meta["model"])))
+    nml = meta.get("num_model_layers")
+    rows.append(("shape", f"{trace.num_windows} windows x {trace.num_layers} layers x "
+                 f"{trace.num_experts} experts (model layers {ids.min()}..{ids.max()}"
+                 + (f" of {nml}" if nml else "") + ")"))
+    per = trace.counts.sum(axis=2)  # [T, L]
+    rows.append(("picks per window-layer",
+                 f"min {per.min():.0f}  median {np.median(per):.0f}  max {per.max():.0f}"))
+    routing = [f"{k} {meta[k]}" for k in ("top_k", "num_groups", "topk_groups") if k in meta]
+    if routing:
+        rows.append(("routing", ", ".join(routing)))
+    if trace.source_counts is not None:
+        rows.append(("source ranks", str(trace.source_counts.shape[2])))
+    if trace.topk_ids is not None:
+        N, _, K = trace.topk_ids.shape
+        rows.append(("token level", f"{N} tokens x top-{K} from "
+                     f"{int(trace.token_rank.max()) + 1} source ranks"))
+    prov = meta.get("provenance")
+    if isinstance(prov, dict):
+        keep = {k: v for k, v in prov.items() if isinstance(v, (str, int, float))}
+        rows.append(("provenance", " ".join(f"{k}={v}" for k, v in keep.items())))
+    how = f"EMA alpha={args.ema}" if args.ema else "sum"
+    rows.append(("load", f"{how} over {len(chosen)} of {trace.num_windows} windows"))
+    print(table(rows))
+
+    from traces.summary import skew_table
+
+    df = skew_table(load, ids)
+    header = ["layer", "load", "max/mean", "cv", "gini", "top1%", "top10%"]
+    body = [[int(r.layer), f"{r.tokens:.0f}", _fmt(r.max_over_mean, 2), _fmt(r.cv),
+             _fmt(r.gini), _fmt(r.top1pct_share), _fmt(r.top10pct_share)]
+            for r in df.itertuples()]
+    stats = df[["max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share"]]
+    for name, agg in (("median", stats.median()), ("max", stats.max())):
+        body.append([name, "", _fmt(agg.iloc[0], 2), *(_fmt(v) for v in agg.iloc[1:])])
+    print()
+    print(table(body, header))
+    if args.plot:
+        _heatmap(load, ids, args.plot, f"{args.file}: {how} over {len(chosen)} windows")
+        print(f"\nwrote {args.plot}")
+    return 0
+
+
+def _heatmap(load, layer_ids, path: str, title: str) -> None:
+    import numpy as np
+
+    from eplb.atomic import atomic_write
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import LogNorm
+    except ImportError:
+        raise InputError("--plot needs matplotlib; install it with pip install "
+                         "'eplb[plot]'") from None
+    mean = load.mean(axis=1, keepdims=True)
+    rel = np.divide(load, mean, out=np.zeros_like(load), where=mean > 0)
+    positive = rel[rel > 0]
+    lo = max(float(positive.min()), 1e-2) if positive.size else 1e-2
+    hi = max(float(rel.max()), lo * 10)
+    L, E = load.shape
+    fig, ax = plt.subplots(figsize=(min(14, 4 + E / 24), min(10, 2 + L / 8)))
+    im = ax.imshow(np.maximum(rel, lo), aspect="auto", interpolation="nearest", cmap="magma",
+                   norm=LogNorm(vmin=lo, vmax=hi))
+    step = max(1, L // 20)
+    ax.set_yticks(range(0, L, step))
+    ax.set_yticklabels([str(i) for i in layer_ids[::step]])
+    ax.set_xlabel("logical expert")
+    ax.set_ylabel("model layer")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, label="load / layer mean")
+    fig.tight_layout()
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "png"
+    try:
+        with atomic_write(path, "wb") as fh:
+            fig.savefig(fh, format=suffix, dpi=110)
+    except ValueError as exc:
+        raise InputError(f"--plot {path}: {exc}") from None
+    finally:
+        plt.close(fig)
+
+
+# ------------------------------------------------------------------ synth
+def run_synth(args: argparse.Namespace) -> int:
+    import inspect
+
+    import traces
+    from traces import synth
+
+    fmt = traces.writers.write_format(args.output, args.format)
+    kind = args.kind
+    func = getattr(synth, _GENERATOR.get(kind, kind))
+    kw = parse_options(args.param)
+    given = {"num_layers": args.layers, "num_experts": args.experts, "windows": args.windows,
+             "tokens": args.tokens, "top_k": args.top_k}
+    if kind == "tokens":
+        if args.target is None:
+            raise InputError("synth tokens needs --target TRACE (a trace whose load the "
+                             "tokens should match, e.g. traces/data/deepseek-v3-calibrated.npz)")
+        kw["target"] = traces.read(args.target)
+        given = {"num_tokens": args.tokens, "top_k": args.top_k}
+        kw.setdefault("progress", True)
+    elif args.target is not None:
+        raise InputError(f"--target is only for KIND tokens, not {kind}")
+    kw.update({k: v for k, v in given.items() if v is not None})
+    kw["seed"] = args.seed
+    params = inspect.signature(func).parameters
+    if args.first_layer is not None:
+        if "layer_ids" not in params:
+            raise InputError(f"--first-layer does not apply to {kind} (its layers are fixed)")
+        n = kw.get("num_layers", params["num_layers"].default if "num_layers" in params else None)
+        if n is None:
+            n = kw["target"].num_layers
+        kw["layer_ids"] = list(range(args.first_layer, args.first_layer + int(n)))
+    unknown = sorted(set(kw) - set(params))
+    if unknown:
+        opts = sorted(k for k in params if k not in ("target",))
+        raise InputError(f"{kind} does not take {', '.join(unknown)}; its parameters are "
+                         f"{', '.join(opts)}")
+    for k in ("skew", "sigma"):
+        if k in kw and isinstance(kw[k], list):
+            kw[k] = tuple(kw[k])
+    try:
+        trace = func(**kw)
+    except TypeError as exc:
+        raise InputError(f"bad parameter for {kind}: {exc}") from None
+    traces.write(trace, args.output, fmt)
+    print(f"wrote {args.output} ({fmt}): {trace}")
+    _say_dropped(trace, fmt)
+    return 0
+
+
+# ------------------------------------------------------------------ convert
+def run_convert(args: argparse.Namespace) -> int:
+    import traces
+
+    fmt = traces.writers.write_format(args.output, args.format)
+    trace = traces.read(args.input, format=args.in_format)
+    traces.write(trace, args.output, fmt)
+    print(f"wrote {args.output} ({fmt}): {trace}")
+    _say_dropped(trace, fmt)
+    return 0
+
+
+def _say_dropped(trace, fmt: str) -> None:
+    import traces
+
+    lost = traces.dropped(trace, fmt)
+    if lost:
+        print(f"note: {fmt} does not hold {', '.join(lost)}; use .npz to keep everything")

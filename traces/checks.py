@@ -1,0 +1,68 @@
+"""Shared checks for the trace readers: errors that name the file, value checks, dense input."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.errors import TraceError
+from traces.model import Trace
+
+FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir")
+FIX_FORMAT = f"pass format= (CLI: --format) with one of {', '.join(FORMATS)}"
+
+
+def fail(path, msg: str) -> TraceError:
+    return TraceError(f"{path}: {msg}")
+
+
+def check_values(path, arr: np.ndarray, field: str) -> np.ndarray:
+    """``arr`` as float64 after checking every entry is finite and >= 0 (file coordinates)."""
+    try:
+        arr = np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise fail(path, f"{field} is not numeric ({exc})") from None
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        idx = "".join(f"[{int(i)}]" for i in np.argwhere(bad)[0])
+        raise fail(path, f"{field}{idx} is {arr[tuple(np.argwhere(bad)[0])]}; counts must be "
+                    "finite numbers (fix or remove that entry)")
+    neg = arr < 0
+    if neg.any():
+        first = tuple(np.argwhere(neg)[0])
+        idx = "".join(f"[{int(i)}]" for i in first)
+        raise fail(path, f"{field}{idx} is {arr[first]}; counts must be >= 0 "
+                    "(token counts cannot be negative)")
+    return arr
+
+
+def make_trace(path, *args, **kw) -> Trace:
+    try:
+        return Trace(*args, **kw)
+    except TraceError as exc:
+        raise fail(path, str(exc)) from None
+
+
+def drop_dense(counts: np.ndarray, layer_ids: np.ndarray | None = None):
+    """Drop layers that are zero in every window; returns ``(counts, layer_ids)``."""
+    ids = np.arange(counts.shape[1]) if layer_ids is None else np.asarray(layer_ids)
+    keep = counts.reshape(counts.shape[0], counts.shape[1], -1).any(axis=(0, 2))
+    if not keep.any():
+        return counts, ids
+    return counts[:, keep], ids[keep]
+
+
+def from_dense(path, arr, meta: dict, field: str = "counts") -> Trace:
+    arr = np.asarray(arr)
+    if arr.ndim in (2, 3) and 0 not in arr.shape:
+        arr = check_values(path, arr, field)  # indices in the file's own coordinates
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise fail(path, f"{field} has nesting depth {arr.ndim} (shape {list(arr.shape)}); "
+                    "expected [layers][experts] or [steps][layers][experts]")
+    if 0 in arr.shape:
+        raise fail(path, f"{field} is empty (shape {list(arr.shape)}); it needs at least one "
+                    "layer and one expert")
+    counts, ids = drop_dense(arr)
+    meta = {"num_model_layers": int(arr.shape[1]), **meta}
+    return make_trace(path, counts, ids, meta=meta)

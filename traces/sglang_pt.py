@@ -1,0 +1,154 @@
+"""SGLang ``torch.save`` dumps of the expert distribution recorder (needs the ``torch`` extra).
+
+- stat dumps ``{"rank", "logical_count": [steps, L, E], ...}``: one window per step
+  (``logical_count`` is already summed over ranks by SGLang).
+- per-pass dumps ``{"records": [{"forward_pass_id", "rank", "global_physical_count": [L, P],
+  ...}], "last_physical_to_logical_map": [L, P]}``: each record's physical slot counts are summed
+  into the logical expert each slot holds; records of one forward pass (all ranks present in
+  the file) add up to one window, windows in ascending ``forward_pass_id``.
+- per-token dumps: per-pass records that also hold ``topk_ids_of_layer: [L, N, K]`` (physical
+  slot ids, ``-1`` padded) add token-level ``topk_ids`` (mapped to logical ids) and
+  ``token_rank`` (the record's rank), when no kept layer has a padded pick.
+
+Loaded with ``torch.load(..., weights_only=True)``: arbitrary pickled objects are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from traces.checks import check_values, drop_dense, fail, from_dense, make_trace
+from traces.model import Trace
+
+
+def _torch(path):
+    try:
+        import torch
+    except ImportError:
+        raise fail(path, "reading .pt dumps needs PyTorch; install it with "
+                    "pip install 'eplb[torch]'") from None
+    return torch
+
+
+def _to_numpy(value, path, field: str) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise fail(path, f"{field} is not an array ({exc})") from None
+
+
+def read_pt(path) -> Trace:
+    torch = _torch(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types: UnpicklingError, RuntimeError, EOFError
+        text = str(exc)
+        if "weights_only" in text.lower() or "Unsupported global" in text:
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+            what = f" ({found.group(1)})" if found else ""
+            raise fail(path, f"holds a Python object{what} that weights_only=True loading "
+                       "refuses (arbitrary pickles are never loaded); save plain tensors, "
+                       "numbers, lists and dicts") from None
+        first = re.sub(r"\x1b\[[0-9;]*m", "", text.splitlines()[0] if text else "")
+        raise fail(path, f"truncated or not a torch.save file ({first[:120]}); re-copy or "
+                   "re-dump it") from None
+    prov = {"format": "pt", "path": str(path)}
+    if hasattr(obj, "detach"):
+        return from_dense(path, _to_numpy(obj, path, "tensor"), {"provenance": prov})
+    if not isinstance(obj, dict):
+        raise fail(path, f"holds a {type(obj).__name__}; expected an SGLang expert-distribution "
+                    "dump (dict with 'logical_count' or 'records')")
+    if "logical_count" in obj:
+        arr = _to_numpy(obj["logical_count"], path, "logical_count")
+        meta: dict[str, Any] = {"provenance": {**prov, "kind": "sglang-stat"}}
+        if "rank" in obj:
+            meta["provenance"]["rank"] = int(obj["rank"])
+        util = obj.get("average_utilization_rate_over_window")
+        if isinstance(util, (int, float)):
+            meta["provenance"]["average_utilization_rate_over_window"] = float(util)
+        return from_dense(path, arr, meta, "logical_count")
+    if "records" in obj:
+        return _read_pt_records(path, obj, prov)
+    raise fail(path, f"dict has keys {sorted(map(str, obj))}; expected an SGLang dump with "
+                "'logical_count' (stat mode) or 'records' (per-pass / per-token mode)")
+
+
+def _read_pt_records(path, obj: dict, prov: dict) -> Trace:
+    key = next((k for k in ("last_physical_to_logical_map", "physical_to_logical_map")
+                if k in obj), None)
+    if key is None:
+        raise fail(path, "per-pass dump has 'records' but no 'last_physical_to_logical_map'; "
+                    "it is needed to turn physical slot counts into logical expert counts")
+    p2l = _to_numpy(obj[key], path, key)
+    if p2l.ndim != 2 or not np.issubdtype(p2l.dtype, np.integer) or p2l.size == 0:
+        raise fail(path, f"{key} must be int[layers, physical slots], got "
+                    f"{p2l.dtype}{list(p2l.shape)}")
+    if p2l.min() < 0:
+        raise fail(path, f"{key} holds {int(p2l.min())}; logical expert ids must be >= 0")
+    L, P = p2l.shape
+    E = int(p2l.max()) + 1
+    records = obj["records"]
+    if not isinstance(records, list) or not records:
+        raise fail(path, "records is empty; record at least one forward pass before dumping")
+    physical = []
+    pass_ids = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict) or "global_physical_count" not in rec:
+            raise fail(path, f"records[{i}] has no 'global_physical_count' [layers, slots]")
+        gpc = _to_numpy(rec["global_physical_count"], path,
+                        f"records[{i}].global_physical_count")
+        if gpc.shape != (L, P):
+            raise fail(path, f"records[{i}].global_physical_count has shape {list(gpc.shape)} "
+                        f"but {key} is [{L}, {P}]; mismatched layer or slot counts")
+        physical.append(check_values(path, gpc, f"records[{i}].global_physical_count"))
+        fid = rec.get("forward_pass_id", i)
+        pass_ids.append(int(fid) if isinstance(fid, (int, np.integer)) else i)
+    # one window per forward pass, in ascending forward-pass id
+    ids_sorted, window = np.unique(np.array(pass_ids), return_inverse=True)
+    ids_sorted = ids_sorted.tolist()
+    T = len(ids_sorted)
+    flat_idx = (np.arange(L)[:, None] * E + p2l).ravel()  # [L * P] -> logical cell
+    logical = np.zeros((T, L * E))
+    for w, phys in zip(window, physical, strict=True):
+        logical[w] += np.bincount(flat_idx, weights=phys.ravel(), minlength=L * E)
+    logical = logical.reshape(T, L, E)
+    counts, ids = drop_dense(logical)
+    ranks = sorted({int(r["rank"]) for r in records if isinstance(r.get("rank"), int)})
+    meta: dict[str, Any] = {
+        "num_model_layers": L,
+        "provenance": {**prov, "kind": "sglang-per-pass", "num_records": len(records),
+                       "forward_pass_ids": ids_sorted, "ranks": ranks,
+                       "num_physical_experts": P},
+    }
+    topk, token_rank = _pt_tokens(path, records, p2l, ids)
+    if topk is not None:
+        meta["provenance"]["kind"] = "sglang-per-token"
+        meta["top_k"] = int(topk.shape[2])
+    return make_trace(path, counts, ids, topk_ids=topk, token_rank=token_rank, meta=meta)
+
+
+def _pt_tokens(path, records: list, p2l: np.ndarray, keep_ids: np.ndarray):
+    """Logical ``topk_ids[N, L_kept, K]`` and ``token_rank[N]`` from per-token records."""
+    if not all("topk_ids_of_layer" in r for r in records):
+        return None, None
+    L = p2l.shape[0]
+    parts, ranks = [], []
+    for i, rec in enumerate(records):
+        ids = _to_numpy(rec["topk_ids_of_layer"], path, f"records[{i}].topk_ids_of_layer")
+        if ids.ndim != 3 or ids.shape[0] != L or not np.issubdtype(ids.dtype, np.integer):
+            raise fail(path, f"records[{i}].topk_ids_of_layer must be int[{L}, tokens, K], got "
+                        f"{ids.dtype}{list(ids.shape)}")
+        ids = ids[keep_ids].astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= p2l.shape[1]):
+            return None, None  # padded (-1) picks: counts stay, token arrays are not exact
+        logical = np.take_along_axis(p2l[keep_ids][:, None, :],
+                                     ids.reshape(len(keep_ids), 1, -1), axis=2)
+        parts.append(logical.reshape(ids.shape).transpose(1, 0, 2))
+        ranks.append(np.full(ids.shape[1], int(rec.get("rank", 0)), dtype=np.int32))
+    return np.concatenate(parts), np.concatenate(ranks)
+

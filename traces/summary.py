@@ -1,0 +1,87 @@
+"""Per-layer skew statistics of expert loads, vectorised over layers.
+
+All functions take ``load: float[..., E]`` (any leading axes, usually ``[L, E]``) and reduce the
+last axis. A row with no tokens has no defined skew: its statistics are NaN.
+
+- ``max_over_mean``: hottest expert / mean expert (1.0 = perfectly even).
+- ``cv``: coefficient of variation, population std / mean.
+- ``gini``: Gini coefficient of the loads, 0 (even) .. (E - 1) / E (one expert takes all).
+- ``top_share(load, frac)``: share of the tokens taken by the ``ceil(frac * E)`` hottest experts.
+- ``group_cv(load, num_groups)``: CV of the loads summed over ``num_groups`` contiguous groups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+
+def _rows(load) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(load, dtype=np.float64)
+    total = arr.sum(axis=-1)
+    return arr, total
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return np.divide(a, b, out=np.full(np.broadcast(a, b).shape, np.nan), where=b > 0)
+
+
+def max_over_mean(load) -> np.ndarray:
+    arr, _ = _rows(load)
+    return _div(arr.max(axis=-1), arr.mean(axis=-1))
+
+
+def cv(load) -> np.ndarray:
+    arr, _ = _rows(load)
+    return _div(arr.std(axis=-1), arr.mean(axis=-1))
+
+
+def gini(load) -> np.ndarray:
+    arr, total = _rows(load)
+    E = arr.shape[-1]
+    s = np.sort(arr, axis=-1)
+    i = np.arange(1, E + 1, dtype=np.float64)
+    return _div(2.0 * (s * i).sum(axis=-1), E * total) - (E + 1.0) / E
+
+
+def top_count(num_experts: int, frac: float) -> int:
+    """How many experts the "top ``frac``" means: ``max(1, ceil(frac * E))`` (1% of 256 -> 3)."""
+    return max(1, math.ceil(frac * num_experts - 1e-9))
+
+
+def top_share(load, frac: float) -> np.ndarray:
+    arr, total = _rows(load)
+    k = top_count(arr.shape[-1], frac)
+    top = -np.partition(-arr, k - 1, axis=-1)[..., :k]
+    return _div(top.sum(axis=-1), total)
+
+
+def group_cv(load, num_groups: int) -> np.ndarray:
+    arr = np.asarray(load, dtype=np.float64)
+    E = arr.shape[-1]
+    if num_groups < 1 or E % num_groups:
+        raise ValueError(f"num_groups {num_groups} must divide the {E} experts")
+    return cv(arr.reshape(*arr.shape[:-1], num_groups, E // num_groups).sum(axis=-1))
+
+
+STAT_COLUMNS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share")
+
+
+def skew_table(load, layer_ids=None) -> pd.DataFrame:
+    """One row per layer of ``load: float[L, E]``: layer id, tokens and the skew statistics."""
+    arr = np.asarray(load, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"skew_table wants load[L, E], got shape {arr.shape}")
+    ids = np.arange(arr.shape[0]) if layer_ids is None else np.asarray(layer_ids)
+    return pd.DataFrame({
+        "layer": ids.astype(np.int64),
+        "tokens": arr.sum(axis=-1),
+        "max_over_mean": max_over_mean(arr),
+        "cv": cv(arr),
+        "gini": gini(arr),
+        "top1pct_share": top_share(arr, 0.01),
+        "top10pct_share": top_share(arr, 0.10),
+    })

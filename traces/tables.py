@@ -1,0 +1,143 @@
+"""Long tables: CSV and Parquet with columns ``window, layer, expert, count[, rank]``.
+
+``layer`` is the model layer id; windows are sorted, layers kept in order of first appearance,
+``E = max(expert) + 1``, ``R = max(rank) + 1``; a missing row is a zero count, but every
+window must have rows for every layer. With a ``rank`` column the rows are source-rank counts
+(``source_counts``) and ``counts`` is their sum over ranks. Parquet files written by eplb carry
+``meta`` (key ``eplb.meta``) and the expert count (``eplb.shape``) in the schema metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from traces.checks import fail, make_trace
+from traces.model import Trace
+
+_LONG_KEYS = ("window", "layer", "expert")
+
+
+def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = None) -> Trace:
+    """Build a trace from a long frame with columns ``window, layer, expert, count[, rank]``."""
+    import pandas as pd
+
+    cols = {str(c).strip().lower(): c for c in df.columns}
+    missing = [c for c in (*_LONG_KEYS, "count") if c not in cols]
+    if missing:
+        raise fail(path, f"missing column(s) {', '.join(repr(m) for m in missing)}; a long "
+                    f"trace table needs window, layer, expert, count (and optionally rank); "
+                    f"found {', '.join(map(str, df.columns)) or 'no columns'}")
+    if len(df) == 0:
+        raise fail(path, "has a header but no rows; it needs one row per (window, layer, "
+                    "expert)")
+    keys = [*_LONG_KEYS, "rank"] if "rank" in cols else list(_LONG_KEYS)
+    ints = {}
+    for k in keys:
+        ints[k] = _int_column(path, df[cols[k]], k)
+    count = pd.to_numeric(df[cols["count"]], errors="coerce").to_numpy(np.float64)
+    bad = np.flatnonzero(~np.isfinite(count) | (count < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise fail(path, f"count on row {i + 1} is {df[cols['count']].iloc[i]!r}; counts must "
+                    "be finite numbers >= 0")
+    for k in ("window", "expert", "rank"):
+        if k in ints and ints[k].min() < 0:
+            i = int(np.argmax(ints[k] < 0))
+            raise fail(path, f"{k} on row {i + 1} is {ints[k][i]}; {k} ids must be >= 0")
+    w_codes, w_uniq = pd.factorize(ints["window"], sort=True)
+    l_codes, l_uniq = pd.factorize(ints["layer"], sort=False)
+    T, L = len(w_uniq), len(l_uniq)
+    E = int(ints["expert"].max()) + 1
+    R = int(ints["rank"].max()) + 1 if "rank" in ints else 1
+    r_codes = ints["rank"] if "rank" in ints else 0
+    flat = ((w_codes.astype(np.int64) * L + l_codes) * R + r_codes) * E + ints["expert"]
+    size = T * L * R * E
+    if size > 2**31:
+        raise fail(path, f"dense shape [{T}, {L}, {R}, {E}] is too large")
+    hits = np.bincount(flat, minlength=size)
+    if hits.max() > 1:
+        cell = int(np.argmax(hits > 1))
+        i = int(np.flatnonzero(flat == cell)[1])
+        what = ", ".join(f"{k}={ints[k][i]}" for k in keys)
+        raise fail(path, f"row {i + 1} repeats ({what}); each (window, layer, expert"
+                    f"{', rank' if R > 1 or 'rank' in ints else ''}) needs one row (sum them)")
+    seen = (hits.reshape(T, L, R * E) > 0).any(axis=2)
+    if not seen.all():
+        w, lyr = map(int, np.argwhere(~seen)[0])
+        n0 = int(seen[0].sum()) if w else L
+        raise fail(path, f"window {w_uniq[w]} has rows for {int(seen[w].sum())} layers but "
+                    f"the trace has {L} (window {w_uniq[0] if w else w_uniq[-1]}: {n0}); "
+                    f"layer {l_uniq[lyr]} is missing there. Mismatched layer counts between "
+                    "windows: write zero counts explicitly")
+    dense = np.zeros(size)
+    dense[flat] = count
+    meta = dict(meta or {})
+    if "rank" in ints:
+        src = dense.reshape(T, L, R, E)
+        return make_trace(path, src.sum(axis=2), np.asarray(l_uniq, dtype=np.int64), src, meta=meta)
+    return make_trace(path, dense.reshape(T, L, E), np.asarray(l_uniq, dtype=np.int64), meta=meta)
+
+
+def _int_column(path, col, name: str) -> np.ndarray:
+    import pandas as pd
+
+    if pd.api.types.is_integer_dtype(col.dtype):
+        return col.to_numpy(np.int64)
+    num = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
+    bad = ~np.isfinite(num) | (num != np.round(num))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(path, f"{name} on row {i + 1} is {col.iloc[i]!r}; {name} must be an integer "
+                    f"id (e.g. {name}=3)")
+    return num.astype(np.int64)
+
+
+def read_csv(path) -> Trace:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        raise fail(path, "file is empty; a long trace CSV needs a header "
+                    "window,layer,expert,count and rows") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise fail(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
+    return from_frame(df, path=path, meta={"provenance": {"format": "csv", "path": str(path)}})
+
+
+def read_parquet(path) -> Trace:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise fail(path, "reading Parquet needs pyarrow; install it with "
+                    "pip install 'eplb[parquet]'") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise fail(path, f"truncated or not a Parquet file ({str(exc).splitlines()[0]})"
+                    ) from None
+    md = table.schema.metadata or {}
+    meta: dict[str, Any] = {"provenance": {"format": "parquet", "path": str(path)}}
+    if b"eplb.meta" in md:
+        try:
+            meta = json.loads(md[b"eplb.meta"].decode())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise fail(path, f"eplb.meta metadata is not valid JSON ({exc})") from None
+    trace = from_frame(table.to_pandas(), path=path, meta=meta)
+    if b"eplb.shape" in md:  # restore trailing all-zero experts the rows cannot show
+        try:
+            E = int(json.loads(md[b"eplb.shape"].decode())["num_experts"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise fail(path, "eplb.shape metadata is malformed") from None
+        if E > trace.num_experts:
+            pad = [(0, 0)] * 2 + [(0, E - trace.num_experts)]
+            src = trace.source_counts
+            trace = make_trace(path, np.pad(trace.counts, pad), trace.layer_ids,
+                           None if src is None else np.pad(src, [(0, 0)] * 3 + pad[2:]),
+                           meta=trace.meta)
+    return trace
+
