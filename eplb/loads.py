@@ -24,7 +24,8 @@ def check_load(load, *, name: str = "load", ndim: int = 2) -> np.ndarray:
             + ("; wrap a single layer as [[...]]" if ndim == 2 and arr.ndim == 1 else "")
         )
     if 0 in arr.shape:
-        raise InputError(f"{name} is empty (shape {arr.shape}); it needs >= 1 layer and expert")
+        need = "window, layer and expert" if ndim == 3 else "layer and expert"
+        raise InputError(f"{name} is empty (shape {arr.shape}); it needs >= 1 {need}")
     bad = ~np.isfinite(arr)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -2,12 +2,27 @@
 
 Definitions (per layer, over GPUs): balancedness = mean / max GPU load (what vLLM and SGLang
 log; 1.0 is perfect), max/mean (its inverse), imbalance = (max - mean) / mean (TensorRT-LLM's).
-A layer with no load counts as perfectly balanced.
+A layer with no load counts as perfectly balanced. ``max_over_bound`` is the max GPU load over
+`solvers.bounds.lower_bound` (1.0 means provably optimal for that layer). Node metrics are the
+same ratios over nodes.
+
+- `score(placement, load)`: one row per layer; `summarize` aggregates a score frame.
+- `score_windows(placement, counts)`: the same per (window, layer), vectorised over windows.
+- `gpu_loads(placement, counts)`: ``float64[..., L, G]`` GPU loads of any stack of load matrices.
+
+``step_max_over_mean`` in the summaries is ``sum_l max_l / sum_l mean_l``: layers run one
+after the other, so the slowest GPU of each layer adds up to the step time.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+
+from eplb.errors import InputError
+from eplb.loads import check_load
+from eplb.placement import Placement
+from evaluation.align import check_load_shape
 
 
 def balancedness(gpu_load: np.ndarray) -> np.ndarray:
@@ -24,3 +39,179 @@ def max_over_mean(gpu_load: np.ndarray) -> np.ndarray:
     mx = gpu_load.max(axis=-1)
     mean = gpu_load.mean(axis=-1)
     return np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)
+
+
+def imbalance(gpu_load: np.ndarray) -> np.ndarray:
+    """``float64[...]`` (max - mean) / mean over the last axis (0.0 for an idle layer)."""
+    return max_over_mean(gpu_load) - 1.0
+
+
+def gpu_matrix(placement: Placement) -> np.ndarray:
+    """``float64[L, E, G]``: fraction of expert ``e``'s tokens that GPU ``g`` receives.
+
+    Honours ``replica_share`` (even split without shares); rows sum to 1 over ``G``.
+    """
+    topo = placement.topology
+    L, P = placement.phy2log.shape
+    E, G = placement.num_experts, topo.num_gpus
+    key = (np.arange(L)[:, None] * E + placement.phy2log) * G + topo.gpu_of_slot[None, :]
+    out = np.bincount(key.ravel(), weights=placement.share.ravel(), minlength=L * E * G)
+    return out.reshape(L, E, G)
+
+
+def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
+    """``float64[..., L, G]`` GPU loads of ``counts: float[..., L, E]`` (e.g. ``[T, L, E]``).
+
+    One gather of every slot's expert count per block of ``chunk`` windows, times the shares,
+    summed over each GPU's slots.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    check_load_shape(placement, counts, "counts")
+    topo = placement.topology
+    L, E = placement.num_layers, placement.num_experts
+    G, S = topo.num_gpus, topo.slots_per_gpu
+    lead = counts.shape[:-2]
+    flat = counts.reshape(-1, L * E)  # [T, L*E]
+    cols = (np.arange(L)[:, None] * E + placement.phy2log).ravel()  # [L*P] into L*E
+    share = placement.share  # [L, P]
+    out = np.empty((flat.shape[0], L, G))
+    for start in range(0, flat.shape[0], chunk):
+        slots = flat[start : start + chunk][:, cols].reshape(-1, L, G * S) * share
+        out[start : start + chunk] = slots.reshape(-1, L, G, S).sum(-1)
+    return out.reshape(*lead, L, G)
+
+
+def _bound(load: np.ndarray, topology, num_groups: int | None) -> np.ndarray:
+    """``float64[L]`` lower bound on max GPU load, NaN when `solvers.bounds` is not available."""
+    try:
+        from solvers.bounds import lower_bound
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("solvers.bounds", "solvers"):
+            raise
+        return np.full(load.shape[0], np.nan)
+    return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, idle: float) -> np.ndarray:
+    return np.divide(num, den, out=np.full(np.shape(num), idle, dtype=np.float64), where=den > 0)
+
+
+def _load_columns(gpu: np.ndarray, node: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row columns from ``gpu: float[..., G]`` and ``node: float[..., N]``."""
+    mx, mean = gpu.max(-1), gpu.mean(-1)
+    nmx, nmean = node.max(-1), node.mean(-1)
+    return {
+        "tokens": gpu.sum(-1),
+        "gpu_max": mx,
+        "gpu_mean": mean,
+        "gpu_min": gpu.min(-1),
+        "balancedness": _ratio(mean, mx, 1.0),
+        "max_over_mean": _ratio(mx, mean, 1.0),
+        "imbalance": _ratio(mx, mean, 1.0) - 1.0,
+        "node_max_over_mean": _ratio(nmx, nmean, 1.0),
+        "node_balancedness": _ratio(nmean, nmx, 1.0),
+    }
+
+
+def score(
+    placement: Placement, load, *, num_groups: int | None = None, bound=True
+) -> pd.DataFrame:
+    """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert).
+
+    Columns: ``layer`` (model layer id), ``tokens``, ``gpu_max``/``gpu_mean``/``gpu_min``
+    (tokens per GPU), ``balancedness``, ``max_over_mean``, ``imbalance``, ``lower_bound``
+    and ``max_over_bound`` (NaN without `solvers.bounds`, or with ``bound=False``; ``bound``
+    may also be a precomputed ``float[L]`` bound),
+    ``node_max_over_mean``, ``node_balancedness``, ``replicas_max`` (most replicas of one
+    expert), ``replicas_mean`` (``P / E``), ``experts_replicated`` (experts with >= 2
+    replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
+    """
+    load = check_load(load)
+    check_load_shape(placement, load)
+    topo = placement.topology
+    gpu = placement.gpu_load(load)  # [L, G]
+    node = gpu.reshape(gpu.shape[0], topo.num_nodes, topo.gpus_per_node).sum(-1)
+    cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, node)}
+    if isinstance(bound, (bool, np.bool_)):
+        lb = _bound(load, placement.topology, num_groups) if bound else np.full(len(load), np.nan)
+    else:
+        lb = np.asarray(bound, dtype=np.float64)
+        if lb.shape != (load.shape[0],):
+            raise InputError(f"bound must be float[{load.shape[0]}], got shape {lb.shape}")
+    cols["lower_bound"] = lb
+    cols["max_over_bound"] = np.divide(
+        cols["gpu_max"], lb, out=np.full_like(lb, np.nan), where=np.isfinite(lb) & (lb > 0)
+    )
+    idle = np.isfinite(lb) & (lb <= 0) & (cols["gpu_max"] <= 0)
+    cols["max_over_bound"][idle] = 1.0
+    cnt = placement.logcnt
+    cols["replicas_max"] = cnt.max(-1)
+    cols["replicas_mean"] = cnt.mean(-1)
+    cols["experts_replicated"] = (cnt > 1).sum(-1)
+    cols["hottest_replicas"] = np.take_along_axis(cnt, load.argmax(-1)[:, None], 1)[:, 0]
+    return pd.DataFrame(cols)
+
+
+def score_windows(
+    placement: Placement, counts, *, windows=None, chunk: int = 64
+) -> pd.DataFrame:
+    """Per (window, layer) rows for ``counts: float[T, L, E]`` on one placement (vectorised).
+
+    Columns: ``window`` (the given ``windows`` labels, default ``0..T-1``), ``layer`` and the
+    load columns of `score` (``tokens`` ... ``node_balancedness``). No lower bound here: it is
+    per-layer work; use `score` on the windows that matter.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 3:
+        raise InputError(f"counts must be float[T, L, E], got shape {counts.shape}")
+    check_load_shape(placement, counts, "counts")
+    topo = placement.topology
+    T, L = counts.shape[:2]
+    gpu = gpu_loads(placement, counts, chunk=chunk)  # [T, L, G]
+    node = gpu.reshape(T, L, topo.num_nodes, topo.gpus_per_node).sum(-1)
+    cols = {k: v.ravel() for k, v in _load_columns(gpu, node).items()}
+    labels = np.arange(T) if windows is None else np.asarray(windows)
+    frame = {"window": np.repeat(labels, L), "layer": np.tile(placement.layer_ids, T)}
+    return pd.DataFrame({**frame, **cols})
+
+
+def score_trace(placement: Placement, trace, *, windows=None) -> pd.DataFrame:
+    """`score_windows` of ``trace.counts`` (or the chosen ``windows``) after `align`."""
+    from evaluation.align import align
+
+    placement = align(placement, trace)
+    idx = np.arange(trace.num_windows)
+    if windows is not None:
+        idx = idx[windows]
+    idx = np.atleast_1d(idx)
+    return score_windows(placement, trace.counts[idx], windows=idx)
+
+
+def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Series | pd.DataFrame:
+    """Aggregate a `score` / `score_windows` frame over layers (per ``by`` group if given).
+
+    ``layers``, ``step_max_over_mean`` (sum of per-layer max over sum of per-layer mean),
+    ``balancedness_mean``/``_min``, ``max_over_mean_mean``/``_worst``, ``imbalance_mean``,
+    ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst``.
+    """
+    if by is not None:
+        parts = {key: summarize(group) for key, group in frame.groupby(by, sort=True)}
+        out = pd.DataFrame(parts).T
+        out.index.names = [by] if isinstance(by, str) else by
+        return out
+    out = {
+        "layers": float(len(frame)),
+        "step_max_over_mean": float(
+            _ratio(np.array(frame["gpu_max"].sum()), np.array(frame["gpu_mean"].sum()), 1.0)
+        ),
+        "balancedness_mean": float(frame["balancedness"].mean()),
+        "balancedness_min": float(frame["balancedness"].min()),
+        "max_over_mean_mean": float(frame["max_over_mean"].mean()),
+        "max_over_mean_worst": float(frame["max_over_mean"].max()),
+        "imbalance_mean": float(frame["imbalance"].mean()),
+        "node_max_over_mean_mean": float(frame["node_max_over_mean"].mean()),
+    }
+    if "max_over_bound" in frame:
+        out["max_over_bound_mean"] = float(frame["max_over_bound"].mean())
+        out["max_over_bound_worst"] = float(frame["max_over_bound"].max())
+    return pd.Series(out)

@@ -1,0 +1,175 @@
+"""``eplb evaluate``: balance and all-to-all traffic of a placement on a trace."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="score a placement on a trace: balance and NVLink/RDMA traffic",
+        description="Score PLACEMENT on TRACE: per-layer GPU load balance (max/mean, "
+        "balancedness, imbalance, ratio to the lower bound, node balance) and the modelled "
+        "all-to-all traffic (tokens per GPU, NVLink and RDMA bytes, seconds). Token-level "
+        "traces give exact counts; count traces give expectations (see evaluation.traffic).",
+        epilog="example: eplb evaluate placement.json traces/data/zipf-58x256.npz "
+        "--dispatch local_first --json",
+    )
+    p.add_argument("placement", metavar="PLACEMENT", help="placement file (.json/.npz/.yaml)")
+    p.add_argument("trace", metavar="TRACE", help="trace file or directory")
+    p.add_argument("--dispatch", default="even", metavar="POLICY",
+                   help="dispatch policy: even, random, local_first, weighted (default even)")
+    p.add_argument("--source", default="auto", metavar="SRC",
+                   help="routing source: auto, tokens, source_counts, load (default auto: the "
+                   "most exact one the trace has)")
+    p.add_argument("--windows", metavar="A:B", help="score only windows A..B-1 (counts modes)")
+    p.add_argument("--topology", metavar="NxG",
+                   help="topology for SGLang/TensorRT-LLM placement files (they do not store it)")
+    p.add_argument("--slots", type=int, metavar="P", help="slots in all, with --topology")
+    p.add_argument("--nvlink-gbps", type=float, metavar="GB/s",
+                   help="override the placement's NVLink bandwidth per GPU")
+    p.add_argument("--rdma-gbps", type=float, metavar="GB/s",
+                   help="override the placement's RDMA bandwidth per GPU")
+    p.add_argument("--groups", type=int, metavar="G",
+                   help="expert groups (lower bound; with --topk-groups the traffic model's "
+                   "group-limited routing), default: the trace's")
+    p.add_argument("--topk-groups", type=int, metavar="T",
+                   help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
+    p.add_argument("--hidden", type=int, default=7168, help="hidden size (default 7168)")
+    p.add_argument("--dispatch-bytes", type=float, default=1,
+                   help="bytes per element dispatched (default 1, FP8)")
+    p.add_argument("--combine-bytes", type=float, default=2,
+                   help="bytes per element combined (default 2, BF16)")
+    p.add_argument("--top-k", type=int, metavar="K",
+                   help="experts per token for counts mode (default: the trace's, else 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random/weighted policies")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("-o", "--output", metavar="CSV", help="write the per-layer table as CSV")
+    p.add_argument("--save-slots", metavar="NPY",
+                   help="token-level input: save the slot of every pick, int[N, L, K] (.npy)")
+    p.add_argument("--plot", metavar="PNG", help="write a per-layer GPU-load heatmap")
+    p.set_defaults(func=run)
+
+
+def _windows(text: str | None):
+    from eplb.errors import InputError
+
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    try:
+        if not sep:
+            return slice(int(a), int(a) + 1)
+        return slice(int(a) if a else None, int(b) if b else None)
+    except ValueError:
+        raise InputError(f"--windows {text!r} is not A:B (e.g. 0:10) or one index") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import io
+    import json
+
+    import numpy as np
+
+    import traces
+    from eplb.atomic import atomic_write_bytes
+    from eplb.commands.common import table
+    from eplb.errors import InputError
+    from eplb.executor.routing import check_policy
+    from eplb.io import read_placement
+    from eplb.placement import Placement
+    from eplb.topology import Topology
+    from evaluation.align import align
+    from evaluation.metrics import score, summarize
+    from evaluation.tables import write_csv
+    from evaluation.traffic import simulate_trace
+
+    check_policy(args.dispatch)
+    if args.source not in ("auto", "tokens", "source_counts", "load"):
+        raise InputError(f"--source {args.source!r}: use auto, tokens, source_counts or load")
+    topo_hint = Topology.parse(args.topology, args.slots) if args.topology else None
+    placement = read_placement(args.placement, topology=topo_hint)
+    over = {k: v for k, v in (("nvlink_gbps", args.nvlink_gbps), ("rdma_gbps", args.rdma_gbps))
+            if v is not None}
+    if over:
+        topo = dataclasses.replace(placement.topology, **over)  # validates the bandwidths
+        placement = Placement(placement.phy2log, placement.num_experts, topo,
+                              placement.replica_share, placement.meta, placement.layer_ids)
+    trace = traces.read(args.trace)
+    placement = align(placement, trace)
+    windows = _windows(args.windows)
+    load = trace.load(windows)
+    groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
+    layers = score(placement, load, num_groups=groups)
+    balance = summarize(layers)
+    kw = dict(policy=args.dispatch, hidden=args.hidden, dispatch_bytes=args.dispatch_bytes,
+              combine_bytes=args.combine_bytes, seed=args.seed, num_groups=groups,
+              topk_groups=args.topk_groups)
+    if args.top_k is not None:
+        kw["top_k"] = args.top_k
+    source = args.source
+    if windows is not None and source == "auto" and trace.topk_ids is not None:
+        source = "source_counts" if trace.source_counts is not None else "load"
+    if source == "tokens" and windows is not None:
+        raise InputError("--windows applies to counts; token-level traffic uses every token")
+    report = simulate_trace(placement, trace, windows=windows, source=source, **kw)
+    frame = report.to_frame().drop(columns=["layer", "tokens"])
+    layers = layers.join(frame)
+    totals = report.summary()
+    if args.save_slots:
+        if report.slots is None:
+            raise InputError("--save-slots needs token-level input (a trace with topk_ids)")
+        buf = io.BytesIO()
+        np.save(buf, report.slots, allow_pickle=False)
+        atomic_write_bytes(args.save_slots, buf.getvalue())
+    if args.output:
+        write_csv(layers, args.output)
+    if args.plot:
+        from evaluation.plots import gpu_heatmap
+
+        gpu_heatmap({"GPU tokens": report.gpu_tokens}, args.plot, layer_ids=trace.layer_ids,
+                    title=f"{args.placement} on {args.trace} ({args.dispatch})")
+    if args.json:
+        doc = {
+            "placement": str(args.placement), "trace": str(args.trace),
+            "topology": placement.topology.to_dict(),
+            "balance": {k: (None if np.isnan(v) else v) for k, v in balance.to_dict().items()},
+            "traffic": {**totals, **report.meta},
+            "layers": json.loads(layers.to_json(orient="records")),
+        }
+        print(json.dumps(doc, indent=1))
+        return 0
+    topo = placement.topology
+    mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
+            "load": "expected (sources spread evenly)"}[report.mode]
+    bound = balance["max_over_bound_mean"]
+    rows = [
+        ("placement", f"{args.placement} ({topo.num_nodes} nodes x {topo.gpus_per_node} GPUs x "
+                      f"{topo.slots_per_gpu} slots)"),
+        ("trace", f"{args.trace}: {trace.num_windows} windows, {trace.num_layers} layers, "
+                  f"{trace.num_experts} experts"),
+        ("step max/mean GPU load", f"{balance['step_max_over_mean']:.4f}"),
+        ("balancedness mean/max", f"mean {balance['balancedness_mean']:.4f}  "
+                                  f"min {balance['balancedness_min']:.4f}"),
+        ("max/mean per layer", f"mean {balance['max_over_mean_mean']:.4f}  "
+                               f"worst {balance['max_over_mean_worst']:.4f}"),
+        ("imbalance (max-mean)/mean", f"mean {balance['imbalance_mean']:.4f}"),
+        ("max / lower bound", "n/a (solvers.bounds not available)" if np.isnan(bound) else
+         f"mean {bound:.4f}  worst {balance['max_over_bound_worst']:.4f}"),
+        ("node max/mean", f"mean {balance['node_max_over_mean_mean']:.4f}"),
+        ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
+                    + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
+                       if report.meta.get("groups") else "")),
+        ("NVLink", f"{totals['nvlink_bytes'] / 1e9:.4g} GB ({totals['nvlink_transfers']:.6g} "
+                   "copies per phase)"),
+        ("RDMA", f"{totals['rdma_bytes'] / 1e9:.4g} GB ({totals['rdma_transfers']:.6g} "
+                 "copies per phase)"),
+        ("all-to-all time", f"{totals['alltoall_seconds'] * 1e3:.4g} ms (dispatch "
+                            f"{totals['dispatch_seconds'] * 1e3:.4g} + combine "
+                            f"{totals['combine_seconds'] * 1e3:.4g}), sum over layers"),
+    ]
+    rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot) if path]
+    print(table(rows))
+    return 0

@@ -1,0 +1,111 @@
+"""``eplb replay``: periodic rebalancing over a trace's windows, scored without peeking."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="replay periodic rebalancing over a trace's windows",
+        description="Walk TRACE window by window. Every --interval windows, solve a new "
+        "placement from the last --history windows (or an exponential average, --ema); score "
+        "each window with the placement that was live before it, and count the replicas and "
+        "bytes moved by each rebalance. Window 0 runs on the solver's placement for a uniform "
+        "load (no statistics yet).",
+        epilog="example: eplb replay trace.npz --solver greedy --interval 4 --history 8 "
+        "--topology 4x8 --slots 288 -o replay.csv --plot replay.png",
+    )
+    p.add_argument("trace", metavar="TRACE", help="trace file or directory (>= 2 windows)")
+    p.add_argument("--solver", default="greedy", help="placement policy (default greedy)")
+    p.add_argument("--interval", type=int, default=1, metavar="N",
+                   help="rebalance every N windows (default 1)")
+    p.add_argument("--history", type=int, default=1, metavar="M",
+                   help="solve from the last M windows (default 1; 0 = all past windows)")
+    p.add_argument("--ema", type=float, metavar="ALPHA",
+                   help="exponential average over the history, latest window weighted ALPHA")
+    p.add_argument("--topology", metavar="NxG",
+                   help="nodes x GPUs (default 4x8), or NxGxS with slots per GPU")
+    p.add_argument("--slots", type=int, metavar="P",
+                   help="slots in all (default: experts rounded up to the GPUs + one per GPU)")
+    p.add_argument("--nvlink-gbps", type=float, default=160.0, metavar="GB/s")
+    p.add_argument("--rdma-gbps", type=float, default=50.0, metavar="GB/s")
+    p.add_argument("--groups", type=int, metavar="G",
+                   help="expert groups (default: the trace's own)")
+    p.add_argument("--topk-groups", type=int, metavar="T",
+                   help="with --dispatch: groups each token may use (group-limited traffic model)")
+    p.add_argument("--expert-bytes", type=float, metavar="B",
+                   help="bytes per expert replica moved (default 44040192: DeepSeek-V3, FP8)")
+    p.add_argument("--dispatch", metavar="POLICY",
+                   help="also model all-to-all traffic per window with this dispatch policy")
+    p.add_argument("--oracle", action="store_true",
+                   help="also score each window with a placement solved on it (peeks: reference)")
+    p.add_argument("--time-limit", type=float, metavar="SEC", help="time limit per solve")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="solver option")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", metavar="CSV", help="write the per-window table as CSV")
+    p.add_argument("--plot", metavar="PNG", help="write the replay curve")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import traces
+    from eplb.commands.common import parse_options, table
+    from eplb.errors import InputError
+    from eplb.executor.routing import check_policy
+    from eplb.topology import Topology
+    from evaluation.replay import EXPERT_BYTES, replay, replay_summary
+    from evaluation.tables import write_csv
+
+    if args.dispatch is not None:
+        check_policy(args.dispatch)
+    if args.history < 0:
+        raise InputError(f"--history must be >= 0 (0 = all past windows), got {args.history}")
+    trace = traces.read(args.trace)
+    spec = args.topology or "4x8"
+    slots = args.slots
+    parts = spec.lower().replace("*", "x").split("x")
+    if slots is None and len(parts) == 2 and all(v.strip().isdigit() for v in parts):
+        G = int(parts[0]) * int(parts[1])
+        if G > 0:  # experts rounded up to the GPUs, plus one redundant slot per GPU
+            slots = -(-trace.num_experts // G) * G + G
+    topo = Topology.parse(spec, slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps)
+    frame = replay(
+        trace, topo, solver=args.solver, interval=args.interval,
+        history=args.history or None, ema=args.ema, num_groups=args.groups,
+        expert_bytes=EXPERT_BYTES if args.expert_bytes is None else args.expert_bytes,
+        policy=args.dispatch, oracle=args.oracle, seed=args.seed, time_limit=args.time_limit,
+        solver_options=parse_options(args.option), progress=not args.quiet,
+        **({"topk_groups": args.topk_groups} if args.topk_groups else {}),
+    )
+    if args.output:
+        write_csv(frame, args.output)
+    if args.plot:
+        from evaluation.plots import replay_curve
+
+        replay_curve({args.solver: frame}, args.plot,
+                     title=f"{args.trace}: {args.solver}, every {args.interval} windows from "
+                     f"{'all' if not args.history else args.history} past")
+    s = replay_summary(frame)
+    rows = [
+        ("trace", f"{args.trace}: {trace.num_windows} windows, {trace.num_layers} layers, "
+                  f"{trace.num_experts} experts"),
+        ("topology", f"{topo.num_nodes} nodes x {topo.gpus_per_node} GPUs x "
+                     f"{topo.slots_per_gpu} slots = {topo.num_slots} slots"),
+        ("schedule", f"{args.solver} every {args.interval} windows from the last "
+                     f"{args.history or 'all'} windows"
+                     + (f", ema {args.ema}" if args.ema else "")),
+        ("step max/mean GPU load", f"mean {s['step_max_over_mean_mean']:.4f}  "
+                                   f"worst {s['step_max_over_mean_worst']:.4f}"),
+        ("rebalances", f"{int(s['rebalances'])}"),
+        ("replicas moved", f"{int(s['replicas_moved'])} ({s['bytes_moved'] / 1e9:.4g} GB)"),
+    ]
+    if "oracle_step_max_over_mean_mean" in s:
+        rows.append(("oracle (peeks)", f"mean {s['oracle_step_max_over_mean_mean']:.4f}"))
+    if "rdma_bytes_mean" in s:
+        rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB"))
+    rows += [("wrote", path) for path in (args.output, args.plot) if path]
+    print(table(rows))
+    return 0

@@ -1,0 +1,69 @@
+"""Matching a placement to a trace: same experts, and rows for every layer the trace holds.
+
+A placement may cover more layers than a trace (an SGLang map has a row for every model layer,
+dense ones included); `align` keeps the rows of the trace's layers, in the trace's order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.errors import PlacementError, TraceError
+from eplb.placement import Placement
+
+
+def _ids(ids: np.ndarray, limit: int = 8) -> str:
+    ids = [int(i) for i in ids]
+    text = ", ".join(map(str, ids[:limit]))
+    return text + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
+
+
+def align(placement: Placement, trace) -> Placement:
+    """The rows of ``placement`` for ``trace.layer_ids``, or a `PlacementError` naming the mismatch.
+
+    ``trace`` is a `traces.Trace` (anything with ``layer_ids``, ``num_experts``, ``num_windows``).
+    """
+    if trace.num_windows < 1:
+        raise TraceError("the trace has no windows; it needs at least one window of counts")
+    if placement.num_experts != trace.num_experts:
+        raise PlacementError(
+            f"the placement has {placement.num_experts} experts per layer but the trace has "
+            f"{trace.num_experts}; solve a placement for this trace (eplb solve TRACE ...)"
+        )
+    p_ids = placement.layer_ids
+    t_ids = np.asarray(trace.layer_ids)
+    if np.array_equal(p_ids, t_ids):
+        return placement
+    missing = np.setdiff1d(t_ids, p_ids)
+    if missing.size:
+        hint = ""
+        if len(p_ids) == len(t_ids) and np.array_equal(p_ids, np.arange(len(p_ids))):
+            hint = (" (solvers number rows 0..L-1: label them with "
+                    "evaluation.align.with_layers(placement, trace.layer_ids))")
+        raise PlacementError(
+            f"the placement has no rows for trace layers {_ids(missing)} (placement layers "
+            f"{_ids(p_ids)}); use a placement solved for this trace{hint}"
+        )
+    pos = {int(lid): i for i, lid in enumerate(p_ids)}
+    rows = np.array([pos[int(lid)] for lid in t_ids], dtype=np.int64)
+    share = None if placement.replica_share is None else placement.replica_share[rows]
+    return Placement(
+        placement.phy2log[rows], placement.num_experts, placement.topology, share,
+        placement.meta, t_ids,
+    )
+
+
+def check_load_shape(placement: Placement, load: np.ndarray, name: str = "load") -> None:
+    """Raise `PlacementError` unless ``load: [..., L, E]`` fits the placement (layers, experts)."""
+    want = (placement.num_layers, placement.num_experts)
+    if tuple(load.shape[-2:]) != want:
+        raise PlacementError(
+            f"{name} has shape {tuple(load.shape)} but the placement is [{want[0]} layers, "
+            f"{want[1]} experts]; use a placement solved for this trace"
+        )
+
+
+def with_layers(placement: Placement, layer_ids) -> Placement:
+    """``placement`` with its rows labelled by ``layer_ids`` (solvers number rows 0..L-1)."""
+    return Placement(placement.phy2log, placement.num_experts, placement.topology,
+                     placement.replica_share, placement.meta, np.asarray(layer_ids))

@@ -1,0 +1,452 @@
+"""Comparison sweeps: solvers x traces x topologies (x redundancy) -> tidy DataFrames.
+
+Each task solves one trace on one topology with one solver and scores the placement: balance
+(`evaluation.metrics`) and all-to-all traffic (`evaluation.traffic`, counts mode: per-rank
+``source_counts`` when the trace has them and their ranks divide the GPUs, else sources spread
+evenly). Tasks run inline (``workers=1``), on a local process pool, or on a Dask cluster
+(``scheduler=`` address or ``distributed.Client``; needs the ``dask`` extra), with a tqdm
+progress bar. Results do not depend on where tasks ran.
+
+Topology specs (``parse_topologies("4x8:288,18x8:288")``): ``NxG:P`` (P slots in all),
+``NxGxS`` (S slots per GPU), ``NxG+R`` (R redundant slots over the trace's expert count,
+rounded up to a multiple of the GPUs), ``NxG`` (no redundancy, rounded up likewise).
+By default a task solves and scores on the whole trace (in-sample); ``holdout=f`` solves on
+the first windows and scores on the last fraction ``f`` of them (traces with >= 2 windows).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import EplbError, InputError, TopologyError
+from eplb.topology import Topology
+
+_SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+))?\s*$")
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A topology to sweep, possibly relative to the trace's expert count (see module doc)."""
+
+    text: str
+    nodes: int
+    gpus_per_node: int
+    slots: int | None = None
+    slots_per_gpu: int | None = None
+    redundant: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TopologySpec:
+        m = _SPEC.match(str(text))
+        if not m:
+            raise TopologyError(
+                f"topology {text!r} is not NxG:SLOTS (e.g. 4x8:288), NxGxSLOTS_PER_GPU, "
+                "NxG+REDUNDANT or NxG"
+            )
+        nodes, gpus = int(m.group(1)), int(m.group(2))
+        if nodes < 1 or gpus < 1:
+            raise TopologyError(f"topology {text!r} needs at least one node and one GPU per node")
+        sep, num = m.group("sep"), m.group("num")
+        kw: dict[str, int] = {}
+        if sep == ":":
+            kw["slots"] = int(num)
+            G = nodes * gpus
+            if kw["slots"] < 1 or kw["slots"] % G:
+                fix = max(kw["slots"] // G + (kw["slots"] % G > 0), 1) * G
+                raise TopologyError(
+                    f"topology {text!r}: {kw['slots']} slots is not a multiple of {G} GPUs; "
+                    f"use {fix}"
+                )
+        elif sep in ("x", "X"):
+            kw["slots_per_gpu"] = int(num)
+        elif sep == "+":
+            kw["redundant"] = int(num)
+        return cls(str(text).strip(), nodes, gpus, **kw)
+
+    def resolve(self, num_experts: int, *, nvlink_gbps: float = 160.0,
+                rdma_gbps: float = 50.0) -> Topology:
+        """The `Topology` for a trace with ``num_experts`` experts."""
+        G = self.nodes * self.gpus_per_node
+        if self.slots_per_gpu is not None:
+            per = self.slots_per_gpu
+        elif self.slots is not None:
+            if self.slots % G:
+                fix = (self.slots // G + 1) * G
+                raise TopologyError(
+                    f"topology {self.text!r}: {self.slots} slots is not a multiple of {G} GPUs; "
+                    f"use {fix}"
+                )
+            per = self.slots // G
+        else:
+            per = -(-(num_experts + (self.redundant or 0)) // G)
+        return Topology(self.nodes, self.gpus_per_node, per, nvlink_gbps=nvlink_gbps,
+                        rdma_gbps=rdma_gbps)
+
+
+def parse_topologies(text: str | Sequence[str]) -> list[TopologySpec]:
+    """``"4x8:288,18x8:288"`` (or a list of specs) -> `TopologySpec` list."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    specs = [TopologySpec.parse(t) for t in items if str(t).strip()]
+    if not specs:
+        raise TopologyError("no topology given; e.g. --topologies 4x8:288,18x8:288")
+    return specs
+
+
+# -------------------------------------------------------------------------- tasks
+def _fit_eval(trace, holdout: float) -> tuple[slice, slice, bool]:
+    T = trace.num_windows
+    if holdout <= 0 or T < 2:
+        return slice(0, T), slice(0, T), True
+    cut = min(max(1, int(round(T * (1 - holdout)))), T - 1)
+    return slice(0, cut), slice(cut, T), False
+
+
+def make_tasks(
+    traces: Mapping[str, Any],
+    solver_names: Sequence[str],
+    specs: Sequence[TopologySpec],
+    *,
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+    policy: str = "even",
+    holdout: float = 0.0,
+    seed: int = 0,
+    time_limit: float | None = None,
+    solver_options: Mapping[str, Mapping[str, Any]] | None = None,
+    nvlink_gbps: float = 160.0,
+    rdma_gbps: float = 50.0,
+    traffic: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One picklable task dict per (trace, topology, solver); loads are sliced here."""
+    tasks = []
+    for tname, trace in traces.items():
+        fit, ev, in_sample = _fit_eval(trace, holdout)
+        groups = num_groups if num_groups is not None else trace.meta.get("num_groups")
+        if groups is not None and trace.num_experts % int(groups):
+            groups = None
+        tgroups = topk_groups if topk_groups is not None else trace.meta.get("topk_groups")
+        src = None
+        if trace.source_counts is not None:
+            src = trace.source_counts[ev].sum(0)
+        data = {"fit_load": trace.load(fit), "eval_load": trace.load(ev), "source_counts": src,
+                "layer_ids": np.asarray(trace.layer_ids), "top_k": trace.meta.get("top_k")}
+        for spec in specs:
+            for solver in solver_names:
+                tasks.append({
+                    "trace": tname, "spec": spec, "solver": solver, "num_groups": groups,
+                    "topk_groups": tgroups if groups is not None else None,
+                    "policy": policy, "in_sample": in_sample, "seed": seed,
+                    "time_limit": time_limit,
+                    "options": dict((solver_options or {}).get(solver, {})),
+                    "nvlink_gbps": nvlink_gbps, "rdma_gbps": rdma_gbps,
+                    "traffic": dict(traffic or {}), **data,
+                })
+    return tasks
+
+
+def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Solve and score one task; errors become a row with ``status`` = the message."""
+    import solvers
+    from evaluation.align import with_layers
+    from evaluation.metrics import score, summarize
+    from evaluation.traffic import simulate
+
+    spec: TopologySpec = task["spec"]
+    E = task["fit_load"].shape[1]
+    row: dict[str, Any] = {"trace": task["trace"], "topology": spec.text, "solver": task["solver"],
+                           "num_groups": task["num_groups"], "topk_groups": task["topk_groups"],
+                           "policy": task["policy"],
+                           "in_sample": task["in_sample"], "experts": E}
+    try:
+        topo = spec.resolve(E, nvlink_gbps=task["nvlink_gbps"], rdma_gbps=task["rdma_gbps"])
+        row.update(nodes=topo.num_nodes, gpus=topo.num_gpus, slots=topo.num_slots,
+                   redundant=topo.num_slots - E)
+        start = time.perf_counter()
+        placement = solvers.solve(task["solver"], task["fit_load"], topo,
+                                  num_groups=task["num_groups"], seed=task["seed"],
+                                  time_limit=task["time_limit"], **task["options"])
+        wall = time.perf_counter() - start
+        placement = with_layers(placement, task["layer_ids"])
+        info = placement.meta.get("solver", {})
+        row.update(variant=info.get("policy", ""), solve_seconds=float(info.get("seconds", wall)))
+        layers = score(placement, task["eval_load"], num_groups=task["num_groups"],
+                       bound=task.get("bound", True))
+        row.update(summarize(layers).drop("layers").to_dict())
+        src = task["source_counts"]
+        kw = dict(policy=task["policy"], num_groups=task["num_groups"],
+                  topk_groups=task["topk_groups"], **task["traffic"])
+        if task["top_k"] is not None:
+            kw.setdefault("top_k", int(task["top_k"]))
+        if src is not None and topo.num_gpus % src.shape[1] == 0:
+            rep, row["traffic_source"] = simulate(placement, source_counts=src, **kw), "per-rank"
+        else:
+            rep, row["traffic_source"] = simulate(placement, load=task["eval_load"], **kw), "even"
+        row.update(rep.summary())
+        picks = float(task["eval_load"].sum() / len(task["layer_ids"]))
+        row["rdma_bytes_per_token"] = row["rdma_bytes"] / max(picks / rep.meta["top_k"], 1e-12)
+        row["status"] = "ok"
+        gpu = placement.gpu_load(task["eval_load"])
+    except EplbError as exc:
+        row["status"] = f"{type(exc).__name__}: {exc}"
+        return {"row": row, "layers": None, "gpu_load": None}
+    layers.insert(0, "trace", task["trace"])
+    layers.insert(1, "topology", spec.text)
+    layers.insert(2, "solver", task["solver"])
+    return {"row": row, "layers": layers, "gpu_load": gpu}
+
+
+# ------------------------------------------------------------------------ runners
+def _progress(total: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
+
+
+def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
+    """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
+    from evaluation.metrics import _bound
+
+    spec: TopologySpec = task["spec"]
+    E = task["eval_load"].shape[1]
+    try:
+        topo = spec.resolve(E)
+        return _bound(task["eval_load"], topo, task["num_groups"])
+    except EplbError:
+        return np.full(task["eval_load"].shape[0], np.nan)
+
+
+def _run_inline(tasks, progress, fn=run_task, desc="compare"):
+    out = []
+    with _progress(len(tasks), progress, desc) as bar:
+        for task in tasks:
+            out.append(fn(task))
+            bar.update()
+    return out
+
+
+def _run_pool(tasks, workers: int, progress, fn=run_task, desc="compare"):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: list[Any] = [None] * len(tasks)
+    ctx = multiprocessing.get_context("spawn")  # solvers may hold threads; never fork them
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, \
+            _progress(len(tasks), progress, f"{desc} ({workers} processes)") as bar:
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            bar.update()
+    return results
+
+
+def _run_dask(tasks, scheduler, progress, fn=run_task, desc="compare"):
+    try:
+        from distributed import Client, as_completed
+    except ModuleNotFoundError:
+        raise InputError(
+            "running on a Dask cluster needs the dask extra: pip install 'eplb[dask]'"
+        ) from None
+    own = not isinstance(scheduler, Client)
+    try:
+        client = Client(scheduler, set_as_default=False, timeout="20s") if own else scheduler
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"cannot connect to the Dask scheduler {scheduler!r}: {exc}") from None
+    try:
+        futures = client.map(fn, tasks, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * len(tasks)
+        with client.as_current(), _progress(len(tasks), progress, f"{desc} (dask)") as bar:
+            for fut in as_completed(futures):
+                results[index[fut.key]] = fut.result()
+                bar.update()
+        return results
+    finally:
+        if own:
+            client.close()
+
+
+# ------------------------------------------------------------------------ results
+@dataclass
+class CompareResult:
+    """``summary``: one row per task; ``layers``: one row per (task, layer) (`score` columns);
+    ``gpu_loads``: ``{(trace, topology, solver): float64[L, G]}`` on the scored windows."""
+
+    summary: pd.DataFrame
+    layers: pd.DataFrame
+    gpu_loads: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
+
+    def tables(self, value: str = "step_max_over_mean") -> str:
+        """Markdown: one pivot table (trace x solver) per topology for ``value``, plus RDMA GB."""
+        from evaluation.tables import markdown
+
+        ok = self.summary[self.summary["status"] == "ok"]
+        parts = []
+        for topo, part in ok.groupby("topology", sort=False):
+            for col, scale, label in ((value, 1.0, value),
+                                      ("rdma_bytes_per_token", 1e-3, "RDMA KB per token"),
+                                      ("solve_seconds", 1.0, "solve seconds")):
+                pivot = part.pivot_table(index="trace", columns="solver", values=col,
+                                         aggfunc="mean") * scale
+                parts.append(f"### {topo}: {label}\n\n{markdown(pivot)}")
+        failed = self.summary[self.summary["status"] != "ok"]
+        if len(failed):
+            cols = ["trace", "topology", "solver", "status"]
+            parts.append(f"### failed tasks\n\n{markdown(failed[cols], index=False)}")
+        return "\n".join(parts)
+
+    def write(self, csv_path: str | os.PathLike, markdown_path: str | os.PathLike | None = None,
+              layers_path: str | os.PathLike | None = None) -> None:
+        """Summary CSV (and the Markdown tables / the per-layer CSV), written atomically."""
+        from eplb.atomic import atomic_write_text
+        from evaluation.tables import write_csv
+
+        write_csv(self.summary, csv_path)
+        if markdown_path is not None:
+            atomic_write_text(markdown_path, self.tables())
+        if layers_path is not None:
+            write_csv(self.layers, layers_path)
+
+    def plot(self, directory: str | os.PathLike) -> list[Path]:
+        """Per-layer balance and GPU-load heatmaps per (trace, topology), summary bars and a
+        balance-vs-RDMA scatter per topology. Returns the files written."""
+        from evaluation import plots
+
+        out_dir = Path(directory)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise InputError(f"--plot {out_dir} exists and is not a directory")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        ok = self.summary[self.summary["status"] == "ok"]
+        if not len(self.layers):
+            return written
+        for (tname, topo), part in self.layers.groupby(["trace", "topology"], sort=False):
+            stem = _slug(f"{tname}_{topo}")
+            frames = {s: f for s, f in part.groupby("solver", sort=False)}
+            written.append(plots.layer_balance(frames, out_dir / f"balance_{stem}.png",
+                                               title=f"{tname} on {topo}"))
+            loads = {s: self.gpu_loads[(tname, topo, s)] for s in frames
+                     if (tname, topo, s) in self.gpu_loads}
+            if loads:
+                ids = next(iter(frames.values()))["layer"].to_numpy()
+                written.append(plots.gpu_heatmap(loads, out_dir / f"heatmap_{stem}.png",
+                                                 layer_ids=ids, title=f"{tname} on {topo}"))
+        for topo, part in ok.groupby("topology", sort=False):
+            stem = _slug(topo)
+            written.append(plots.summary_bars(part, out_dir / f"summary_{stem}.png",
+                                              title=f"step max/mean GPU load on {topo}"))
+            pts = part.assign(label=part["solver"])
+            written.append(plots.pareto_front(pts, out_dir / f"balance_vs_rdma_{stem}.png",
+                                              title=f"each trace and solver on {topo}",
+                                              x="rdma_bytes_per_token"))
+        return written
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")
+
+
+def compare(
+    traces: Mapping[str, Any] | Sequence[str | os.PathLike],
+    *,
+    solvers: Sequence[str] | None = None,
+    topologies: str | Sequence[str] = "4x8:288",
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+    policy: str = "even",
+    holdout: float = 0.0,
+    seed: int = 0,
+    time_limit: float | None = None,
+    solver_options: Mapping[str, Mapping[str, Any]] | None = None,
+    nvlink_gbps: float = 160.0,
+    rdma_gbps: float = 50.0,
+    workers: int = 1,
+    scheduler: Any = None,
+    progress: bool = True,
+    traffic: Mapping[str, Any] | None = None,
+) -> CompareResult:
+    """Sweep ``solvers`` (default: all registered) x ``traces`` (``{name: Trace}`` or paths)
+    x ``topologies`` (specs, see `parse_topologies`; several slot counts = a redundancy sweep).
+
+    ``num_groups`` (default: each trace's ``meta["num_groups"]``; dropped for traces whose
+    expert count it does not divide), ``topk_groups`` (default: each trace's
+    ``meta["topk_groups"]``; with ``num_groups`` it selects the group-limited co-occurrence
+    model of `evaluation.traffic`), ``policy`` for the traffic model, ``holdout`` fraction
+    of windows scored out of sample, ``time_limit`` per solve, ``solver_options`` per solver
+    name, ``traffic`` extra `simulate` keywords (``hidden``, ``dispatch_bytes``...).
+    ``workers > 1``: local process pool; ``scheduler``: Dask address or Client (wins).
+    """
+    import solvers as registry
+    import traces as trace_io
+    from eplb.executor.routing import check_policy
+
+    check_policy(policy)
+    for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):
+        Topology(1, 1, 1, **{name: value})  # raises TopologyError on a bad bandwidth
+    if not (0 <= holdout < 1):
+        raise InputError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(traces, Mapping):
+        named: dict[str, Any] = {}
+        for path in traces:
+            stem = Path(path).stem or Path(path).name
+            name = stem if stem not in named else str(path)
+            named[name] = trace_io.read(path)
+        traces = named
+    if not traces:
+        raise InputError("no traces given; pass at least one trace file")
+    for name, trace in traces.items():
+        if trace.num_windows < 1:
+            raise InputError(f"trace {name!r} has no windows")
+    names = list(solvers) if solvers else registry.available()
+    for name in names:
+        registry.get(name)  # unknown names fail before any work
+    specs = parse_topologies(topologies)
+    if "ilp" in names and (workers > 1 or scheduler is not None):
+        # the sweep already runs tasks in parallel: one ilp layer at a time per task
+        solver_options = {**(solver_options or {})}
+        solver_options["ilp"] = {"workers": 1, **solver_options.get("ilp", {})}
+    tasks = make_tasks(traces, names, specs, num_groups=num_groups, topk_groups=topk_groups,
+                       policy=policy,
+                       holdout=holdout, seed=seed, time_limit=time_limit,
+                       solver_options=solver_options, nvlink_gbps=nvlink_gbps,
+                       rdma_gbps=rdma_gbps, traffic=traffic)
+
+    def run(items, fn, desc):
+        if scheduler is not None:
+            return _run_dask(items, scheduler, progress, fn, desc)
+        if workers > 1 and len(items) > 1:
+            return _run_pool(items, min(workers, len(items)), progress, fn, desc)
+        return _run_inline(items, progress, fn, desc)
+
+    # lower bounds once per (trace, topology), shared by its solver tasks
+    keys = list(dict.fromkeys((t["trace"], t["spec"].text) for t in tasks))
+    first = {}
+    for t in tasks:
+        first.setdefault((t["trace"], t["spec"].text), t)
+    bounds = dict(zip(keys, run([first[k] for k in keys], run_bound_task, "lower bounds"),
+                      strict=True))
+    for t in tasks:
+        t["bound"] = bounds[(t["trace"], t["spec"].text)]
+    # slow solvers first so a pool is not left waiting on one long task at the end
+    order = sorted(range(len(tasks)), key=lambda i: tasks[i]["solver"] != "ilp")
+    ordered = [tasks[i] for i in order]
+    results = run(ordered, run_task, "compare")
+    back: list[Any] = [None] * len(tasks)
+    for i, res in zip(order, results, strict=True):
+        back[i] = res
+    summary = pd.DataFrame([r["row"] for r in back])
+    frames = [r["layers"] for r in back if r["layers"] is not None]
+    layers = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    loads = {(r["row"]["trace"], r["row"]["topology"], r["row"]["solver"]): r["gpu_load"]
+             for r in back if r["gpu_load"] is not None}
+    return CompareResult(summary, layers, loads)

@@ -1,0 +1,128 @@
+"""Balance against cross-node traffic: sweep the traffic weight of traffic-aware solvers.
+
+`sweep` solves one load with ``greedy`` (and ``ilp`` under a short time limit) for each
+``rdma_weight`` (the solvers' lambda trading max GPU load against expected RDMA traffic), and
+with the fixed baselines ``deepseek`` hierarchical (needs ``num_groups`` divisible by the
+nodes), ``deepseek`` global and ``hierarchical``. Every placement is measured the same way:
+step max/mean GPU load (`evaluation.metrics`) and RDMA bytes from `evaluation.traffic`
+(counts mode, the given dispatch ``policy``, default ``local_first``: replicas on a token's
+own node only save RDMA when dispatch prefers them), so the solvers' own traffic estimates
+play no part in the figure. `front` marks the non-dominated points (lower is better on both axes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import EplbError, InputError
+from eplb.topology import Topology
+
+WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+def front(x, y) -> np.ndarray:
+    """``bool[n]``: points not dominated (another point <= on both and < on one)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    le = (x[None, :] <= x[:, None]) & (y[None, :] <= y[:, None])
+    lt = (x[None, :] < x[:, None]) | (y[None, :] < y[:, None])
+    return ~(le & lt).any(axis=1)
+
+
+def _measure(placement, load, source_counts, policy, traffic) -> dict[str, float]:
+    """Balance and modelled traffic of one placement."""
+    from evaluation.metrics import score, summarize
+    from evaluation.traffic import simulate
+
+    frame = score(placement, load, bound=False)
+    s = summarize(frame)
+    if source_counts is not None:
+        rep = simulate(placement, source_counts=source_counts, policy=policy, **traffic)
+    else:
+        rep = simulate(placement, load=load, policy=policy, **traffic)
+    t = rep.summary()
+    return {"step_max_over_mean": float(s["step_max_over_mean"]),
+            "max_over_mean_worst": float(s["max_over_mean_worst"]),
+            "rdma_bytes": t["rdma_bytes"], "nvlink_bytes": t["nvlink_bytes"],
+            "alltoall_seconds": t["alltoall_seconds"]}
+
+
+def sweep(
+    load,
+    topology: Topology,
+    *,
+    weights: Sequence[float] = WEIGHTS,
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+    source_counts=None,
+    policy: str = "local_first",
+    ilp_time_limit: float | None = 1.0,
+    ilp_weights: Sequence[float] | None = None,
+    ilp_options: dict[str, Any] | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    **traffic: Any,
+) -> pd.DataFrame:
+    """Pareto sweep on ``load: float[L, E]`` (optionally ``source_counts: float[L, G_src, E]``
+    for the traffic model; ``num_groups`` + ``topk_groups`` select its group-limited
+    co-occurrence model, which is what lets group-aware placements show their RDMA savings).
+    ``weights``: ``rdma_weight`` values for ``greedy``, and for ``ilp`` unless ``ilp_weights``
+    is given; ``ilp_time_limit`` is the ilp's limit (its ``time_limit``, per layer; ``None`` or
+    0 skips ilp), ``ilp_options`` more ilp options (e.g. ``workers``). Solvers that are not
+    registered are skipped.
+
+    Returns one row per placement: ``label``, ``solver``, ``rdma_weight`` (NaN for baselines),
+    ``step_max_over_mean``, ``max_over_mean_worst``, ``rdma_bytes``, ``nvlink_bytes``,
+    ``alltoall_seconds``, ``solve_seconds``, ``status``, ``on_front``.
+    """
+    import solvers
+    from eplb.executor.routing import check_policy
+
+    check_policy(policy)
+    ws = [float(w) for w in weights]
+    if any(not np.isfinite(w) or w < 0 for w in ws):
+        raise InputError(f"rdma weights must be finite and >= 0, got {list(weights)}")
+    have = set(solvers.available())
+    traffic = {"num_groups": num_groups, "topk_groups": topk_groups, **traffic}
+    runs: list[tuple[str, str, float | None, dict[str, Any]]] = []
+    if num_groups is not None and num_groups % topology.num_nodes == 0:
+        runs.append(("deepseek hierarchical", "deepseek", None, {"num_groups": num_groups}))
+    runs.append(("deepseek global", "deepseek", None, {"num_groups": None}))
+    if "hierarchical" in have:
+        runs.append(("hierarchical", "hierarchical", None, {"num_groups": num_groups}))
+    if "greedy" in have:
+        runs += [("greedy", "greedy", w, {"num_groups": num_groups, "rdma_weight": w})
+                 for w in ws]
+    if "ilp" in have and ilp_time_limit:
+        iws = ws if ilp_weights is None else [float(w) for w in ilp_weights]
+        runs += [("ilp", "ilp", w, {"num_groups": num_groups, "rdma_weight": w,
+                                    "time_limit": ilp_time_limit, **(ilp_options or {})})
+                 for w in iws]
+    if progress:
+        from tqdm.auto import tqdm
+
+        runs = tqdm(runs, desc="pareto", unit="solve")
+    rows = []
+    for label, name, w, kw in runs:
+        row: dict[str, Any] = {"label": label, "solver": name,
+                               "rdma_weight": np.nan if w is None else w}
+        try:
+            placement = solvers.solve(name, load, topology, seed=seed, **kw)
+        except EplbError as exc:
+            rows.append({**row, "status": f"{type(exc).__name__}: {exc}"})
+            continue
+        row["solve_seconds"] = float(placement.meta["solver"]["seconds"])
+        row.update(_measure(placement, load, source_counts, policy, traffic))
+        rows.append({**row, "status": "ok"})
+    out = pd.DataFrame(rows)
+    out["on_front"] = False
+    ok = out["status"] == "ok"
+    if ok.any():
+        out.loc[ok, "on_front"] = front(out.loc[ok, "rdma_bytes"],
+                                        out.loc[ok, "step_max_over_mean"])
+    out.attrs["params"] = {"topology": str(topology), "policy": policy,
+                           "num_groups": num_groups, "weights": ws}
+    return out

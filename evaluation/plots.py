@@ -1,0 +1,164 @@
+"""Figures written to files (matplotlib, Agg backend, imported lazily).
+
+- `layer_balance`: per-layer max/mean GPU load, one line per solver.
+- `gpu_heatmap`: GPU load per layer and GPU (one panel per placement).
+- `replay_curve`: step max/mean per window of a replay, rebalances marked, bytes moved.
+- `pareto_front`: max/mean GPU load against RDMA bytes, front highlighted.
+- `summary_bars`: step max/mean per trace and solver.
+
+Every function takes the output ``path`` and returns it; the figure is written atomically.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eplb.atomic import atomic_write_bytes
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path) -> Path:
+    plt = _plt()
+    buf = io.BytesIO()
+    suffix = Path(path).suffix.lstrip(".").lower() or "png"
+    fig.savefig(buf, format=suffix, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
+def layer_balance(
+    frames: Mapping[str, pd.DataFrame], path: str | os.PathLike, *, title: str = "",
+    column: str = "max_over_mean",
+) -> Path:
+    """Line per solver: ``column`` of `evaluation.metrics.score` frames against model layer."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, frame in frames.items():
+        ax.plot(frame["layer"], frame[column], marker=".", lw=1, label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("model layer")
+    ax.set_ylabel("max / mean GPU load" if column == "max_over_mean" else column)
+    ax.set_title(title or "per-layer balance")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def gpu_heatmap(
+    loads: Mapping[str, np.ndarray], path: str | os.PathLike, *, layer_ids=None, title: str = "",
+) -> Path:
+    """One panel per placement: ``gpu_load: float[L, G]`` divided by its layer mean."""
+    plt = _plt()
+    n = len(loads)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 1, 4.5), squeeze=False, sharey=True)
+    vmax = max(float((g / np.maximum(g.mean(1, keepdims=True), 1e-12)).max()) for g in
+               loads.values()) if loads else 1.0
+    im = None
+    for ax, (name, gpu) in zip(axes[0], loads.items(), strict=True):
+        rel = gpu / np.maximum(gpu.mean(1, keepdims=True), 1e-12)
+        im = ax.imshow(rel, aspect="auto", cmap="magma", vmin=0, vmax=max(vmax, 1.0),
+                       interpolation="nearest")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("GPU")
+    axes[0][0].set_ylabel("layer row")
+    if layer_ids is not None and len(layer_ids):
+        ticks = np.linspace(0, len(layer_ids) - 1, min(8, len(layer_ids))).astype(int)
+        axes[0][0].set_yticks(ticks, [str(layer_ids[i]) for i in ticks])
+        axes[0][0].set_ylabel("model layer")
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), label="GPU load / layer mean")
+    fig.suptitle(title or "GPU load")
+    return _save(fig, path)
+
+
+def replay_curve(frames: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | os.PathLike,
+                 *, title: str = "") -> Path:
+    """Step max/mean per window (one line per replay), rebalances dotted, bytes moved below."""
+    plt = _plt()
+    if isinstance(frames, pd.DataFrame):
+        frames = {frames.attrs.get("params", {}).get("solver", "replay"): frames}
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 1]})
+    for name, df in frames.items():
+        line = ax.plot(df["window"], df["step_max_over_mean"], lw=1.2, label=name)[0]
+        if "oracle_step_max_over_mean" in df:
+            ax.plot(df["window"], df["oracle_step_max_over_mean"], lw=0.8, ls="--",
+                    color=line.get_color(), label=f"{name} oracle (peeks)")
+        reb = df[df["rebalanced"]]
+        ax2.bar(reb["window"], reb["bytes_moved"] / 1e9, width=0.8, alpha=0.6,
+                color=line.get_color(), label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_ylabel("max / mean GPU load (step)")
+    ax.set_title(title or "replay: placement live before each window")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax2.set_ylabel("GB moved")
+    ax2.set_xlabel("window")
+    ax2.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+_X_AXES = {
+    "rdma_bytes": (1e-9, "RDMA GB (traffic model, scored windows)"),
+    "rdma_bytes_per_token": (1e-3, "RDMA KB per token (traffic model)"),
+}
+
+
+def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "",
+                 x: str = "rdma_bytes", y: str = "step_max_over_mean") -> Path:
+    """Scatter of ``y`` (balance) against ``x`` (RDMA bytes), one series per ``label``;
+    sweeps (rows with ``rdma_weight``) joined by lines; the front outlined."""
+    plt = _plt()
+    scale, xlabel = _X_AXES.get(x, (1.0, x))
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, part in frame.groupby("label", sort=False):
+        part = part.sort_values(x)
+        sweep = "rdma_weight" in part and part["rdma_weight"].notna().sum() > 1
+        ax.plot(part[x] * scale, part[y], marker="o" if sweep else "s", ms=5 if sweep else 8,
+                lw=1 if sweep else 0, label=label)
+    if "on_front" in frame:
+        front = frame[frame["on_front"]].sort_values(x)
+        ax.plot(front[x] * scale, front[y], color="black", lw=0.8, ls="--", label="Pareto front")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("max / mean GPU load (step)")
+    ax.set_title(title or "balance vs cross-node traffic")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def summary_bars(summary: pd.DataFrame, path: str | os.PathLike, *, title: str = "",
+                 value: str = "step_max_over_mean") -> Path:
+    """Grouped bars: ``value`` per trace (groups) and solver (bars) of a compare summary."""
+    plt = _plt()
+    ok = summary[summary["status"] == "ok"] if "status" in summary else summary
+    table = ok.pivot_table(index="trace", columns="solver", values=value, aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(table) + 2), 4.5))
+    width = 0.8 / max(len(table.columns), 1)
+    xs = np.arange(len(table))
+    for i, solver in enumerate(table.columns):
+        ax.bar(xs + i * width, table[solver], width, label=solver)
+    ax.set_xticks(xs + width * (len(table.columns) - 1) / 2, table.index, rotation=20,
+                  ha="right", fontsize=8)
+    low = float(np.nanmin(table.to_numpy())) if table.size else 1.0
+    ax.set_ylim(min(1.0, low) - 0.01, None)
+    ax.set_ylabel(value.replace("_", " "))
+    ax.set_title(title or value)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)

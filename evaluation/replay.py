@@ -1,0 +1,180 @@
+"""Replay of periodic rebalancing over a trace's windows, with no peeking.
+
+Window ``t`` is always scored with the placement that was live *before* its counts were seen:
+
+- window 0 runs on ``initial`` (default: the solver applied to a uniform load, i.e. no
+  statistics yet);
+- at every window ``t >= 1`` with ``t % interval == 0`` a new placement is solved from
+  windows ``[max(0, t - history), t)`` (summed, or exponentially averaged with ``ema``), with
+  ``previous=`` the live placement so solvers can relabel GPUs and keep replicas in place; it
+  is live from window ``t`` on.
+
+Each rebalance reports the replicas that had to be loaded onto a GPU that did not hold that
+expert (`solvers.migration.replicas_moved`) and the bytes they weigh (``expert_bytes`` per
+replica; default DeepSeek-V3: 3 x 7168 x 2048 FP8 weights = 44,040,192 bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import InputError, TraceError
+from eplb.placement import Placement
+from eplb.topology import Topology
+from evaluation.align import with_layers
+from evaluation.metrics import score_windows, summarize
+from solvers.migration import replicas_moved
+
+EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert, FP8 weights
+
+
+def _positive_int(name: str, value, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _solve(solver, load, topology, *, layer_ids, previous, num_groups, seed, time_limit, options):
+    import solvers
+
+    placement = solvers.solve(solver, load, topology, num_groups=num_groups, previous=previous,
+                              seed=seed, time_limit=time_limit, **options)
+    return with_layers(placement, layer_ids)
+
+
+def replay(
+    trace,
+    topology: Topology,
+    *,
+    solver: str = "greedy",
+    interval: int = 1,
+    history: int | None = 1,
+    ema: float | None = None,
+    num_groups: int | None = None,
+    initial: Placement | None = None,
+    expert_bytes: float = EXPERT_BYTES,
+    policy: str | None = None,
+    oracle: bool = False,
+    seed: int = 0,
+    time_limit: float | None = None,
+    solver_options: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    **traffic: Any,
+) -> pd.DataFrame:
+    """Replay ``trace`` (a `traces.Trace`, >= 2 windows) with periodic rebalancing.
+
+    ``interval``: windows between rebalances. ``history``: windows each rebalance looks back
+    (``None``: all past windows). ``ema``: exponential weight of the latest window (``None``:
+    plain sum). ``num_groups`` defaults to ``trace.meta["num_groups"]``. ``policy``: also
+    model all-to-all traffic per window with that dispatch policy (`evaluation.traffic`,
+    counts mode; extra keyword arguments go to `simulate`). ``oracle``: also score each window
+    with a placement solved on that very window (it peeks on purpose: a reference line).
+
+    Returns one row per window: ``window``, ``version`` (rebalances so far), ``rebalanced``
+    (a new placement went live at this window), ``fit_start``/``fit_stop`` (windows the live
+    placement was solved from, ``-1`` for the initial one), the `summarize` columns
+    (``step_max_over_mean``, ``balancedness_mean``, ...), ``replicas_moved``,
+    ``bytes_moved``, ``solve_seconds`` (non-zero on rebalance windows), and with ``policy``
+    ``nvlink_bytes``, ``rdma_bytes``, ``alltoall_seconds``; with ``oracle``
+    ``oracle_step_max_over_mean``.
+    """
+    T = trace.num_windows
+    if T < 1:
+        raise TraceError("the trace has no windows; replay needs at least 2 windows of counts")
+    if T < 2:
+        raise TraceError(
+            f"the trace has {T} window; replay needs at least 2 (one to learn from, one to score)"
+        )
+    interval = _positive_int("interval", interval)
+    history = _positive_int("history", history, allow_none=True)
+    if ema is not None and not (isinstance(ema, (int, float)) and 0 < ema <= 1):
+        raise InputError(f"ema must be in (0, 1], got {ema!r}")
+    if not isinstance(expert_bytes, (int, float, np.integer, np.floating)) or expert_bytes < 0:
+        raise InputError(f"expert_bytes must be a number of bytes >= 0, got {expert_bytes!r}")
+    if num_groups is None:
+        num_groups = trace.meta.get("num_groups")
+    options = dict(solver_options or {})
+    if policy is not None:
+        from eplb.executor.routing import check_policy
+
+        check_policy(policy)
+    ids = trace.layer_ids
+    L, E = trace.num_layers, trace.num_experts
+    kw = dict(layer_ids=ids, num_groups=num_groups, seed=seed, time_limit=time_limit,
+              options=options)
+    if initial is None:
+        live = _solve(solver, np.ones((L, E)), topology, previous=None, **kw)
+    else:
+        from evaluation.align import align
+
+        live = align(initial, trace)
+        if live.topology != topology:
+            raise InputError(f"initial placement is on {live.topology}, replay on {topology}")
+
+    rows: list[dict[str, Any]] = []
+    version, fit = 0, (-1, -1)
+    steps = range(T)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc=f"replay {solver}", unit="window")
+    for t in steps:
+        row: dict[str, Any] = {"window": t, "rebalanced": False, "replicas_moved": 0,
+                               "bytes_moved": 0.0, "solve_seconds": 0.0}
+        if t >= 1 and t % interval == 0:
+            start = 0 if history is None else max(0, t - history)
+            past = trace.load(slice(start, t), ema=ema)  # windows strictly before t
+            new = _solve(solver, past, topology, previous=live, **kw)
+            moved = int(replicas_moved(live, new).sum())
+            row.update(rebalanced=True, replicas_moved=moved,
+                       bytes_moved=moved * float(expert_bytes),
+                       solve_seconds=float(new.meta["solver"]["seconds"]))
+            live, version, fit = new, version + 1, (start, t)
+        row.update(version=version, fit_start=fit[0], fit_stop=fit[1])
+        frame = score_windows(live, trace.counts[t : t + 1], windows=[t])
+        row.update(summarize(frame).drop("layers").to_dict())
+        if policy is not None:
+            from evaluation.traffic import simulate_trace
+
+            traffic.setdefault("num_groups", num_groups)
+            ranked = trace.source_counts is not None and \
+                topology.num_gpus % trace.source_counts.shape[2] == 0
+            rep = simulate_trace(live, trace, windows=slice(t, t + 1), policy=policy,
+                                 source="source_counts" if ranked else "load", **traffic)
+            row.update({k: v for k, v in rep.summary().items()
+                        if k in ("nvlink_bytes", "rdma_bytes", "alltoall_seconds")})
+        if oracle:
+            best = _solve(solver, trace.counts[t], topology, previous=None, **kw)
+            oframe = score_windows(best, trace.counts[t : t + 1], windows=[t])
+            row["oracle_step_max_over_mean"] = float(summarize(oframe)["step_max_over_mean"])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    lead = ["window", "version", "rebalanced", "fit_start", "fit_stop"]
+    out = out[lead + [c for c in out.columns if c not in lead]]
+    out.attrs["params"] = {"solver": solver, "interval": interval, "history": history, "ema": ema,
+                           "num_groups": num_groups, "topology": str(topology),
+                           "expert_bytes": float(expert_bytes), "policy": policy, "seed": seed}
+    return out
+
+
+def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
+    """Totals of a `replay` frame: mean step max/mean, rebalances, replicas and bytes moved."""
+    out = {
+        "windows": float(len(frame)),
+        "step_max_over_mean_mean": float(frame["step_max_over_mean"].mean()),
+        "step_max_over_mean_worst": float(frame["step_max_over_mean"].max()),
+        "balancedness_mean": float(frame["balancedness_mean"].mean()),
+        "rebalances": float(frame["rebalanced"].sum()),
+        "replicas_moved": float(frame["replicas_moved"].sum()),
+        "bytes_moved": float(frame["bytes_moved"].sum()),
+    }
+    for col in ("rdma_bytes", "alltoall_seconds", "oracle_step_max_over_mean"):
+        if col in frame:
+            out[f"{col}_mean"] = float(frame[col].mean())
+    return out

@@ -1,0 +1,37 @@
+"""Tables from result frames: Markdown (no extra dependency) and CSV, written atomically."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from eplb.atomic import atomic_write_text
+
+
+def _cell(value, digits: int) -> str:
+    if isinstance(value, (float, np.floating)):
+        if not np.isfinite(value):
+            return "" if np.isnan(value) else str(value)
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 10 ** -digits):
+            return f"{value:.{digits}g}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str:
+    """A GitHub-flavoured Markdown table of ``frame`` (index included unless ``index=False``)."""
+    df = frame.reset_index() if index and not isinstance(frame.index, pd.RangeIndex) else frame
+    header = [str(c) for c in df.columns]
+    rows = [[_cell(v, digits) for v in rec] for rec in df.itertuples(index=False)]
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
+    """``frame`` as CSV (no index), written atomically."""
+    atomic_write_text(path, frame.to_csv(index=False))

@@ -1,0 +1,626 @@
+"""All-to-all traffic of a placement: tokens per GPU, NVLink and RDMA bytes, modelled time.
+
+Accounting (shared with `eplb.executor`; both must agree exactly on token-level input). For
+one layer, a token from source GPU ``s`` on node ``a`` whose K picks were routed to slots on the
+set ``D`` of distinct destination GPUs:
+
+- ``gpu_tokens[g]`` counts (token, k) picks served by GPU ``g``.
+- dispatch sends the token's hidden vector (``hidden * dispatch_bytes`` bytes) once to each
+  ``g in D`` other than ``s``: over NVLink when ``g`` is on node ``a``; for each distinct
+  remote node ``b`` touched by ``D``, one RDMA transfer to the *rail peer* of ``s`` on ``b``
+  (the GPU with the same local index, DeepEP-style), then one NVLink forward from the rail
+  peer to every other ``g in D`` on ``b``. Picks served on ``s`` itself cost nothing.
+- combine is the reverse path with ``combine_bytes`` per element (same transfer counts).
+
+Link structure (NVLink mesh per node, RDMA edges between rail peers) and bandwidths come from
+`Topology.graph` (networkx).
+
+**Time model.** Every GPU has one NVLink port and one NIC, each full duplex at the topology's
+bandwidth (GB/s = 1e9 bytes/s) per direction, and all four directions work concurrently. In a
+phase (dispatch, then combine) GPU ``g`` is busy for
+``max(max(nvlink_out, nvlink_in) / nvlink_gbps, max(rdma_out, rdma_in) / rdma_gbps)``; the
+slowest GPU decides the phase; ``alltoall_seconds = dispatch_seconds + combine_seconds``.
+No latency or congestion term: it is a bandwidth lower bound on the all-to-all.
+
+**Inputs.** Token-level (``topk_ids: int[N, L, K]`` + ``token_rank: int[N]``): layer ``l`` is
+routed by `eplb.executor.routing.route` with ``layer_index=l`` and ``seed``; every figure is an
+exact count and ``slots`` records the slot of each pick. Counts-only (``source_counts:
+float[L, G_src, E]`` tokens from each source rank, or ``load: float[L, E]`` with sources spread
+evenly over the GPUs): figures are expectations over tokens under these assumptions. (A trace
+recorded on ``G_src`` ranks runs on ``G`` GPUs when ``G_src`` divides ``G``: rank ``r`` owns a
+block of ``G / G_src`` GPUs, in both modes; see `simulate_trace`.)
+
+- *routing*: a pick of expert ``e`` goes to replica ``r`` with probability ``1 / logcnt[e]``
+  (``even``, ``random``), ``replica_share`` (``weighted``), or to the fixed
+  `dispatch_table` slot of its source (``local_first``), independently for every pick. For
+  ``random``/``weighted``/``local_first`` this is exact. For ``even`` it assumes a pick's
+  position ``n*K+k`` is independent of its expert; when ``logcnt`` divides ``K`` the hash
+  depends only on ``k``, so score-sorted top-k lists can route very unevenly in token mode
+  (measured on `traces.synth.token_level` lists, 8x8 GPUs, 320 slots: GPU tokens up to 15% of
+  the mean away from the counts expectation; ``random`` and ``local_first`` stay within 4%).
+- *co-occurrence* (needed to count distinct GPUs and nodes per token, i.e. the per-node RDMA
+  dedup): a token from source ``s`` includes expert ``e`` independently of its other experts,
+  with probability ``p[s, e] = K * count[s, e] / total[s]`` (its exact marginal; clipped at 1).
+  Then ``P(token visits GPU g) = 1 - prod_e (1 - p[s, e] * w[e, g])`` with ``w[e, g]`` the
+  routing probability of ``e`` to ``g``, and likewise per node; counts-mode figures are the
+  exact expectations of this model (checked against brute-force enumeration in
+  ``tests/test_eval_traffic.py``).
+
+How close that is to real tokens (``tests/test_eval_traffic.py``, stated tolerances):
+
+- tokens drawn as the model says (independent inclusion): within 1.5% of token-level
+  transfers at 30k tokens (sampling noise);
+- tokens with exactly K distinct experts drawn by weight, positions shuffled (no co-occurrence
+  beyond distinctness): a fixed-size token spreads a little more than independent inclusion,
+  so counts mode *under*-estimates; tested bound 8% below / 1% above on bytes, GPU tokens
+  within 2% of the mean GPU load. Measured: NVLink -1.6%, RDMA -4.5% (4x4 GPUs, E=40, K=6);
+  NVLink -1%, RDMA -2% to -4% (4x8 and 18x8 GPUs, 288 slots, E=256, K=8, deepseek placement);
+- real routers correlate experts: DeepSeek-V3 picks the top ``topk_groups = 4`` of
+  ``num_groups = 8`` expert groups first, so a placement that keeps groups on nodes saves RDMA
+  that independent inclusion cannot see (measured +9% to +28% RDMA for deepseek hierarchical
+  placements on group-limited tokens, 4x8 and 8x8 GPUs). Give ``num_groups`` and
+  ``topk_groups`` to use the *group-limited* model instead: a token selects group ``j``
+  independently with probability
+  ``q[s, j] = clip(topk_groups * m[s, j] / K, max_{e in j} p[s, e], 1)`` (``m[s, j]`` the
+  group's expected picks per token; ``topk_groups`` groups per token on average), and an
+  expert ``e`` of a selected group with probability ``p[s, e] / q[s, g(e)]`` (marginals
+  unchanged). Groups are contiguous expert-id blocks, as in DeepSeek-V3. On tokens routed
+  DeepSeek-style (exactly 4 of 8 groups by top-2 group score, then top-8; also
+  `traces.synth.token_level`) it is within -3% to -12% on RDMA and -3% to 0% on NVLink, and
+  ranks hierarchical vs global placements as the tokens do (tested bound: -15% / +2%).
+
+Use token-level input when exact figures matter.
+
+The expected time is the time of the expected per-GPU bytes (not the expected maximum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import InputError, TopologyError
+from eplb.executor.routing import check_policy, dispatch_table, route
+from eplb.loads import check_load
+from eplb.placement import Placement
+from eplb.topology import Topology
+from evaluation.align import check_load_shape
+
+DEFAULT_TOP_K = 8  # DeepSeek-V3; used in counts mode when the caller gives no top_k
+
+
+# ------------------------------------------------------------------ link structure
+@dataclass(frozen=True)
+class Links:
+    """The link structure of a topology, read from its networkx graph.
+
+    ``rail: int64[G, N]``: the GPU on node ``b`` that source GPU ``s`` reaches by RDMA
+    (``rail[s, node_of(s)] == s``); ``nvlink_gbps``/``rdma_gbps: float64[G]`` the slowest
+    edge of each kind at each GPU (``inf`` when a GPU has no edge of that kind).
+    """
+
+    node: np.ndarray
+    rail: np.ndarray
+    nvlink_gbps: np.ndarray
+    rdma_gbps: np.ndarray
+
+
+@lru_cache(maxsize=32)
+def links(topology: Topology) -> Links:
+    """`Links` of ``topology`` from `Topology.graph` (cached per topology)."""
+    graph = topology.graph()
+    G, N = topology.num_gpus, topology.num_nodes
+    node = np.array([graph.nodes[g]["node"] for g in range(G)], dtype=np.int64)
+    rail = np.full((G, N), -1, dtype=np.int64)
+    rail[np.arange(G), node] = np.arange(G)
+    bw = {"nvlink": np.full(G, np.inf), "rdma": np.full(G, np.inf)}
+    for a, b, data in graph.edges(data=True):
+        kind, gbps = data["kind"], float(data["gbps"])
+        if not np.isfinite(gbps) or gbps <= 0:
+            raise TopologyError(f"{kind} bandwidth must be a positive number of GB/s, got {gbps}")
+        for x, y in ((a, b), (b, a)):
+            bw[kind][x] = min(bw[kind][x], gbps)
+            if kind == "rdma":
+                if rail[x, node[y]] not in (-1, y):
+                    raise TopologyError(f"GPU {x} has two RDMA peers on node {node[y]}")
+                rail[x, node[y]] = y
+            elif node[x] != node[y]:
+                raise TopologyError(f"NVLink edge {x}-{y} crosses nodes")
+    if (rail < 0).any():
+        s, b = (int(i) for i in np.argwhere(rail < 0)[0])
+        raise TopologyError(f"GPU {s} has no RDMA peer on node {b}")
+    for arr in (node, rail, bw["nvlink"], bw["rdma"]):
+        arr.flags.writeable = False
+    return Links(node, rail, bw["nvlink"], bw["rdma"])
+
+
+# --------------------------------------------------------------------------- report
+@dataclass(frozen=True, eq=False)
+class TrafficReport:
+    """Per-layer traffic of one placement (exact counts or expectations, see ``mode``).
+
+    - ``gpu_tokens: float64[L, G]`` picks served by each GPU.
+    - ``nvlink_bytes``, ``rdma_bytes: float64[L]`` dispatch + combine bytes.
+    - ``nvlink_transfers``, ``rdma_transfers: float64[L]`` hidden-vector copies per phase.
+    - ``nvlink_out``/``nvlink_in``/``rdma_out``/``rdma_in: float64[L, G]`` dispatch-phase
+      bytes leaving / entering each GPU per link class (combine is the reverse, scaled by
+      ``combine_bytes / dispatch_bytes``).
+    - ``dispatch_seconds``, ``combine_seconds``, ``alltoall_seconds: float64[L]``.
+    - ``slots: int[N, L, K]`` slot of each pick (token-level input only), else ``None``.
+    """
+
+    layer_ids: np.ndarray
+    gpu_tokens: np.ndarray
+    nvlink_bytes: np.ndarray
+    rdma_bytes: np.ndarray
+    nvlink_transfers: np.ndarray
+    rdma_transfers: np.ndarray
+    nvlink_out: np.ndarray
+    nvlink_in: np.ndarray
+    rdma_out: np.ndarray
+    rdma_in: np.ndarray
+    dispatch_seconds: np.ndarray
+    combine_seconds: np.ndarray
+    alltoall_seconds: np.ndarray
+    slots: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        return self.meta["mode"]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per layer: ``layer``, token and byte totals, seconds, max/mean GPU tokens."""
+        gt = self.gpu_tokens
+        mean = gt.mean(-1)
+        return pd.DataFrame({
+            "layer": self.layer_ids,
+            "tokens": gt.sum(-1),
+            "gpu_tokens_max": gt.max(-1),
+            "gpu_tokens_max_over_mean": np.divide(
+                gt.max(-1), mean, out=np.ones_like(mean), where=mean > 0
+            ),
+            "nvlink_bytes": self.nvlink_bytes,
+            "rdma_bytes": self.rdma_bytes,
+            "nvlink_transfers": self.nvlink_transfers,
+            "rdma_transfers": self.rdma_transfers,
+            "dispatch_seconds": self.dispatch_seconds,
+            "combine_seconds": self.combine_seconds,
+            "alltoall_seconds": self.alltoall_seconds,
+        })
+
+    def summary(self) -> dict[str, float]:
+        """Totals over layers (one forward step): bytes, transfers and seconds."""
+        return {
+            "nvlink_bytes": float(self.nvlink_bytes.sum()),
+            "rdma_bytes": float(self.rdma_bytes.sum()),
+            "nvlink_transfers": float(self.nvlink_transfers.sum()),
+            "rdma_transfers": float(self.rdma_transfers.sum()),
+            "dispatch_seconds": float(self.dispatch_seconds.sum()),
+            "combine_seconds": float(self.combine_seconds.sum()),
+            "alltoall_seconds": float(self.alltoall_seconds.sum()),
+        }
+
+
+# ----------------------------------------------------------------------- helpers
+def _check_sizes(hidden, dispatch_bytes, combine_bytes) -> None:
+    for name, value in (("hidden", hidden), ("dispatch_bytes", dispatch_bytes),
+                        ("combine_bytes", combine_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InputError(f"{name} must be a positive number, got {value!r}")
+        if not np.isfinite(value) or value <= 0:
+            raise InputError(f"{name} must be > 0, got {value}")
+
+
+def _check_top_k(top_k) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer (experts per token), got {top_k!r}")
+    return int(top_k)
+
+
+def _check_groups(num_groups, topk_groups, num_experts: int) -> tuple[int, int] | None:
+    """``(num_groups, topk_groups)`` of the group-limited model, or ``None`` (no groups)."""
+    if num_groups is None or topk_groups is None:
+        return None
+    for name, v in (("num_groups", num_groups), ("topk_groups", topk_groups)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    if num_experts % num_groups:
+        raise InputError(
+            f"num_groups {num_groups} does not divide the {num_experts} experts; give the "
+            "model's expert groups (DeepSeek-V3: 8 groups of 32) or leave them out"
+        )
+    if topk_groups >= num_groups:
+        return None  # every group may be chosen: no limit
+    return int(num_groups), int(topk_groups)
+
+
+def _merged_share(phy2log: np.ndarray, weight: np.ndarray, per_bin: int) -> np.ndarray:
+    """``float64[L, P]``: ``weight`` summed over slots of one expert inside each bin of
+    ``per_bin`` consecutive slots, held by the first such slot (others 0)."""
+    L, P = phy2log.shape
+    B = P // per_bin
+    e = phy2log.reshape(L * B, per_bin)
+    w = weight.reshape(L * B, per_bin)
+    order = np.argsort(e, axis=1, kind="stable")
+    es = np.take_along_axis(e, order, 1)
+    ws = np.take_along_axis(w, order, 1)
+    start = np.ones_like(es, dtype=bool)
+    start[:, 1:] = es[:, 1:] != es[:, :-1]
+    idx = np.flatnonzero(start.ravel())
+    merged = np.zeros(ws.size)
+    merged[idx] = np.add.reduceat(ws.ravel(), idx)
+    out = np.empty_like(merged.reshape(L * B, per_bin))
+    np.put_along_axis(out, order, merged.reshape(L * B, per_bin), 1)
+    return out.reshape(L, P)
+
+
+def _policy_share(placement: Placement, policy: str) -> np.ndarray:
+    """``float64[L, P]``: probability that a pick of a slot's expert goes to that slot."""
+    if policy == "weighted":
+        return placement.share
+    cnt = np.take_along_axis(placement.logcnt, placement.phy2log, 1)
+    return 1.0 / cnt
+
+
+def _sources(placement: Placement, source_counts, load) -> tuple[np.ndarray, str]:
+    """``float64[L, G, E]`` expected picks from each source GPU, and a label."""
+    topo = placement.topology
+    G = topo.num_gpus
+    if source_counts is not None:
+        src = check_load(source_counts, name="source_counts", ndim=3)
+        check_load_shape(placement, src[:, 0, :], "source_counts[:, rank, :]")
+        gs = src.shape[1]
+        if gs == G:
+            return np.asarray(src), "source_counts"
+        if G % gs:
+            raise InputError(
+                f"source_counts has {gs} source ranks, which do not divide the {G} GPUs; "
+                f"evaluate on a topology with a multiple of {gs} GPUs or pass load= instead"
+            )
+        # each source rank's tokens spread evenly over a contiguous block of G / gs GPUs
+        return np.repeat(np.asarray(src) / (G // gs), G // gs, axis=1), "source_counts"
+    load = check_load(load)
+    check_load_shape(placement, load)
+    return np.broadcast_to(load[:, None, :] / G, (load.shape[0], G, load.shape[1])), "load"
+
+
+# ----------------------------------------------------------------- visit matrices
+def _group_probs(p: np.ndarray, top_k: int, groups: tuple[int, int] | None):
+    """Group model: ``gid: int64[E]``, ``q: float64[L, G, NG]`` (probability a token selects
+    each group) and ``r: float64[L, G, E]`` (inclusion of ``e`` given its group is selected)."""
+    L, G, E = p.shape
+    if groups is None:
+        return np.zeros(E, dtype=np.int64), np.ones((L, G, 1)), p
+    num_groups, topk_groups = groups
+    gid = np.arange(E, dtype=np.int64) // (E // num_groups)
+    pg = p.reshape(L, G, num_groups, E // num_groups)
+    mass = pg.sum(-1)  # expected picks per token in each group
+    q = np.clip(mass * (topk_groups / top_k), pg.max(-1), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q[..., gid] > 0, p / q[..., gid], 0.0)
+    return gid, q, np.minimum(r, 1.0)
+
+
+def _log_miss(term, key, q, bins):
+    """``float64[L, G, bins]``: log P(no pick in bin) from per-pick ``term`` (log of the
+    chance that a pick of that expert does not land in the bin, given its group is selected)
+    scattered by ``key = ((l * G + s) * NG + group) * bins + bin``."""
+    L, G, NG = q.shape
+    inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * G * NG * bins))
+    inner = inner.reshape(L, G, NG, bins)
+    with np.errstate(divide="ignore"):
+        return np.log(1.0 - q[..., None] + q[..., None] * inner).sum(2)
+
+
+def _expected_visits(
+    placement: Placement, src: np.ndarray, policy: str, top_k: int,
+    groups: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Counts mode: ``gpu_tokens [L, G]``, ``visits [L, G, G]`` (expected tokens from ``s``
+    reaching GPU ``g``), ``node_visits [L, G, N]``, and the number of clipped inclusions."""
+    topo = placement.topology
+    L, G, E = src.shape
+    N, S = topo.num_nodes, topo.slots_per_gpu
+    phy2log = placement.phy2log
+    tokens = src.sum(-1) / top_k  # [L, G] tokens from each source
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(tokens[..., None] > 0, src / tokens[..., None], 0.0)  # [L, G, E]
+    clipped = int((p > 1 + 1e-12).sum())
+    p = np.minimum(p, 1.0)
+    gid, q, r = _group_probs(p, top_k, groups)
+    NG = q.shape[2]
+    lrow = np.arange(L)[:, None, None]
+    srow = np.arange(G)[None, :, None]
+    base = (lrow * G + srow) * NG  # [L, G, 1]
+    with np.errstate(divide="ignore"):
+        if policy == "local_first":
+            dest = np.stack([dispatch_table(placement, i) for i in range(L)]) // S  # [L, G, E]
+            gpu_tokens = np.bincount((lrow * G + dest).ravel(), src.ravel(),
+                                     minlength=L * G).reshape(L, G)
+            term = np.log1p(-r)  # [L, G, E]
+            grp = base + gid[None, None, :]
+            miss_g = _log_miss(term, grp * G + dest, q, G)
+            miss_n = _log_miss(term, grp * N + topo.node_of_gpu[dest], q, N)
+        else:
+            share = _policy_share(placement, policy)  # [L, P]
+            total = src.sum(1)  # [L, E]
+            gpu_tokens = (np.take_along_axis(total, phy2log, 1) * share).reshape(L, G, S).sum(-1)
+            r_slot = np.take_along_axis(r, np.broadcast_to(phy2log[:, None, :], (L, G, G * S)), 2)
+            grp = base + gid[phy2log][:, None, :]  # [L, G, P]
+            wg = _merged_share(phy2log, share, S)  # [L, P]
+            wn = _merged_share(phy2log, share, S * topo.gpus_per_node)
+            miss_g = _log_miss(np.log1p(-r_slot * wg[:, None, :]),
+                               grp * G + topo.gpu_of_slot[None, None, :], q, G)
+            miss_n = _log_miss(np.log1p(-r_slot * wn[:, None, :]),
+                               grp * N + topo.node_of_slot[None, None, :], q, N)
+    visits = tokens[..., None] * -np.expm1(miss_g)
+    node_visits = tokens[..., None] * -np.expm1(miss_n)
+    return gpu_tokens, visits, node_visits, clipped
+
+
+def _token_visits_layer(slots: np.ndarray, rank: np.ndarray, topo: Topology):
+    """Token mode, one layer: ``gpu_tokens [G]``, ``visits [G, G]``, ``node_visits [G, N]``."""
+    G, N = topo.num_gpus, topo.num_nodes
+    dest = slots // topo.slots_per_gpu  # [n, K]
+    gpu_tokens = np.bincount(dest.ravel(), minlength=G)
+    dest.sort(axis=1)
+    src = np.broadcast_to(rank[:, None], dest.shape)
+    first = np.ones(dest.shape, dtype=bool)
+    first[:, 1:] = dest[:, 1:] != dest[:, :-1]
+    visits = np.bincount((src * G + dest)[first], minlength=G * G)
+    node = dest // topo.gpus_per_node  # sorted too
+    first[:, 1:] = node[:, 1:] != node[:, :-1]
+    node_visits = np.bincount((src * N + node)[first], minlength=G * N)
+    return gpu_tokens, visits.reshape(G, G), node_visits.reshape(G, N)
+
+
+# -------------------------------------------------------------------- accounting
+def _account(visits: np.ndarray, node_visits: np.ndarray, topo: Topology, lk: Links):
+    """Transfers from visit matrices ``visits [L, G, G]`` and ``node_visits [L, G, N]``.
+
+    Returns dispatch-phase transfer counts: ``nv_tr [L]``, ``rd_tr [L]`` and per-GPU
+    ``nv_out, nv_in, rd_out, rd_in [L, G]``.
+    """
+    L, G, _ = visits.shape
+    N = topo.num_nodes
+    node = lk.node
+    gpus = np.arange(G)
+    same = node[:, None] == node[None, :]  # [s, g]
+    rail_of = lk.rail[:, node]  # [s, g]: rail peer of s on g's node
+    local = same & (gpus[:, None] != gpus[None, :])  # s -> g over NVLink directly
+    forward = ~same & (rail_of != gpus[None, :])  # rail peer -> g over NVLink
+    remote = node[:, None] != np.arange(N)[None, :]  # [s, b]
+    v_local = visits * local
+    v_fwd = visits * forward
+    v_rdma = node_visits * remote
+    nv_tr = v_local.sum((1, 2)) + v_fwd.sum((1, 2))
+    rd_tr = v_rdma.sum((1, 2))
+    # per-GPU endpoints
+    nv_in = v_local.sum(1) + v_fwd.sum(1)  # received by g
+    lrow = (np.arange(L) * G)[:, None, None]
+    fwd_out = np.bincount((lrow + rail_of[None]).ravel(), v_fwd.ravel(), minlength=L * G)
+    nv_out = v_local.sum(2) + fwd_out.reshape(L, G)
+    rd_out = v_rdma.sum(2)
+    rd_in = np.bincount((lrow + lk.rail[None]).ravel(), v_rdma.ravel(), minlength=L * G)
+    return nv_tr, rd_tr, nv_out, nv_in, rd_out, rd_in.reshape(L, G)
+
+
+def _phase_seconds(out_b: tuple, in_b: tuple, lk: Links) -> np.ndarray:
+    """``float64[L]``: slowest GPU's busy time; ``out_b``/``in_b`` = (nvlink, rdma) bytes."""
+    nv = np.maximum(out_b[0], in_b[0]) / (lk.nvlink_gbps * 1e9)
+    rd = np.maximum(out_b[1], in_b[1]) / (lk.rdma_gbps * 1e9)
+    return np.maximum(nv, rd).max(-1)
+
+
+# ---------------------------------------------------------------------- simulate
+def simulate(
+    placement: Placement,
+    *,
+    topk_ids=None,
+    token_rank=None,
+    source_counts=None,
+    load=None,
+    policy: str = "even",
+    hidden: int = 7168,
+    dispatch_bytes: float = 1,
+    combine_bytes: float = 2,
+    seed: int = 0,
+    top_k: int | None = None,
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+    keep_slots: bool = True,
+    progress: bool = False,
+) -> TrafficReport:
+    """Traffic of ``placement`` for one routing source (give exactly one):
+
+    - ``topk_ids: int[N, L, K]`` with ``token_rank: int[N]`` (source GPU of each token): exact.
+    - ``source_counts: float[L, G_src, E]`` picks from each source rank (``G_src`` must divide
+      ``G``; each rank's tokens spread over a block of ``G / G_src`` GPUs): expectations.
+    - ``load: float[L, E]`` with sources spread evenly over the GPUs: expectations.
+
+    ``policy``: ``even``, ``random``, ``local_first``, ``weighted`` (`eplb.executor.routing`).
+    ``hidden`` elements per token vector; ``dispatch_bytes``/``combine_bytes`` per element
+    (FP8 dispatch, BF16 combine by default). ``top_k`` (counts mode; default 8) converts picks to
+    tokens; ``num_groups`` + ``topk_groups`` (counts mode) switch to the group-limited
+    co-occurrence model. ``seed`` drives the ``random``/``weighted`` policies. See the module
+    docstring for the accounting, the time model and the counts-mode assumptions.
+    """
+    check_policy(policy)
+    _check_sizes(hidden, dispatch_bytes, combine_bytes)
+    given = [n for n, v in (("topk_ids", topk_ids), ("source_counts", source_counts),
+                            ("load", load)) if v is not None]
+    if len(given) != 1:
+        raise InputError(
+            "give exactly one routing source: topk_ids (+ token_rank), source_counts or load; "
+            f"got {', '.join(given) or 'none'}"
+        )
+    topo = placement.topology
+    lk = links(topo)
+    L, G = placement.num_layers, topo.num_gpus
+    meta: dict[str, Any] = {"policy": policy, "hidden": hidden, "dispatch_bytes": dispatch_bytes,
+                            "combine_bytes": combine_bytes, "seed": seed, "topology": str(topo)}
+    slots_out = None
+    if topk_ids is not None:
+        ids, rank = _check_tokens(placement, topk_ids, token_rank)
+        N, _, K = ids.shape
+        meta.update(mode="tokens", tokens=N, top_k=K)
+        gpu_tokens = np.zeros((L, G))
+        visits = np.zeros((L, G, G))
+        node_visits = np.zeros((L, G, topo.num_nodes))
+        if keep_slots:
+            slots_out = np.empty((N, L, K), np.int16 if topo.num_slots < 2**15 else np.int32)
+        layers = range(L)
+        if progress:
+            from tqdm.auto import tqdm
+
+            layers = tqdm(layers, desc="traffic", unit="layer")
+        for layer in layers:
+            slots = route(ids[:, layer, :], placement, layer_index=layer, policy=policy,
+                          token_rank=rank, seed=seed)
+            if slots_out is not None:
+                slots_out[:, layer, :] = slots
+            gpu_tokens[layer], visits[layer], node_visits[layer] = _token_visits_layer(
+                slots, rank, topo
+            )
+    else:
+        src, label = _sources(placement, source_counts, load)
+        K = DEFAULT_TOP_K if top_k is None else _check_top_k(top_k)
+        groups = _check_groups(num_groups, topk_groups, placement.num_experts)
+        # layers in chunks so the [layers, G, groups, G] scratch stays near 32 MB
+        step = max(1, int(4e6 // (G * (groups or (1,))[0] * G)))
+        parts = []
+        for lo in range(0, L, step):
+            rows = slice(lo, min(L, lo + step))
+            sub = Placement(placement.phy2log[rows], placement.num_experts, topo,
+                            None if placement.replica_share is None
+                            else placement.replica_share[rows])
+            parts.append(_expected_visits(sub, src[rows], policy, K, groups))
+        gpu_tokens, visits, node_visits = (np.concatenate([q[i] for q in parts])
+                                           for i in range(3))
+        clipped = sum(q[3] for q in parts)
+        meta.update(mode=label, top_k=K, clipped_inclusions=clipped,
+                    groups=None if groups is None else list(groups))
+    nv_tr, rd_tr, nv_out, nv_in, rd_out, rd_in = _account(visits, node_visits, topo, lk)
+    d, c = hidden * dispatch_bytes, hidden * combine_bytes
+    dispatch = _phase_seconds((nv_out * d, rd_out * d), (nv_in * d, rd_in * d), lk)
+    combine = _phase_seconds((nv_in * c, rd_in * c), (nv_out * c, rd_out * c), lk)
+    return TrafficReport(
+        layer_ids=placement.layer_ids.copy(),
+        gpu_tokens=gpu_tokens,
+        nvlink_bytes=nv_tr * (d + c),
+        rdma_bytes=rd_tr * (d + c),
+        nvlink_transfers=nv_tr,
+        rdma_transfers=rd_tr,
+        nvlink_out=nv_out * d,
+        nvlink_in=nv_in * d,
+        rdma_out=rd_out * d,
+        rdma_in=rd_in * d,
+        dispatch_seconds=dispatch,
+        combine_seconds=combine,
+        alltoall_seconds=dispatch + combine,
+        slots=slots_out,
+        meta=meta,
+    )
+
+
+def _check_tokens(placement: Placement, topk_ids, token_rank) -> tuple[np.ndarray, np.ndarray]:
+    if token_rank is None:
+        raise InputError("topk_ids needs token_rank (the source GPU of each token)")
+    ids = np.asarray(topk_ids)
+    rank = np.asarray(token_rank)
+    L, E, G = placement.num_layers, placement.num_experts, placement.topology.num_gpus
+    if ids.ndim != 3 or not np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"topk_ids must be int[N, L, K], got {ids.dtype}{ids.shape}")
+    if ids.shape[1] != L:
+        raise InputError(
+            f"topk_ids has {ids.shape[1]} layers but the placement has {L}; use a placement "
+            "solved for this trace"
+        )
+    if ids.size and (ids.min() < 0 or ids.max() >= E):
+        raise InputError(f"topk_ids must hold expert ids in 0..{E - 1} (the placement's experts)")
+    if rank.shape != (ids.shape[0],) or not np.issubdtype(rank.dtype, np.integer):
+        raise InputError(f"token_rank must be int[{ids.shape[0]}], got {rank.dtype}{rank.shape}")
+    if rank.size and (rank.min() < 0 or rank.max() >= G):
+        raise InputError(
+            f"token_rank holds source rank {int(rank.max())} but the topology has {G} GPUs "
+            f"(ranks 0..{G - 1}); evaluate on a topology with at least {int(rank.max()) + 1} GPUs"
+        )
+    return ids, rank.astype(np.int64)
+
+
+def trace_ranks(trace) -> int:
+    """Source ranks of a trace: ``source_counts``' rank axis, else ``max(token_rank) + 1``."""
+    if trace.source_counts is not None:
+        return int(trace.source_counts.shape[2])
+    if trace.token_rank is not None and trace.token_rank.size:
+        return int(trace.token_rank.max()) + 1
+    return 0
+
+
+def token_gpus(token_rank: np.ndarray, ranks: int, num_gpus: int) -> np.ndarray:
+    """``int64[N]`` source GPU of each token when a trace recorded on ``ranks`` ranks runs on
+    ``num_gpus`` GPUs (``ranks`` must divide ``num_gpus``): rank ``r`` owns GPUs
+    ``r * m .. r * m + m - 1`` (``m = num_gpus / ranks``), token ``n`` sits on ``r * m + n % m``
+    -- the token-level counterpart of the block spread `simulate` applies to ``source_counts``.
+    """
+    m = num_gpus // ranks
+    rank = np.asarray(token_rank, dtype=np.int64)
+    return rank * m + np.arange(rank.size) % m
+
+
+def simulate_trace(
+    placement: Placement, trace, *, windows=None, source: str = "auto", **kwargs: Any
+) -> TrafficReport:
+    """`simulate` on a `traces.Trace` after `align`.
+
+    ``source``: ``"tokens"`` (token-level, all tokens), ``"source_counts"`` or ``"load"``
+    (counts of the chosen ``windows``, default all); ``"auto"`` picks the most exact one the
+    trace has. The trace's source ranks (`trace_ranks`) must divide the GPUs for ``tokens`` and
+    ``source_counts``: each rank's tokens spread over a block of GPUs (`token_gpus`), so both
+    modes see the same sources. ``top_k``, ``num_groups`` and ``topk_groups`` default to the
+    trace's ``meta``.
+    """
+    from evaluation.align import align
+
+    placement = align(placement, trace)
+    G = placement.topology.num_gpus
+    R = trace_ranks(trace)
+    fits = R > 0 and G % R == 0
+    if source == "auto":
+        if trace.topk_ids is not None and windows is None and fits:
+            source = "tokens"
+        elif trace.source_counts is not None and fits:
+            source = "source_counts"
+        else:
+            source = "load"
+    if source in ("tokens", "source_counts") and not fits:
+        what = "token_rank" if source == "tokens" else "source_counts"
+        if getattr(trace, "topk_ids" if source == "tokens" else "source_counts") is not None:
+            raise InputError(
+                f"the trace's {R} source ranks ({what}) do not divide the {G} GPUs; evaluate on "
+                f"a multiple of {R} GPUs or use source='load'"
+            )
+    if source == "tokens":
+        if trace.topk_ids is None:
+            raise InputError("the trace has no token-level routing (topk_ids); use source='load'")
+        return simulate(placement, topk_ids=trace.topk_ids,
+                        token_rank=token_gpus(trace.token_rank, R, G), **kwargs)
+    for key in ("top_k", "num_groups", "topk_groups"):
+        if kwargs.get(key) is None:
+            kwargs.pop(key, None)
+            if trace.meta.get(key) is not None:
+                kwargs[key] = int(trace.meta[key])
+    if source == "source_counts":
+        if trace.source_counts is None:
+            raise InputError("the trace has no per-rank source_counts; use source='load'")
+        sc = trace.source_counts if windows is None else trace.source_counts[windows]
+        sc = sc[None] if sc.ndim == 3 else sc
+        return simulate(placement, source_counts=sc.sum(0), **kwargs)
+    if source != "load":
+        raise InputError(f"source must be auto, tokens, source_counts or load, got {source!r}")
+    return simulate(placement, load=trace.load(windows), **kwargs)

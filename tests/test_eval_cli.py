@@ -1,0 +1,155 @@
+"""CLI end to end: eplb evaluate / compare / replay, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from eplb.cli import main
+from traces import Trace, synth, write_npz
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture()
+def files(tmp_path):
+    multi = synth.zipf(4, 16, windows=4, tokens=300, top_k=2, seed=1)
+    multi = Trace(multi.counts, layer_ids=[3, 4, 5, 6], meta=multi.meta)
+    write_npz(multi, tmp_path / "multi.npz")
+    rng = np.random.default_rng(2)
+    N = 200
+    ids = np.stack([np.stack([rng.choice(16, 2, replace=False) for _ in range(4)])
+                    for _ in range(N)])
+    counts = np.zeros((1, 4, 16))
+    for layer in range(4):
+        np.add.at(counts[0, layer], ids[:, layer].ravel(), 1)
+    tok = Trace(counts, layer_ids=[3, 4, 5, 6], topk_ids=ids, token_rank=rng.integers(0, 4, N),
+                meta={"top_k": 2})
+    write_npz(tok, tmp_path / "tokens.npz")
+    other = synth.zipf(4, 12, windows=1, tokens=100, seed=3)
+    write_npz(other, tmp_path / "other.npz")
+    np.savez(tmp_path / "empty.npz", counts=np.zeros((0, 4, 16)))
+    one = Trace(multi.counts[:1], layer_ids=[3, 4, 5, 6])
+    write_npz(one, tmp_path / "one.npz")
+    assert main(["solve", str(tmp_path / "multi.npz"), "--topology", "2x2", "--slots", "20",
+                 "-o", str(tmp_path / "p.json")]) == 0
+    return tmp_path
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("eplb: error: ")
+    return err[0]
+
+
+def test_evaluate_text_json_csv(files, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", str(files / "p.json"), str(files / "multi.npz"), "-o",
+                 str(files / "layers.csv"), "--plot", str(files / "heat.png")]) == 0
+    out = capsys.readouterr().out
+    assert "step max/mean GPU load" in out and "expected (sources spread evenly)" in out
+    assert len(pd.read_csv(files / "layers.csv")) == 4
+    assert (files / "heat.png").read_bytes().startswith(PNG)
+    assert main(["evaluate", str(files / "p.json"), str(files / "multi.npz"), "--json",
+                 "--dispatch", "local_first"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["traffic"]["policy"] == "local_first" and doc["traffic"]["mode"] == "load"
+    assert [r["layer"] for r in doc["layers"]] == [3, 4, 5, 6]
+    assert doc["balance"]["step_max_over_mean"] >= 1.0
+
+
+def test_evaluate_token_level_exact(files, capsys):
+    capsys.readouterr()
+    slots = files / "slots.npy"
+    assert main(["evaluate", str(files / "p.json"), str(files / "tokens.npz"), "--json",
+                 "--save-slots", str(slots)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["traffic"]["mode"] == "tokens"
+    saved = np.load(slots, allow_pickle=False)
+    assert saved.shape == (200, 4, 2)
+
+
+@pytest.mark.parametrize("case", ["experts", "layers", "empty", "dispatch", "bandwidth"])
+def test_evaluate_bad_input_one_line(files, capsys, case):
+    trace = {"experts": "other.npz", "layers": "multi.npz", "empty": "empty.npz"}.get(case,
+                                                                                      "multi.npz")
+    argv = ["evaluate", str(files / "p.json"), str(files / trace)]
+    if case == "layers":
+        p = json.loads((files / "p.json").read_text())
+        p["layer_ids"] = [10, 11, 12, 13]
+        (files / "q.json").write_text(json.dumps(p))
+        argv[1] = str(files / "q.json")
+    if case == "dispatch":
+        argv += ["--dispatch", "fastest"]
+    if case == "bandwidth":
+        argv += ["--rdma-gbps", "0"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = error_line(capsys)
+    expect = {"experts": "16 experts per layer but the trace has 12",
+              "layers": "no rows for trace layers 3, 4, 5, 6",
+              "empty": "needs >= 1 window", "dispatch": "unknown dispatch policy 'fastest'",
+              "bandwidth": "rdma_gbps must be a positive bandwidth"}[case]
+    assert expect in line
+
+
+def test_compare_cli(files, capsys):
+    capsys.readouterr()
+    argv = ["compare", str(files / "multi.npz"), str(files / "other.npz"), "--solvers",
+            "deepseek", "--topologies", "2x2:16,1x4+4", "--quiet", "-o", str(files / "r.csv"),
+            "--markdown", str(files / "r.md"), "--plot", str(files / "plots")]
+    assert main(argv) == 0
+    df = pd.read_csv(files / "r.csv")
+    assert len(df) == 4 and (df["status"] == "ok").all()
+    assert "### 2x2:16" in (files / "r.md").read_text()
+    pngs = list((files / "plots").glob("*.png"))
+    assert pngs and all(p.read_bytes().startswith(PNG) for p in pngs)
+    assert main(["compare", str(files / "multi.npz"), "--solvers", "deepseek", "--quiet",
+                 "--topologies", "2x2:16", "--plot", str(files / "pp"), "--pareto",
+                 "--pareto-weights", "0,1", "--ilp-limit", "0"]) == 0
+    assert (files / "pp" / "pareto.csv").exists()
+    assert (files / "pp" / "pareto_multi_2x2_16.png").read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--nvlink-gbps", "0"], "nvlink_gbps must be a positive bandwidth"),
+    (["--dispatch", "nope"], "unknown dispatch policy 'nope'"),
+    (["--topologies", "4x8:100"], "not a multiple of 32 GPUs; use 128"),
+    (["--solvers", "nope"], "unknown solver 'nope'"),
+    (["--topologies", "2x2:8"], "every run failed; first: InfeasibleError"),
+])
+def test_compare_bad_input(files, capsys, argv, expect):
+    capsys.readouterr()
+    assert main(["compare", str(files / "multi.npz"), "--quiet", *argv]) == 2
+    assert expect in error_line(capsys)
+
+
+def test_replay_cli(files, capsys):
+    capsys.readouterr()
+    assert main(["replay", str(files / "multi.npz"), "--solver", "deepseek", "--interval", "2",
+                 "--history", "1", "--topology", "2x2", "--slots", "20", "--quiet", "-o",
+                 str(files / "replay.csv"), "--plot", str(files / "replay.png"),
+                 "--dispatch", "even"]) == 0
+    out = capsys.readouterr().out
+    assert "rebalances              1" in out
+    df = pd.read_csv(files / "replay.csv")
+    assert df["rebalanced"].tolist() == [False, False, True, False]
+    assert (files / "replay.png").read_bytes().startswith(PNG)
+    assert main(["replay", str(files / "one.npz"), "--solver", "deepseek", "--quiet"]) == 2
+    assert "needs at least 2" in error_line(capsys)
+    assert main(["replay", str(files / "multi.npz"), "--solver", "deepseek", "--quiet",
+                 "--interval", "0"]) == 2
+    assert "interval must be a positive integer" in error_line(capsys)
+
+
+def test_compare_real_deepseek_file(deepseek_jsons, tmp_path, capsys):
+    path = deepseek_jsons[0]
+    assert main(["compare", str(path), "--solvers", "deepseek", "--topologies", "4x8:288",
+                 "--groups", "8", "--quiet", "-o", str(tmp_path / "r.csv")]) == 0
+    df = pd.read_csv(tmp_path / "r.csv")
+    assert df.loc[0, "status"] == "ok" and df.loc[0, "variant"] == "hierarchical"
+    assert 1.0 <= df.loc[0, "step_max_over_mean"] < 1.5
