@@ -44,6 +44,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _sha256(path: Path) -> str:
+    """Hash of a load file, or of every file under a trace directory (sorted by path)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -68,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     )
     gpu = placement.gpu_load(load)
     bal, mom = balancedness(gpu), max_over_mean(gpu)
-    digest = hashlib.sha256(Path(args.load).read_bytes()).hexdigest()
+    digest = _sha256(Path(args.load))
     placement = type(placement)(
         placement.phy2log,
         placement.num_experts,
