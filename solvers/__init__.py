@@ -1,5 +1,11 @@
 """Placement policies: a registry by name and one entry point.
 
+Registered: ``deepseek`` (bit-exact DeepSeek EPLB), ``greedy`` (slot-aware global greedy with
+swap search; ``weighted``, ``rdma_weight``), ``hierarchical`` (group-to-node contract, best
+assignment), ``ilp`` (exact per-layer model, certified bound and gap). Lower bounds:
+`solvers.bounds.lower_bound`; relabeling against ``previous=``: `solvers.migration`;
+traffic proxy: `solvers.traffic_cost.expected_rdma`. See docs/solvers.md.
+
 >>> import solvers
 >>> solvers.available()  # doctest: +SKIP
 ['deepseek', ...]
@@ -7,6 +13,9 @@
 """
 
 from solvers import deepseek as _deepseek  # noqa: F401  (registers "deepseek")
+from solvers import greedy as _greedy  # noqa: F401  (registers "greedy")
+from solvers import hierarchical as _hierarchical  # noqa: F401  (registers "hierarchical")
+from solvers import ilp as _ilp  # noqa: F401  (registers "ilp")
 from solvers.registry import available, get, register, solve
 
 __all__ = ["available", "get", "register", "solve"]

@@ -80,7 +80,9 @@ def solve(
     """Place ``load: float[L, E]`` on ``topology`` with solver ``name``; a validated `Placement`.
 
     ``num_groups``: expert groups for group-limited routing (hierarchical policies).
-    ``previous``: the live placement; solvers that support it keep replicas where they were.
+    ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
+    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were, and
+    ``meta["solver"]["replicas_moved"]`` (per layer) / ``replicas_moved_total`` count the rest.
     ``seed``: every random choice is drawn from it. ``time_limit``: seconds, for search solvers.
     """
     fn = get(name)
@@ -111,6 +113,15 @@ def solve(
     seconds = time.perf_counter() - start
     placement.validate()
     info = dict(placement.meta.get("solver") or {})
+    if previous is not None:  # relabeling is part of the solve: timed with it
+        from solvers.migration import relabel, replicas_moved
+
+        start = time.perf_counter()
+        placement = relabel(placement, previous)
+        seconds += time.perf_counter() - start
+        placement.validate()
+        moved = replicas_moved(previous, placement)
+        info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     info.update(
         name=name,
         params={"num_groups": num_groups, "seed": seed, "time_limit": time_limit, **options},

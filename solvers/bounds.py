@@ -1,0 +1,269 @@
+"""Lower bounds on the largest GPU load, per layer: what every solver is measured against.
+
+For one layer with expert loads ``w`` (``E`` experts), ``G`` GPUs of ``S`` slots (``P = G S``
+slots), any placement (even split; several replicas of an expert on one GPU allowed) has::
+
+    max GPU load >= total / G                                   (average)
+    max GPU load >= min over counts of max_e w_e / min(c_e, G)  (largest replica)
+
+The second: an expert with ``c <= G`` replicas puts ``w / c`` on some GPU, with ``c > G`` some
+GPU holds two or more (``>= w / G``); water-filling with a cap of ``G`` minimises it exactly.
+
+*Experts that must stay single*: at most ``R = P - E`` experts get a second replica, so among
+the ``n + R`` heaviest experts at least ``n`` are single, and the ``i``-th heaviest of those
+weighs at least ``w_(R+i)`` (loads sorted descending). Some GPU holds ``ceil(n / G)`` of them::
+
+    max GPU load >= max_n  sum_{i = n - ceil(n/G) + 1 .. n} w_(R+i)
+
+*LP relaxation* (scipy HiGHS; `pairing` has the model): for a target ``T``, a replica
+``> T/2`` shares its GPU with ``S - 1`` replicas each ``<= T - size``, and no two such
+replicas share a GPU. With boolean ``x[e, c]`` ("expert e has c replicas") this gives a
+ballot constraint per size threshold; when its LP relaxation is infeasible, ``T`` is
+unreachable. Bisection gives the bound. For ``S = 2`` the integer model is exact (see
+`pairing`) and its LP is far tighter than the simple bounds there; ``lp="auto"`` runs it
+only for ``S = 2`` (it costs ~0.1 s per layer; results are cached per input).
+
+*Group-constrained* (``hierarchical=True`` with ``num_groups``): every expert of a group lives
+on the node its group is assigned to (DeepSeek's hierarchical contract). Each node needs at
+least one group and room for its experts; a node's GPUs bound like a small cluster (the
+bounds above with ``G / N`` GPUs and ``S G / N`` slots). The best assignment of groups to
+nodes (exact over set partitions for up to 10 groups, else a relaxation) bounds the layer.
+
+*Weighted* (``weighted=True``): with free replica shares the average ``total / G`` is the
+bound (globally), or the best group-to-node assignment of node loads (hierarchical).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from itertools import combinations
+
+import numpy as np
+
+from eplb.errors import InfeasibleError, InputError
+from eplb.loads import check_load
+from eplb.topology import Topology
+from solvers import pairing
+from solvers.replication import waterfill
+
+EXACT_GROUPS = 10  # exact set-partition search up to this many groups
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def average_bound(load: np.ndarray, num_gpus: int) -> np.ndarray:
+    """``float64[X]`` total / G for ``load: float[X, E]``."""
+    return load.sum(1) / num_gpus
+
+
+def replica_bound(load: np.ndarray, num_gpus: int, num_slots, *, present=None) -> np.ndarray:
+    """``float64[X]`` smallest possible largest per-replica load (water-filling, cap ``G``)."""
+    counts = waterfill(load, num_slots, num_gpus, present=present)
+    per = np.divide(load, counts, out=np.zeros_like(load), where=counts > 0)
+    return per.max(1)
+
+
+def single_bound(load: np.ndarray, num_gpus: int, num_slots: int) -> np.ndarray:
+    """``float64[X]`` pigeonhole bound from experts that must stay single (docstring)."""
+    X, E = load.shape
+    R = num_slots - E
+    if R >= E:
+        return np.zeros(X)
+    tail = -np.sort(-load, axis=1)[:, max(R, 0):]  # w_(R+1), w_(R+2), ... descending
+    n = np.arange(1, tail.shape[1] + 1)
+    q = -(-n // num_gpus)
+    cs = np.concatenate([np.zeros((X, 1)), np.cumsum(tail, axis=1)], axis=1)
+    vals = cs[:, n] - cs[:, n - q]
+    return vals.max(1)
+
+
+def flat_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+    """``float64[X]`` max of the average, largest-replica and single-expert bounds."""
+    P = num_gpus * slots_per_gpu
+    return np.maximum.reduce([
+        average_bound(load, num_gpus),
+        replica_bound(load, num_gpus, P),
+        single_bound(load, num_gpus, P),
+    ])
+
+
+def lp_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int, start: np.ndarray,
+             *, rel_tol: float = 1e-4) -> np.ndarray:
+    """``float64[X]`` ballot-LP bound per row, bisecting above ``start: float[X]`` to a
+    relative ``rel_tol`` (the result stays a valid bound: it is the largest target proven
+    unreachable).
+
+    The upper end of the search is a reachable value: the greedy's sorted pairing for
+    ``S = 2``, else the even-split greedy's max load.
+    """
+    X, E = load.shape
+    G, S = num_gpus, slots_per_gpu
+    P = G * S
+    if S == 2:
+        counts = pairing.improve_counts(load, waterfill(load, P, G), G, distinct=False)
+        upper = pairing.pair_objective(load, counts)
+    else:
+        from solvers.greedy import pack_even
+
+        upper = pack_even(load, G, S).gpu.max(1)
+    cap = max(P - E + 1, 1)
+    out = start.astype(np.float64).copy()
+    for x in range(X):
+        if upper[x] > out[x] * (1 + pairing.CERT_TOL):
+            out[x] = max(out[x], pairing.lp_bound(load[x], P, cap, out[x], upper[x],
+                                                  companions=S - 1, rel_tol=rel_tol))
+    return out
+
+
+def lower_bound(
+    load,
+    topology: Topology,
+    *,
+    num_groups: int | None = None,
+    hierarchical: bool = False,
+    weighted: bool = False,
+    lp: bool | str = "auto",
+) -> np.ndarray:
+    """``float64[L]`` lower bound on the max GPU load of any placement of ``load: float[L, E]``.
+
+    Even split by default; ``weighted=True`` allows free ``replica_share``. With
+    ``hierarchical=True`` (needs ``num_groups``) the bound holds for placements that keep each
+    group of ``E / num_groups`` consecutive experts on one node; otherwise ``num_groups`` is
+    ignored and the bound holds for every placement. ``lp``: ``True``, ``False`` or ``"auto"``
+    (the LP relaxation for two slots per GPU, where it is much tighter).
+    """
+    load = check_load(load)
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
+    if lp not in (True, False, "auto"):
+        raise InputError(f"lp must be True, False or 'auto', got {lp!r}")
+    L, E = load.shape
+    G, S, N, P = topology.num_gpus, topology.slots_per_gpu, topology.num_nodes, topology.num_slots
+    if P < E:
+        raise InfeasibleError(f"{P} slots cannot hold {E} experts")
+    use_lp = (lp is True or (lp == "auto" and S == 2)) and not weighted
+    key = (hashlib.sha1(load.tobytes()).hexdigest(), load.shape, topology, num_groups,
+           bool(hierarchical), bool(weighted), use_lp)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key].copy()
+    if hierarchical:
+        groups = check_groups(num_groups, E, N)
+        out = group_bound(load, topology, groups, weighted=weighted)
+    elif weighted:
+        out = average_bound(load, G)
+    else:
+        out = flat_bound(load, G, S)
+        if use_lp:
+            out = lp_bound(load, G, S, out)
+    out.flags.writeable = False
+    _CACHE[key] = out
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return out.copy()
+
+
+def check_groups(num_groups, num_experts: int, num_nodes: int) -> int:
+    """Validate ``num_groups`` for the group-to-node contract; returns it as int."""
+    if num_groups is None:
+        raise InputError(
+            "hierarchical placement needs num_groups (expert groups, e.g. 8; CLI: --groups 8)"
+        )
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
+        raise InputError(f"num_groups must be an integer, got {num_groups!r}")
+    g = int(num_groups)
+    if g < 1 or num_experts % g:
+        raise InputError(f"num_groups {g} must divide the {num_experts} experts")
+    if g < num_nodes:
+        raise InputError(
+            f"num_groups {g} < {num_nodes} nodes: every node needs a group; use the global policy"
+        )
+    return g
+
+
+# ------------------------------------------------------------------- group-constrained
+def subset_bounds(load: np.ndarray, topology: Topology, num_groups: int, *, weighted=False):
+    """``float64[2**num_groups, X]`` bound of one node holding each subset of groups
+    (``inf`` when the subset does not fit in a node's slots or is empty).
+
+    Only for ``num_groups <= EXACT_GROUPS``.
+    """
+    X, E = load.shape
+    M = E // num_groups
+    gpn, S = topology.gpus_per_node, topology.slots_per_gpu
+    node_slots = gpn * S
+    out = np.full((1 << num_groups, X), np.inf)
+    gl = load.reshape(X, num_groups, M)
+    for k in range(1, num_groups + 1):
+        if k * M > node_slots:
+            break
+        subsets = list(combinations(range(num_groups), k))
+        masks = np.array([sum(1 << g for g in c) for c in subsets])
+        idx = np.array(subsets)  # [C, k]
+        w = gl[:, idx, :].reshape(X, len(subsets), k * M)  # [X, C, kM]
+        rows = w.transpose(1, 0, 2).reshape(-1, k * M)  # [C*X, kM]
+        if weighted:
+            b = average_bound(rows, gpn)
+        else:
+            b = flat_bound(rows, gpn, S)
+        out[masks] = b.reshape(len(subsets), X)
+    return out
+
+
+def partition_min_max(f: np.ndarray, num_parts: int) -> np.ndarray:
+    """``float64[X]``: min over partitions of all items into ``num_parts`` non-empty blocks of
+    the max block value, ``f: float[2**n, X]`` per subset (DP over subsets)."""
+    size, X = f.shape
+    full = size - 1
+    best = f.copy()  # one block
+    for _ in range(num_parts - 1):
+        nxt = np.full_like(best, np.inf)
+        for mask in range(1, size):
+            low = mask & -mask
+            rest = mask ^ low
+            sub = rest
+            while True:
+                s = sub | low  # the block holding the lowest item
+                if s != mask:
+                    cand = np.maximum(f[s], best[mask ^ s])
+                    np.minimum(nxt[mask], cand, out=nxt[mask])
+                if sub == 0:
+                    break
+                sub = (sub - 1) & rest
+        best = nxt
+    return best[full]
+
+
+def group_bound(load: np.ndarray, topology: Topology, num_groups: int, *, weighted=False):
+    """``float64[L]`` bound for placements keeping every group on one node."""
+    N = topology.num_nodes
+    L, E = load.shape
+    M = E // num_groups
+    if M > topology.gpus_per_node * topology.slots_per_gpu:
+        raise InfeasibleError(
+            f"a group of {M} experts does not fit in a node's "
+            f"{topology.gpus_per_node * topology.slots_per_gpu} slots"
+        )
+    base = average_bound(load, topology.num_gpus) if weighted else flat_bound(
+        load, topology.num_gpus, topology.slots_per_gpu)
+    if num_groups <= EXACT_GROUPS:
+        f = subset_bounds(load, topology, num_groups, weighted=weighted)
+        part = partition_min_max(f, N)
+        if not np.all(np.isfinite(part)):
+            raise InfeasibleError(
+                f"{num_groups} groups of {M} experts cannot be split over {N} nodes of "
+                f"{topology.gpus_per_node * topology.slots_per_gpu} slots"
+            )
+        return np.maximum(base, part)
+    # relaxation: every group alone on a node, and N + 1 heaviest groups -> two share a node
+    gpn = topology.gpus_per_node
+    gl = load.reshape(L, num_groups, M)
+    single = (average_bound(gl.reshape(-1, M), gpn) if weighted else flat_bound(
+        gl.reshape(-1, M), gpn, topology.slots_per_gpu)).reshape(L, num_groups).max(1)
+    tot = -np.sort(-gl.sum(2), axis=1)
+    n = np.arange(1, num_groups + 1)
+    q = -(-n // N)
+    cs = np.concatenate([np.zeros((L, 1)), np.cumsum(tot, axis=1)], axis=1)
+    pig = (cs[:, n] - cs[:, n - q]).max(1) / gpn
+    return np.maximum.reduce([base, single, pig])

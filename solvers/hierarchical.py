@@ -1,0 +1,223 @@
+"""``hierarchical``: DeepSeek's group-to-node contract with a better choice of groups and budgets.
+
+Contract (as DeepSeek's hierarchical policy): experts form ``num_groups`` groups of
+``E / num_groups`` consecutive experts; every replica of an expert lives on the node its group
+is assigned to, so group-limited routing (top-k groups per token) stays node-limited.
+
+Unlike DeepSeek (equal numbers of groups per node, equal redundant slots per node, then
+greedy packing that may put two replicas of one expert on one GPU), this policy
+
+1. chooses the group-to-node assignment that minimises the largest *node bound* (the
+   lower bound of `solvers.bounds` for a node's ``G/N`` GPUs and ``S G/N`` slots holding those
+   groups): exact over all set partitions for up to ``bounds.EXACT_GROUPS`` groups, else LPT
+   plus group moves/swaps. A node may take more or fewer groups than another, which gives it
+   fewer or more redundant slots: the per-node redundancy budget follows its heat;
+2. runs the `greedy` pipeline inside each node (replica counts capped at the node's GPUs,
+   LPT without duplicate replicas on a GPU, swap local search; sorted pairing for ``S = 2``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.errors import InfeasibleError
+from eplb.placement import Placement
+from eplb.topology import Topology
+from solvers.bounds import EXACT_GROUPS, check_groups, flat_bound, subset_bounds
+from solvers.greedy import pack_even
+from solvers.registry import register
+
+
+def best_partitions(f: np.ndarray, num_parts: int) -> np.ndarray:
+    """``int64[X, num_parts]`` subset masks minimising the max of ``f: float[2**n, X]`` over
+    partitions of ``n`` items into ``num_parts`` non-empty blocks (inf where impossible)."""
+    size, X = f.shape
+    full = size - 1
+    best = [f.copy()]
+    choice = [np.zeros((size, X), dtype=np.int64)]
+    for _ in range(num_parts - 1):
+        prev = best[-1]
+        nxt = np.full_like(prev, np.inf)
+        pick = np.zeros((size, X), dtype=np.int64)
+        for mask in range(1, size):
+            low = mask & -mask
+            rest = mask ^ low
+            sub = rest
+            while True:
+                s = sub | low
+                if s != mask:
+                    cand = np.maximum(f[s], prev[mask ^ s])
+                    better = cand < nxt[mask]
+                    nxt[mask] = np.where(better, cand, nxt[mask])
+                    pick[mask] = np.where(better, s, pick[mask])
+                if sub == 0:
+                    break
+                sub = (sub - 1) & rest
+        best.append(nxt)
+        choice.append(pick)
+    out = np.zeros((X, num_parts), dtype=np.int64)
+    for x in range(X):
+        mask = full
+        for k in range(num_parts - 1, 0, -1):
+            s = int(choice[k][mask, x])
+            out[x, k] = s
+            mask ^= s
+        out[x, 0] = mask
+    return out
+
+
+def _node_bounds(load_row: np.ndarray, subsets: list[list[int]], topology: Topology,
+                 M: int) -> np.ndarray:
+    """``float64[C]`` node bound of each group subset (inf if empty or too big), batched by
+    subset size."""
+    out = np.full(len(subsets), np.inf)
+    by_size: dict[int, list[int]] = {}
+    for i, sub in enumerate(subsets):
+        if sub and len(sub) * M <= topology.gpus_per_node * topology.slots_per_gpu:
+            by_size.setdefault(len(sub), []).append(i)
+    gl = load_row.reshape(-1, M)
+    for k, idx in by_size.items():
+        rows = gl[np.array([subsets[i] for i in idx])].reshape(len(idx), k * M)
+        out[idx] = flat_bound(rows, topology.gpus_per_node, topology.slots_per_gpu)
+    return out
+
+
+def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
+    """``int64[L, num_groups]`` node of each group: LPT by group load (with room), then the
+    best move or swap of a group off the node with the largest node bound while it drops."""
+    L, E = load.shape
+    N = topology.num_nodes
+    M = E // num_groups
+    room = (topology.gpus_per_node * topology.slots_per_gpu) // M
+    if room * N < num_groups:
+        raise InfeasibleError(f"{num_groups} groups of {M} experts do not fit on {N} nodes")
+    out = np.zeros((L, num_groups), dtype=np.int64)
+    gl = load.reshape(L, num_groups, M).sum(2)
+    for layer in range(L):
+        node_load = np.zeros(N)
+        members: list[list[int]] = [[] for _ in range(N)]
+        for g in np.argsort(-gl[layer], kind="stable"):
+            sizes = np.array([len(m) for m in members])
+            empty = np.nonzero(sizes == 0)[0]
+            left = num_groups - sizes.sum()
+            pool = empty if left <= empty.size else np.nonzero(sizes < room)[0]
+            n = int(pool[np.argmin(node_load[pool])])
+            members[n].append(int(g))
+            node_load[n] += gl[layer, g]
+        vals = _node_bounds(load[layer], members, topology, M)
+        for _ in range(4 * num_groups):
+            a = int(np.argmax(vals))
+            moves, subsets = [], []
+            for b in range(N):
+                if b == a:
+                    continue
+                for g in members[a]:
+                    rest_a = [x for x in members[a] if x != g]
+                    if rest_a:
+                        moves.append((g, None, b))
+                        subsets += [rest_a, members[b] + [g]]
+                    for h in members[b]:
+                        moves.append((g, h, b))
+                        subsets += [rest_a + [h], [x for x in members[b] if x != h] + [g]]
+            if not moves:
+                break
+            v = _node_bounds(load[layer], subsets, topology, M).reshape(-1, 2)
+            worst = v.max(1)
+            i = int(np.argmin(worst))
+            if not worst[i] < vals[a] * (1 - 1e-12):
+                break
+            g, h, b = moves[i]
+            members[a].remove(g)
+            members[b].append(g)
+            if h is not None:
+                members[b].remove(h)
+                members[a].append(h)
+            vals[a], vals[b] = v[i]
+        for n, m in enumerate(members):
+            out[layer, m] = n
+    return out
+
+
+def assign_groups(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
+    """``int64[L, num_groups]``: node of each group minimising the largest node bound."""
+    N = topology.num_nodes
+    if num_groups <= EXACT_GROUPS:
+        f = subset_bounds(load, topology, num_groups)
+        masks = best_partitions(f, N)  # [L, N]
+        L = load.shape[0]
+        bits = (masks[:, :, None] >> np.arange(num_groups)) & 1  # [L, N, groups]
+        if not np.all(bits.sum(1) == 1):
+            raise InfeasibleError(
+                f"{num_groups} groups cannot be split over {N} nodes of "
+                f"{topology.gpus_per_node * topology.slots_per_gpu} slots"
+            )
+        # order blocks by their smallest group so the labelling is canonical
+        first = np.argmax(bits, axis=2)  # [L, N] lowest group of each block
+        order = np.argsort(first, axis=1, kind="stable")
+        bits = np.take_along_axis(bits, order[:, :, None], 1)
+        return np.argmax(bits, axis=1).reshape(L, num_groups)
+    return heuristic_assignment(load, topology, num_groups)
+
+
+def place_hierarchical(
+    load: np.ndarray, topology: Topology, group_node: np.ndarray, num_groups: int, budget: int
+) -> tuple[np.ndarray, int]:
+    """``(phy2log: int64[L, P], duplicates)`` from ``group_node: int64[L, num_groups]``."""
+    L, E = load.shape
+    N, gpn, S = topology.num_nodes, topology.gpus_per_node, topology.slots_per_gpu
+    M = E // num_groups
+    expert_node = np.repeat(group_node, M, axis=1)  # [L, E]
+    present = (expert_node[:, None, :] == np.arange(N)[None, :, None]).reshape(L * N, E)
+    rows = np.repeat(load, N, axis=0)
+    packed = pack_even(rows, gpn, S, present=present, budget=budget)
+    return packed.slot_e.reshape(L, N * gpn * S), int(packed.duplicates().sum())
+
+
+def _duplicates(phy2log: np.ndarray, topology: Topology) -> int:
+    e = np.sort(phy2log.reshape(phy2log.shape[0], topology.num_gpus, -1), axis=2)
+    return int((e[:, :, 1:] == e[:, :, :-1]).sum())
+
+
+@register("hierarchical")
+def hierarchical(
+    load: np.ndarray,
+    topology: Topology,
+    *,
+    num_groups: int | None = None,
+    previous: Placement | None = None,
+    seed: int = 0,
+    time_limit: float | None = None,
+    budget: int = 10_000,
+) -> Placement:
+    """Group-to-node placement for ``load: float64[L, E]`` (see module docstring).
+
+    ``num_groups`` is required (``E % num_groups == 0``, at least one group per node).
+    ``budget``: swap iterations of the per-node greedy. Deterministic (``seed`` unused).
+    ``previous`` is applied by `solvers.solve` (relabeling whole nodes keeps the contract).
+    """
+    del previous, seed, time_limit
+    L, E = load.shape
+    groups = check_groups(num_groups, E, topology.num_nodes)
+    M = E // groups
+    if M > topology.gpus_per_node * topology.slots_per_gpu:
+        raise InfeasibleError(
+            f"a group of {M} experts does not fit in a node's "
+            f"{topology.gpus_per_node * topology.slots_per_gpu} slots; use more slots or groups"
+        )
+    group_node = assign_groups(load, topology, groups)
+    phy2log, _ = place_hierarchical(load, topology, group_node, groups, budget)
+    if groups % topology.num_nodes == 0:
+        # DeepSeek's equal-count group packing as a second candidate, kept where it packs better
+        from solvers.deepseek import pack
+
+        gl = load.reshape(L, groups, M).sum(2)
+        alt_node, _ = pack(gl.astype(np.float32), topology.num_nodes)
+        alt, _ = place_hierarchical(load, topology, alt_node, groups, budget)
+        mine = Placement(phy2log, E, topology).gpu_load(load).max(1)
+        theirs = Placement(alt, E, topology).gpu_load(load).max(1)
+        take = theirs < mine * (1 - 1e-12)
+        phy2log = np.where(take[:, None], alt, phy2log)
+        group_node = np.where(take[:, None], alt_node, group_node)
+    dups = _duplicates(phy2log, topology)
+    info = {"policy": "hierarchical", "group_to_node": group_node.tolist(), "duplicates": dups}
+    return Placement(phy2log, E, topology, meta={"solver": info})

@@ -1,0 +1,146 @@
+"""Low-migration rebalancing: relabel interchangeable GPUs so few replicas move.
+
+GPUs inside a node are interchangeable, and so are whole nodes: permuting them (and the slot
+order inside a GPU) changes no GPU's load, keeps every group on one node and keeps the set
+of nodes holding each expert. `relabel` picks the permutation that keeps the most replicas
+where the previous placement had them:
+
+1. ``overlap[g, h]``: replicas GPU ``g`` of the new placement holds that GPU ``h`` of the
+   previous one already held (multiset intersection of their experts).
+2. For every pair (new node ``a``, old node ``b``) the best GPU matching inside the pair
+   (Hungarian, scipy ``linear_sum_assignment``), then the best node matching on those values.
+3. Inside each GPU, a replica whose expert sat in some slot of that GPU before goes back to
+   that slot; the others fill the remaining slots in their order.
+
+``replicas_moved(old, new)`` counts, per layer, replicas a GPU must load because it did not
+hold that expert before (per GPU, the multiset difference new minus old); reordering slots
+inside a GPU is not a move.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from eplb.errors import InputError
+from eplb.placement import Placement
+
+
+def _check_pair(old: Placement, new: Placement) -> None:
+    if not isinstance(old, Placement) or not isinstance(new, Placement):
+        raise InputError("replicas_moved needs two Placements")
+    if old.topology != new.topology or old.phy2log.shape != new.phy2log.shape:
+        raise InputError(
+            f"placements differ in shape: {old!r} vs {new!r}; compare placements of one problem"
+        )
+    if old.num_experts != new.num_experts:
+        raise InputError(f"placements have {old.num_experts} and {new.num_experts} experts")
+
+
+def gpu_counts(phy2log: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.ndarray:
+    """``int64[L, G, E]`` replicas of each expert on each GPU."""
+    L, P = phy2log.shape
+    G = P // slots_per_gpu
+    key = (np.arange(L)[:, None] * G + np.arange(P) // slots_per_gpu) * num_experts + phy2log
+    return np.bincount(key.ravel(), minlength=L * G * num_experts).reshape(L, G, num_experts)
+
+
+def replicas_moved(old: Placement, new: Placement) -> np.ndarray:
+    """``int64[L]``: replicas of ``new`` loaded onto a GPU that did not hold them in ``old``."""
+    _check_pair(old, new)
+    S = new.topology.slots_per_gpu
+    a = gpu_counts(old.phy2log, old.num_experts, S)
+    b = gpu_counts(new.phy2log, new.num_experts, S)
+    return np.maximum(b - a, 0).sum((1, 2))
+
+
+def _ordinal(slot_e: np.ndarray) -> np.ndarray:
+    """``int64[L, G, S]``: how many earlier slots of the same GPU hold the same expert."""
+    S = slot_e.shape[2]
+    same = slot_e[..., :, None] == slot_e[..., None, :]  # [L, G, S, S]
+    earlier = np.tril(np.ones((S, S), dtype=bool), -1)
+    return (same & earlier).sum(-1)
+
+
+def overlap(new_e: np.ndarray, old_e: np.ndarray, num_experts: int) -> np.ndarray:
+    """``int64[L, G, G]`` kept replicas if new GPU ``g`` took old GPU ``h``'s place.
+
+    ``new_e, old_e: int64[L, G, S]`` slot tables.
+    """
+    L, G, S = new_e.shape
+    old_cnt = gpu_counts(old_e.reshape(L, -1), num_experts, S)  # [L, G(h), E]
+    rank = _ordinal(new_e)  # [L, G, S]
+    layer = np.arange(L)[:, None, None, None]
+    h = np.arange(G)[None, None, :, None]
+    held = old_cnt[layer, h, new_e[:, :, None, :]]  # [L, G(g), G(h), S]
+    return (rank[:, :, None, :] < held).sum(-1)
+
+
+def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """``int64[G]``: old position for each new GPU, maximising kept replicas for one layer.
+
+    ``ov: int[G, G]`` overlaps; nodes map to nodes as blocks, GPUs inside a node freely.
+    """
+    G = ov.shape[0]
+    gpn = gpus_per_node
+    N = G // gpn
+    blocks = ov.reshape(N, gpn, N, gpn).transpose(0, 2, 1, 3)  # [a, b, gpn, gpn]
+    value = np.zeros((N, N))
+    inner = np.empty((N, N, gpn), dtype=np.int64)
+    for a in range(N):
+        for b in range(N):
+            r, c = linear_sum_assignment(blocks[a, b], maximize=True)
+            value[a, b] = blocks[a, b][r, c].sum()
+            inner[a, b, r] = c
+    ra, cb = linear_sum_assignment(value, maximize=True)
+    target = np.empty(G, dtype=np.int64)
+    for a, b in zip(ra, cb, strict=True):
+        target[a * gpn : (a + 1) * gpn] = b * gpn + inner[a, b]
+    return target
+
+
+def _order_slots(new_slots: np.ndarray, old_slots: np.ndarray) -> np.ndarray:
+    """Permutation of ``new_slots: int[S]`` putting experts back in their old slots."""
+    S = new_slots.size
+    perm = np.full(S, -1, dtype=np.int64)
+    used = np.zeros(S, dtype=bool)
+    for k in range(S):
+        hit = np.nonzero((new_slots == old_slots[k]) & ~used)[0]
+        if hit.size:
+            perm[k] = hit[0]
+            used[hit[0]] = True
+    rest = iter(np.nonzero(~used)[0])
+    for k in range(S):
+        if perm[k] < 0:
+            perm[k] = next(rest)
+    return perm
+
+
+def relabel(placement: Placement, previous: Placement) -> Placement:
+    """``placement`` with GPUs, nodes and slots relabeled to keep ``previous``'s replicas.
+
+    The multiset of GPU loads, each GPU's set of replicas (up to relabeling), node membership
+    of groups and the shares of every replica are unchanged.
+    """
+    _check_pair(previous, placement)
+    topo = placement.topology
+    L, P = placement.phy2log.shape
+    G, S, gpn = topo.num_gpus, topo.slots_per_gpu, topo.gpus_per_node
+    new_e = placement.phy2log.reshape(L, G, S)
+    old_e = previous.phy2log.reshape(L, G, S)
+    share = None if placement.replica_share is None else placement.replica_share.reshape(L, G, S)
+    ov = overlap(new_e, old_e, placement.num_experts)
+    out_e = np.empty_like(new_e)
+    out_s = None if share is None else np.empty_like(share)
+    for layer in range(L):
+        target = best_relabel(ov[layer], gpn)
+        for g in range(G):
+            h = target[g]
+            perm = _order_slots(new_e[layer, g], old_e[layer, h])
+            out_e[layer, h] = new_e[layer, g][perm]
+            if share is not None:
+                out_s[layer, h] = share[layer, g][perm]
+    return Placement(
+        out_e.reshape(L, P), placement.num_experts, topo,
+        None if out_s is None else out_s.reshape(L, P), placement.meta, placement.layer_ids,
+    )

@@ -1,0 +1,170 @@
+"""Weighted placements: choose ``replica_share`` as well as slots (``weighted=True``).
+
+A runtime that splits an expert's tokens among its replicas by ``replica_share`` (weighted
+dispatch) can balance far better than an even split, but only if the placement gives it
+room: the GPUs must be linked by split experts. Two parts:
+
+- `optimal_shares`: for a fixed ``phy2log`` the best shares are a small LP per layer
+  (minimise ``T`` with every GPU's load ``<= T``; the shares of an expert's replicas are
+  non-negative and sum to 1; single replicas are fixed). Solved with scipy's HiGHS.
+- `chain_layout`: a structure designed for shares, as in wrap-around scheduling of sorted
+  loads: the ``G - 1`` heaviest experts form a chain, chain expert ``b_g`` is split between
+  GPU ``g - 1`` and GPU ``g`` (every GPU boundary crossed by one split expert), heavy and light
+  chain experts alternate so neighbours can absorb each other, and the remaining experts are
+  packed whole (LPT on remaining room, cardinality ``S - 2`` inside, ``S - 1`` at the ends) to
+  the target ``total / G - (half of each neighbouring chain expert)``. Spare slots take extra
+  replicas of the heaviest experts. With ``P - E >= G - 1`` spare slots this typically reaches
+  ``total / G`` exactly; `weighted_greedy` keeps, per layer, the better of the chain and the
+  even-split greedy placement, each with its optimal shares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.placement import Placement
+from eplb.topology import Topology
+
+
+def optimal_shares(load: np.ndarray, phy2log: np.ndarray, topology: Topology
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Best shares for ``phy2log: int64[L, P]`` on ``load: float[L, E]``.
+
+    Returns ``replica_share: float64[L, P]`` (sums to 1 per expert) and ``float64[L]`` the
+    resulting max GPU load.
+    """
+    L, P = phy2log.shape
+    share = np.empty((L, P))
+    best = np.empty(L)
+    for layer in range(L):
+        share[layer], best[layer] = _layer_shares(load[layer], phy2log[layer], topology)
+    return share, best
+
+
+def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple[np.ndarray, float]:
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    G, S = topology.num_gpus, topology.slots_per_gpu
+    P = slots.size
+    E = w.size
+    cnt = np.bincount(slots, minlength=E)
+    even = 1.0 / cnt[slots]
+    gpu = np.arange(P) // S
+    free = (cnt[slots] >= 2) & (w[slots] > 0)
+    fixed = np.bincount(gpu[~free], weights=(w[slots] * even)[~free], minlength=G)
+    idx = np.nonzero(free)[0]
+    share = even.copy()
+    if idx.size == 0:
+        return share, float(fixed.max())
+    n = idx.size
+    # variables: tokens f_i of free slot idx[i], then T
+    rows_g = gpu[idx]
+    a_ub = coo_matrix(
+        (np.r_[np.ones(n), -np.ones(G)], (np.r_[rows_g, np.arange(G)], np.r_[np.arange(n),
+                                                                              np.full(G, n)])),
+        shape=(G, n + 1),
+    ).tocsr()
+    experts, col = np.unique(slots[idx], return_inverse=True)
+    a_eq = coo_matrix((np.ones(n), (col, np.arange(n))), shape=(experts.size, n + 1)).tocsr()
+    cost = np.zeros(n + 1)
+    cost[n] = 1.0
+    res = linprog(cost, A_ub=a_ub, b_ub=-fixed, A_eq=a_eq, b_eq=w[experts],
+                  bounds=(0, None), method="highs")
+    if res.status != 0:  # cannot happen for a consistent input; keep the even split
+        return share, float((fixed + np.bincount(rows_g, weights=(w[slots] * even)[idx],
+                                                 minlength=G)).max())
+    f = np.maximum(res.x[:n], 0.0)
+    tot = np.bincount(col, weights=f, minlength=experts.size)
+    share[idx] = f / tot[col]  # renormalise away solver round-off
+    loads = fixed + np.bincount(rows_g, weights=w[slots][idx] * share[idx], minlength=G)
+    return share, float(loads.max())
+
+
+def chain_layout(load: np.ndarray, topology: Topology) -> np.ndarray | None:
+    """``phy2log: int64[L, P]`` of the chain structure (module docstring), or None when the
+    topology has too few spare slots (``P - E < G - 1``) or ``S < 3``."""
+    L, E = load.shape
+    G, S, P = topology.num_gpus, topology.slots_per_gpu, topology.num_slots
+    if G < 2 or S < 3 or P - E < G - 1 or E < G - 1:
+        return None
+    T = load.sum(1) / G
+    out = np.empty((L, G, S), dtype=np.int64)
+    for layer in range(L):
+        out[layer] = _chain_one(load[layer], T[layer], G, S, E)
+    return out.reshape(L, P)
+
+
+def _chain_one(w: np.ndarray, T: float, G: int, S: int, E: int) -> np.ndarray:
+    order = np.argsort(-w, kind="stable")
+    chain = order[: G - 1]  # heaviest, descending
+    own = order[G - 1 :]
+    # alternate heavy and light chain experts: h1, l1, h2, l2, ...
+    half = (G - 1 + 1) // 2
+    heavy, light = chain[:half], chain[half:][::-1]
+    seq = np.empty(G - 1, dtype=np.int64)
+    seq[0::2] = heavy
+    seq[1::2] = light[: (G - 1) // 2]
+    cw = w[seq]
+    target = np.full(G, T)
+    target[:-1] -= cw / 2  # right neighbour chain expert b_{g+1} = seq[g]
+    target[1:] -= cw / 2  # left neighbour b_g = seq[g-1]
+    room = np.full(G, S - 2)
+    room[0] = room[-1] = S - 1
+    slots = [[] for _ in range(G)]
+    for g in range(G - 1):
+        slots[g].append(int(seq[g]))
+        slots[g + 1].append(int(seq[g]))
+    acc = np.zeros(G)
+    for e in own:  # heaviest own expert to the GPU with the most remaining target (with room)
+        left = np.where(room > 0, target - acc, -np.inf)
+        g = int(np.argmax(left))
+        slots[g].append(int(e))
+        acc[g] += w[e]
+        room[g] -= 1
+    # spare slots: extra replicas of the heaviest experts a GPU does not hold yet
+    for g in range(G):
+        k = 0
+        while len(slots[g]) < S:
+            e = int(order[k % E])
+            k += 1
+            if e not in slots[g] or k > 2 * E:
+                slots[g].append(e)
+    return np.array(slots, dtype=np.int64)
+
+
+def weighted_greedy(load: np.ndarray, topology: Topology, *, rdma_weight: float = 0.0,
+                    budget: int = 10_000) -> Placement:
+    """Greedy with shares: the better (per layer) of the chain structure and the even-split
+    greedy (or traffic-aware greedy if ``rdma_weight > 0``), each with optimal shares."""
+    from solvers.greedy import pack_even, pack_traffic
+
+    L, E = load.shape
+    G, S = topology.num_gpus, topology.slots_per_gpu
+    info: dict = {"policy": "global", "weighted": True}
+    if rdma_weight > 0:
+        packed, _ = pack_traffic(load, topology, rdma_weight, budget=budget)
+        base = packed.slot_e.reshape(L, G * S)
+        share, best = optimal_shares(load, base, topology)
+        info.update(rdma_weight=rdma_weight, structure=["traffic"] * L,
+                    duplicates=_duplicates(base, S))
+        return Placement(base, E, topology, share, meta={"solver": info})
+    base = pack_even(load, G, S, budget=budget).slot_e.reshape(L, G * S)
+    share, best = optimal_shares(load, base, topology)
+    structure = np.array(["greedy"] * L, dtype=object)
+    chain = chain_layout(load, topology)
+    if chain is not None:
+        c_share, c_best = optimal_shares(load, chain, topology)
+        take = c_best < best * (1 - 1e-12)
+        base = np.where(take[:, None], chain, base)
+        share = np.where(take[:, None], c_share, share)
+        best = np.where(take, c_best, best)
+        structure[take] = "chain"
+    info["structure"] = structure.tolist()
+    info["duplicates"] = _duplicates(base, S)
+    return Placement(base, E, topology, share, meta={"solver": info})
+
+
+def _duplicates(phy2log: np.ndarray, S: int) -> int:
+    e = np.sort(phy2log.reshape(phy2log.shape[0], -1, S), axis=2)
+    return int((e[:, :, 1:] == e[:, :, :-1]).sum())

@@ -1,0 +1,251 @@
+"""Exact methods against brute force on tiny instances: bounds, ilp, the S = 2 pairing method,
+weighted shares, the group-constrained case, and the known DeepSeek weaknesses."""
+
+from __future__ import annotations
+
+from itertools import combinations, combinations_with_replacement
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import solvers
+from eplb import Topology
+from solvers import pairing
+from solvers.bounds import lower_bound
+from solvers.shares import optimal_shares
+
+# ------------------------------------------------------------------------- brute force
+
+
+def structures(E: int, G: int, S: int, *, duplicates: bool = True):
+    """Every placement of E experts on G interchangeable GPUs of S slots (GPU order canonical)."""
+    per_gpu = (combinations_with_replacement if duplicates else combinations)(range(E), S)
+    for gpus in combinations_with_replacement(list(per_gpu), G):
+        flat = np.array([e for gpu in gpus for e in gpu])
+        if np.bincount(flat, minlength=E).min() >= 1:
+            yield flat
+
+
+def brute_even(w, G, S, *, duplicates=True, group_of=None, gpn=None) -> float:
+    """Optimal max GPU load with an even split (optionally: every group on one node)."""
+    w = np.asarray(w, dtype=float)
+    best = np.inf
+    for flat in structures(w.size, G, S, duplicates=duplicates):
+        if group_of is not None and not _group_ok(flat, group_of, gpn, S):
+            continue
+        cnt = np.bincount(flat, minlength=w.size)
+        best = min(best, (w[flat] / cnt[flat]).reshape(G, S).sum(1).max())
+    return best
+
+
+def brute_weighted(w, G, S, group_of=None, gpn=None) -> float:
+    """Optimal max GPU load with free replica shares (LP per structure)."""
+    w = np.asarray(w, dtype=float)
+    topo = Topology(G // (gpn or G), gpn or G, S)
+    best = np.inf
+    for flat in structures(w.size, G, S, duplicates=w.size < S):
+        if group_of is not None and not _group_ok(flat, group_of, gpn, S):
+            continue
+        _, val = optimal_shares(w[None], flat[None], topo)
+        best = min(best, float(val[0]))
+    return best
+
+
+def _group_ok(flat, group_of, gpn, S) -> bool:
+    node = np.arange(flat.size) // (gpn * S)
+    g = group_of[flat]
+    return all(len(set(node[g == k])) <= 1 for k in np.unique(group_of))
+
+
+tiny_sizes = st.sampled_from([(3, 2, 2), (4, 2, 3), (4, 3, 2), (5, 2, 3), (3, 3, 2), (5, 3, 2)])
+loads_st = st.lists(st.integers(0, 60), min_size=5, max_size=5)
+
+
+# ------------------------------------------------------------------------- known facts
+
+
+@pytest.mark.parametrize(
+    ("load", "topo", "deepseek", "even", "weighted"),
+    [
+        ([1000, 1, 1, 1, 1, 1, 1, 1], Topology(1, 4, 3), 401.0, 252.0, 251.75),
+        ([600, 560, 120, 120, 20, 10, 10, 10], Topology(1, 8, 2), 232.0, 590 / 3, 181.25),
+    ],
+)
+def test_known_weaknesses_solved_exactly(load, topo, deepseek, even, weighted):
+    ds = solvers.solve("deepseek", [load], topo).gpu_load([load]).max()
+    assert ds == deepseek
+    p = solvers.solve("ilp", [load], topo, time_limit=5, workers=1)
+    assert p.gpu_load([load]).max() == pytest.approx(even, rel=1e-12)
+    assert p.meta["solver"]["status"] == ["optimal"]
+    assert p.meta["solver"]["bound"][0] == pytest.approx(even, rel=1e-7)
+    pw = solvers.solve("ilp", [load], topo, time_limit=5, workers=1, weighted=True)
+    assert pw.gpu_load([load]).max() == pytest.approx(weighted, rel=1e-9)
+    assert pw.replica_share is not None
+
+
+def test_greedy_fixes_slot_unaware_counts():
+    load = [[1000, 1, 1, 1, 1, 1, 1, 1]]
+    p = solvers.solve("greedy", load, Topology(1, 4, 3))
+    assert p.gpu_load(load).max() == 252.0
+    assert p.logcnt[0, 0] == 4  # one replica per GPU, never more than G
+
+
+# ------------------------------------------------------------------------- bounds
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=tiny_sizes, raw=loads_st)
+def test_lower_bound_below_brute_force_optimum(sizes, raw):
+    E, G, S = sizes
+    w = np.array(raw[:E], dtype=float)
+    opt = brute_even(w, G, S)
+    topo = Topology(1, G, S)
+    lb = lower_bound(w[None], topo, lp=True)[0]
+    assert lb <= opt * (1 + 1e-9)
+    assert lb >= w.sum() / G - 1e-9  # never weaker than the average
+    assert lower_bound(w[None], topo, weighted=True)[0] <= brute_weighted(w, G, S) + 1e-9
+
+
+def test_lower_bound_tight_cases():
+    # equal loads that divide evenly: the average is reached
+    w = np.full((1, 8), 5.0)
+    assert lower_bound(w, Topology(1, 4, 2))[0] == 10.0
+    # one dominant expert: the largest replica decides (3 GPUs, 6 slots -> 3 replicas)
+    w = np.array([[900.0, 0, 0, 0]])
+    assert lower_bound(w, Topology(1, 3, 2))[0] == pytest.approx(300.0)
+    assert brute_even(w[0], 3, 2) == pytest.approx(300.0)
+    # experts that must stay single: no spare slot, 3 heavy experts on 2 GPUs of 2 slots
+    w = np.array([[10.0, 10, 10, 0]])
+    assert lower_bound(w, Topology(1, 2, 2), lp=False)[0] == pytest.approx(20.0)
+    assert brute_even(w[0], 2, 2) == pytest.approx(20.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(raw=st.lists(st.integers(0, 50), min_size=4, max_size=4))
+def test_group_bound_below_group_constrained_optimum(raw):
+    w = np.array(raw, dtype=float)
+    topo = Topology(2, 1, 3)  # two nodes of one GPU, three slots each
+    group_of = np.array([0, 0, 1, 1])
+    opt = brute_even(w, 2, 3, group_of=group_of, gpn=1)
+    lb = lower_bound(w[None], topo, num_groups=2, hierarchical=True)[0]
+    assert lb <= opt * (1 + 1e-9)
+    # one GPU per node, one group per node: the node loads are the group sums, and the bound
+    # is tight
+    assert lb == pytest.approx(max(w[:2].sum(), w[2:].sum()))
+    assert opt == pytest.approx(lb)
+    # the unconstrained bound is never above the constrained one
+    assert lower_bound(w[None], topo)[0] <= lb + 1e-9
+
+
+# ------------------------------------------------------------------------- ilp
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=tiny_sizes, raw=loads_st)
+def test_ilp_proven_optimal_against_brute_force(sizes, raw):
+    E, G, S = sizes
+    w = np.array(raw[:E], dtype=float)
+    topo = Topology(1, G, S)
+    p = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, counts="free")
+    opt = brute_even(w, G, S)
+    got = p.gpu_load(w[None]).max()
+    assert got == pytest.approx(opt, rel=1e-9, abs=1e-9)
+    assert p.meta["solver"]["status"] == ["optimal"]
+    assert p.meta["solver"]["bound"][0] <= opt * (1 + 1e-9) + 1e-9
+    assert p.meta["solver"]["gap"][0] <= 1e-6
+
+
+@settings(max_examples=8, deadline=None)
+@given(raw=st.lists(st.integers(1, 60), min_size=4, max_size=4))
+def test_ilp_without_duplicates_and_weighted_against_brute_force(raw):
+    w = np.array(raw, dtype=float)
+    topo = Topology(1, 3, 2)
+    p = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, duplicates=False,
+                      counts="free")
+    assert p.gpu_load(w[None]).max() == pytest.approx(brute_even(w, 3, 2, duplicates=False))
+    assert all(len(set(g)) == 2 for g in p.phy2log.reshape(3, 2).tolist())
+    pw = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, weighted=True)
+    assert pw.gpu_load(w[None]).max() == pytest.approx(brute_weighted(w, 3, 2), rel=1e-7)
+
+
+@settings(max_examples=6, deadline=None)
+@given(raw=st.lists(st.integers(0, 50), min_size=4, max_size=4))
+def test_ilp_hierarchical_optimal_and_hierarchical_close(raw):
+    w = np.array(raw, dtype=float)
+    topo = Topology(2, 1, 3)
+    group_of = np.array([0, 0, 1, 1])
+    opt = brute_even(w, 2, 3, group_of=group_of, gpn=1)
+    p = solvers.solve("ilp", w[None], topo, num_groups=2, hierarchical=True, time_limit=5,
+                      workers=1, counts="free")
+    assert p.gpu_load(w[None]).max() == pytest.approx(opt, rel=1e-9, abs=1e-9)
+    node = topo.node_of_slot
+    for k in (0, 1):
+        assert len(set(node[group_of[p.phy2log[0]] == k])) == 1
+    h = solvers.solve("hierarchical", w[None], topo, num_groups=2)
+    assert h.gpu_load(w[None]).max() == pytest.approx(opt)  # one GPU per node: forced
+
+
+# ------------------------------------------------------------------------- S = 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(E=st.integers(3, 5), G=st.integers(2, 4), raw=loads_st)
+def test_two_slot_certificate_matches_brute_force(E, G, raw):
+    if 2 * G < E:
+        return
+    w = np.array(raw[:E], dtype=float)
+    cert = pairing.certify(w, 2 * G, np.ones(E, dtype=np.int64) + np.eye(E, dtype=np.int64)[0]
+                           * (2 * G - E), time_limit=10)
+    opt = brute_even(w, G, 2)
+    assert cert.status == "optimal"
+    assert cert.objective == pytest.approx(opt, rel=1e-9, abs=1e-9)
+    assert cert.bound <= opt * (1 + 1e-12) + 1e-12
+    assert cert.bound >= opt * (1 - 2e-9) - 1e-12  # tight: the certificate is the optimum
+
+
+@settings(max_examples=30, deadline=None)
+@given(raw=st.lists(st.integers(0, 40), min_size=6, max_size=6), seed=st.integers(0, 100))
+def test_moved_objective_equals_resorting(raw, seed):
+    rng = np.random.default_rng(seed)
+    w = np.array(raw, dtype=float)
+    counts = 1 + rng.multinomial(6, np.ones(6) / 6)  # 12 slots
+    size = w / counts
+    items = np.repeat(np.arange(6), counts)
+    order = np.argsort(size[items], kind="stable")
+    xe, xs = items[order], size[items][order]
+    donors = np.nonzero(counts >= 2)[0]
+    for a in donors:
+        for b in range(6):
+            if a == b:
+                continue
+            got = pairing._moved_objective(
+                xs[None], xe[None], np.array([a]), np.array([b]), counts[[a]], counts[[b]],
+                np.array([w[a] / (counts[a] - 1)]), np.array([w[b] / (counts[b] + 1)]), False)
+            c = counts.copy()
+            c[a] -= 1
+            c[b] += 1
+            assert got[0] == pytest.approx(pairing.pair_objective(w[None], c[None])[0])
+
+
+@settings(max_examples=12, deadline=None)
+@given(sizes=tiny_sizes, raw=loads_st, data=st.data())
+def test_cpsat_model_from_a_poor_start_reaches_brute_force(sizes, raw, data):
+    """The CP-SAT model itself (no bound shortcut, round-robin start) is exact."""
+    from solvers.ilp import layer_task, solve_layer
+
+    E, G, S = sizes
+    w = np.array(raw[:E], dtype=float)
+    topo = Topology(1, G, S)
+    warm = np.arange(G * S) % E  # every expert at least once: a valid, usually poor start
+    dup = data.draw(st.booleans())
+    task = layer_task(w, topo, warm, counts="free", duplicates=dup or E < S, time_limit=5,
+                      bound=-1.0)  # no known bound: CP-SAT must prove optimality itself
+    res = solve_layer(task)
+    opt = brute_even(w, G, S, duplicates=dup or E < S)
+    assert res["method"] == "cpsat"
+    assert res["objective"] == pytest.approx(opt, rel=1e-9, abs=1e-9)
+    assert res["status"] == "optimal"
+    assert res["bound"] <= opt * (1 + 1e-9) + 1e-9
+    assert np.bincount(res["slots"], minlength=E).min() >= 1
