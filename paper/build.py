@@ -1,0 +1,315 @@
+"""Rebuild the study in ``paper/``: every table, figure and number in ``paper/paper.md``.
+
+Run from the repository root: ``python paper/build.py`` (a few minutes on 2 cores).
+Inputs: the six DeepSeek-V3 expert-count files SGLang published (``--data``, default
+``../shared/traces/deepseek-v3-sglang``) and the traces bundled in ``traces/data``.
+Outputs: ``paper/results.json``, ``paper/tables/*.md``, ``paper/figures/*.png`` and
+``paper/paper.md`` rendered from ``paper/paper.in.md`` (``$name`` placeholders are filled
+from ``results.json``; a placeholder without a value fails the build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import string
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+import solvers  # noqa: E402
+import traces  # noqa: E402
+from eplb import Topology  # noqa: E402
+from eplb.atomic import atomic_write_text  # noqa: E402
+from evaluation import metrics, plots, replay, traffic  # noqa: E402
+from evaluation.tables import markdown  # noqa: E402
+from solvers.bounds import lower_bound  # noqa: E402
+
+SETTINGS = {
+    "prefill": (Topology(4, 8, 9), 8),  # 4 nodes x 8 GPUs, 288 slots, 8 groups: hierarchical
+    "decode": (Topology(18, 8, 2), 8),  # 18 x 8 GPUs, 2 slots per GPU: DeepSeek goes global
+}
+POLICIES = {  # label -> (solver, options)
+    "deepseek": ("deepseek", {}),
+    "greedy": ("greedy", {}),
+    "greedy weighted": ("greedy", {"weighted": True}),
+    "hierarchical": ("hierarchical", {}),
+}
+
+
+def solve(label: str, load, topo, groups):
+    name, options = POLICIES[label]
+    return solvers.solve(name, load, topo, num_groups=groups, **options)
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    return f"{x:.{digits}f}"
+
+
+# --------------------------------------------------------------------------- E1
+def balance_table(files: list[Path], out: dict) -> pd.DataFrame:
+    rows = []
+    per_layer = {}
+    jobs = [(f, s, p) for f in files for s in SETTINGS for p in POLICIES]
+    loads = {f: traces.read(f).load() for f in files}
+    bounds = {(f, s): lower_bound(loads[f], SETTINGS[s][0]) for f in files for s in SETTINGS}
+    for f, setting, label in tqdm(jobs, desc="E1 balance", unit="solve"):
+        topo, groups = SETTINGS[setting]
+        if label == "hierarchical" and groups < topo.num_nodes:
+            continue  # needs a group per node
+        load = loads[f]
+        t = time.perf_counter()
+        p = solve(label, load, topo, groups)
+        seconds = time.perf_counter() - t
+        gpu = p.gpu_load(load)
+        ratio = gpu.max(-1) / bounds[f, setting]
+        per_layer[f.stem, setting, label] = ratio
+        rows.append({
+            "trace": f.stem, "setting": setting, "policy": label,
+            "max_over_bound_mean": ratio.mean(), "max_over_bound_worst": ratio.max(),
+            "balancedness_mean": metrics.balancedness(gpu).mean(),
+            "step_max_over_mean": gpu.max(-1).sum() / gpu.mean(-1).sum(),
+            "ms": seconds * 1e3,
+        })
+    df = pd.DataFrame(rows)
+    agg = df.groupby(["setting", "policy"], sort=False).agg(
+        max_over_bound_mean=("max_over_bound_mean", "mean"),
+        max_over_bound_worst=("max_over_bound_worst", "max"),
+        balancedness_mean=("balancedness_mean", "mean"),
+        step_max_over_mean=("step_max_over_mean", "mean"),
+        ms_median=("ms", "median"),
+    ).reset_index()
+    for r in agg.itertuples():
+        key = f"{r.setting}_{r.policy.replace(' ', '_')}"
+        out[f"{key}_mob"] = fmt(r.max_over_bound_mean)
+        out[f"{key}_mob_worst"] = fmt(r.max_over_bound_worst)
+        out[f"{key}_bal"] = fmt(r.balancedness_mean)
+        out[f"{key}_step"] = fmt(r.step_max_over_mean)
+        out[f"{key}_ms"] = fmt(r.ms_median, 1)
+    # greedy never worse than deepseek, per layer, over all files and settings
+    worse = sum(int(np.sum(per_layer[f.stem, s, "greedy"] > per_layer[f.stem, s, "deepseek"]
+                           * (1 + 1e-12))) for f in files for s in SETTINGS)
+    out["greedy_layers_worse_than_deepseek"] = str(worse)
+    out["layers_compared"] = str(sum(len(per_layer[f.stem, s, "greedy"])
+                                     for f in files for s in SETTINGS))
+    atomic_write_text(HERE / "tables" / "balance.md", markdown(agg, digits=4, index=False))
+    atomic_write_text(HERE / "tables" / "balance_per_trace.md", markdown(df, digits=4, index=False))
+    # figure: per-layer max/bound on one prefill file
+    ref = files[0].stem
+    frames = {label: pd.DataFrame({"layer": np.arange(len(v)), "max_over_bound": v})
+              for (stem, s, label), v in per_layer.items() if stem == ref and s == "prefill"}
+    _line_plot(frames, "layer", "max_over_bound", HERE / "figures" / "per_layer_prefill.png",
+               f"max GPU load / lower bound per MoE layer, {ref}, 4x8 GPUs, 288 slots")
+    out["per_layer_trace"] = ref
+    return agg
+
+
+def _line_plot(frames: dict, x: str, y: str, path: Path, title: str) -> None:
+    plt = plots._plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, frame in frames.items():
+        ax.plot(frame[x], frame[y], marker=".", label=label)
+    styles = ["-", "--", ":", "-."]
+    for line, style in zip(ax.get_lines(), styles * 4, strict=False):
+        line.set_linestyle(style)
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(y.replace("_", " "))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    plots._save(fig, path)
+
+
+# -------------------------------------------------------------------------- E1b
+def exact_study(files: list[Path], out: dict, layers: int) -> None:
+    """Certified optima on the first ``layers`` layers: S = 2 (decode) and S = 9 (prefill)."""
+    decode = next(f for f in files if f.stem.startswith("decode"))
+    for setting, path in (("decode", decode), ("prefill", files[0])):
+        topo, groups = SETTINGS[setting]
+        load = traces.read(path).load()[:layers]
+        t = time.perf_counter()
+        exact = solvers.solve("ilp", load, topo, time_limit=20, workers=2, progress=False)
+        seconds = time.perf_counter() - t
+        info = exact.meta["solver"]
+        opt = np.array(info["objective"])
+        best_bound = np.array(info["bound"])
+        ds = solvers.solve("deepseek", load, topo, num_groups=groups).gpu_load(load).max(-1)
+        gr = solvers.solve("greedy", load, topo).gpu_load(load).max(-1)
+        simple = lower_bound(load, topo)
+        key = f"ex_{setting}"
+        out[f"{key}_trace"] = path.stem
+        out[f"{key}_layers"] = str(layers)
+        out[f"{key}_optimal"] = str(int(info["optimal_layers"]))
+        out[f"{key}_gap_max"] = f"{float(info['gap_max']):.1e}"
+        out[f"{key}_deepseek"] = fmt(float(np.mean(ds / best_bound)))
+        out[f"{key}_deepseek_worst"] = fmt(float(np.max(ds / best_bound)))
+        out[f"{key}_greedy"] = fmt(float(np.mean(gr / best_bound)))
+        out[f"{key}_greedy_worst"] = fmt(float(np.max(gr / best_bound)))
+        out[f"{key}_improved"] = str(int(np.sum(opt < gr * (1 - 1e-9))))
+        out[f"{key}_bound_tightness"] = fmt(float(np.mean(simple / best_bound)))
+        out[f"{key}_seconds"] = fmt(seconds, 0)
+
+
+# --------------------------------------------------------------------------- E2
+def redundancy_sweep(path: Path, out: dict) -> None:
+    load = traces.read(path).load()
+    rows = []
+    slots = [256, 288, 320, 352, 384]
+    for P in tqdm(slots, desc="E2 redundancy", unit="setting"):
+        topo = Topology.parse("4x8", slots=P)
+        for label in ("deepseek", "greedy", "greedy weighted", "hierarchical"):
+            p = solve(label, load, topo, 8)
+            gpu = p.gpu_load(load)
+            rows.append({"slots": P, "redundant": P - 256, "policy": label,
+                         "step_max_over_mean": gpu.max(-1).sum() / gpu.mean(-1).sum()})
+    df = pd.DataFrame(rows)
+    table = df.pivot(index="redundant", columns="policy", values="step_max_over_mean")
+    atomic_write_text(HERE / "tables" / "redundancy.md", markdown(table, digits=4))
+    frames = {label: part for label, part in df.groupby("policy", sort=False)}
+    _line_plot(frames, "redundant", "step_max_over_mean", HERE / "figures" / "redundancy.png",
+               f"step max/mean GPU load vs redundant slots, {path.stem}, 4x8 GPUs")
+    for r in df.itertuples():
+        out[f"red{r.redundant}_{r.policy.replace(' ', '_')}"] = fmt(r.step_max_over_mean)
+
+
+# --------------------------------------------------------------------------- E3
+def replay_study(out: dict) -> None:
+    cal = traces.read(REPO / "traces" / "data" / "deepseek-v3-calibrated.npz")
+    trace = traces.synth.drift(cal.num_layers, cal.num_experts, windows=24, rate=0.05,
+                               skew=(0.3, 0.8), seed=7, layer_ids=cal.layer_ids,
+                               meta={"num_groups": 8, "top_k": 8})
+    topo = SETTINGS["prefill"][0]
+    frames = {}
+    rows = []
+    for solver, interval, label in tqdm([("deepseek", 1, "deepseek every window"),
+                                         ("greedy", 1, "greedy every window"),
+                                         ("greedy", 4, "greedy every 4 windows"),
+                                         ("greedy", 24, "greedy once (window 0)")],
+                                        desc="E3 replay"):
+        first = solvers.solve(solver, trace.load(0), topo, num_groups=8)
+        first = type(first)(first.phy2log, first.num_experts, topo, first.replica_share,
+                            first.meta, trace.layer_ids)
+        frame = replay.replay(trace, topo, solver=solver, interval=interval, history=1,
+                              num_groups=8, initial=first)
+        frames[label] = frame
+        scored = frame[frame["window"] >= 1]
+        moved = frame.loc[frame["rebalanced"] & (frame["window"] > 0), "replicas_moved"]
+        rows.append({"run": label, "step_max_over_mean": scored["step_max_over_mean"].mean(),
+                     "rebalances": int(frame["rebalanced"].sum()),
+                     "replicas_moved_per_rebalance": moved.mean() if len(moved) else 0.0})
+    # migration with and without relabeling against the live placement
+    load0, load1 = trace.load(0), trace.load(1)
+    p0 = solvers.solve("greedy", load0, topo)
+    fresh = solvers.solve("greedy", load1, topo)
+    kept = solvers.solve("greedy", load1, topo, previous=p0)
+    from solvers.migration import replicas_moved
+
+    out["moved_fresh"] = str(int(replicas_moved(p0, fresh).sum()))
+    out["moved_relabeled"] = str(int(replicas_moved(p0, kept).sum()))
+    df = pd.DataFrame(rows)
+    atomic_write_text(HERE / "tables" / "replay.md", markdown(df, digits=4, index=False))
+    plots.replay_curve(frames, HERE / "figures" / "replay.png",
+                       title="drifting trace, 4x8 GPUs, 288 slots")
+    for i, r in enumerate(df.itertuples()):
+        out[f"replay{i}_step"] = fmt(r.step_max_over_mean)
+        out[f"replay{i}_moved"] = fmt(r.replicas_moved_per_rebalance, 1)
+    out["replay_windows"] = str(trace.num_windows)
+
+
+# --------------------------------------------------------------------------- E4
+def traffic_study(path: Path, out: dict) -> None:
+    load = traces.read(path).load()
+    topo, groups = SETTINGS["prefill"]
+    rows = []
+    for label in tqdm(list(POLICIES), desc="E4 traffic"):
+        p = solve(label, load, topo, groups)
+        for policy in ("even", "local_first"):
+            if label == "greedy weighted" and policy == "local_first":
+                continue  # local_first ignores shares
+            rep = traffic.simulate(p, load=load, policy=policy, top_k=8, num_groups=groups,
+                                   topk_groups=4)
+            tokens = load.sum() / 8
+            rows.append({"policy": label, "dispatch": policy,
+                         "rdma_MB_per_layer": rep.rdma_bytes.mean() / 1e6,
+                         "nvlink_MB_per_layer": rep.nvlink_bytes.mean() / 1e6,
+                         "rdma_bytes_per_token": rep.rdma_bytes.sum() / tokens / len(load),
+                         "alltoall_us_per_1k_tokens": rep.alltoall_seconds.mean() / tokens
+                         * 1e9})
+    df = pd.DataFrame(rows)
+    atomic_write_text(HERE / "tables" / "traffic.md", markdown(df, digits=3, index=False))
+    for r in df.itertuples():
+        out[f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}_rdma"] = fmt(r.rdma_bytes_per_token, 0)
+        out[f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}_us"] = fmt(r.alltoall_us_per_1k_tokens, 1)
+    from evaluation import pareto
+
+    front = pareto.sweep(load, topo, num_groups=groups, topk_groups=4, policy="local_first",
+                         ilp_time_limit=None, top_k=8)
+    plots.pareto_front(front, HERE / "figures" / "pareto.png",
+                       title=f"balance vs RDMA, {path.stem}, 4x8 GPUs, local_first dispatch")
+    atomic_write_text(HERE / "tables" / "pareto.md", markdown(front, digits=4, index=False))
+
+
+# --------------------------------------------------------------------------- E5
+def executor_check(out: dict) -> None:
+    from eplb.executor import MoELayer, ReferenceExecutor
+
+    tok = traces.read(REPO / "traces" / "data" / "deepseek-v3-tokens.npz")
+    topo = SETTINGS["prefill"][0]
+    p = solvers.solve("greedy", tok.load(), topo)
+    layer = MoELayer(tok.num_experts, 128, 64, tok.topk_ids.shape[2], seed=0,
+                     dtype=np.float64)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((tok.topk_ids.shape[0], 128))
+    ids = tok.topk_ids[:, 0, :].astype(np.int64)
+    w = rng.random(ids.shape)
+    ex = ReferenceExecutor(layer, p, policy="local_first", seed=0)
+    y, stats = ex.forward(x, ids, w, tok.token_rank, layer_index=0)
+    err = float(np.abs(y - layer.dense_forward(x, ids, w)).max())
+    rep = traffic.simulate(p, topk_ids=tok.topk_ids, token_rank=tok.token_rank,
+                           policy="local_first", hidden=128)
+    out["exec_tokens"] = str(ids.shape[0])
+    out["exec_err"] = f"{err:.1e}"
+    same = (np.array_equal(stats.gpu_tokens, rep.gpu_tokens[0])
+            and stats.rdma_bytes == rep.rdma_bytes[0] and stats.nvlink_bytes == rep.nvlink_bytes[0])
+    out["exec_traffic_equal"] = "equal" if same else "NOT equal"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path,
+                    default=REPO.parent / "shared" / "traces" / "deepseek-v3-sglang")
+    ap.add_argument("--exact-layers", type=int, default=6,
+                    help="layers solved by the exact ilp per setting (default 6)")
+    args = ap.parse_args()
+    files = sorted(args.data.glob("*.json"))
+    if not files:
+        sys.exit(f"no DeepSeek-V3 count files (*.json) under {args.data}; pass --data DIR")
+    files = sorted(files, key=lambda f: (not f.stem.startswith("prefill_in1024"), f.stem))
+    (HERE / "tables").mkdir(exist_ok=True)
+    (HERE / "figures").mkdir(exist_ok=True)
+    out: dict[str, str] = {"num_files": str(len(files))}
+    start = time.perf_counter()
+    balance_table(files, out)
+    exact_study(files, out, args.exact_layers)
+    redundancy_sweep(files[0], out)
+    replay_study(out)
+    traffic_study(files[0], out)
+    executor_check(out)
+    out["build_seconds"] = fmt(time.perf_counter() - start, 0)
+    atomic_write_text(HERE / "results.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
+    template = string.Template((HERE / "paper.in.md").read_text())
+    atomic_write_text(HERE / "paper.md", template.substitute(out))
+    print(f"wrote {HERE / 'paper.md'} in {out['build_seconds']} s")
+
+
+if __name__ == "__main__":
+    main()
