@@ -246,8 +246,9 @@ def traffic_study(path: Path, out: dict) -> None:
     df = pd.DataFrame(rows)
     atomic_write_text(HERE / "tables" / "traffic.md", markdown(df, digits=3, index=False))
     for r in df.itertuples():
-        out[f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}_rdma"] = fmt(r.rdma_bytes_per_token, 0)
-        out[f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}_us"] = fmt(r.alltoall_us_per_1k_tokens, 1)
+        key = f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}"
+        out[f"{key}_rdma"] = fmt(r.rdma_bytes_per_token, 0)
+        out[f"{key}_us"] = fmt(r.alltoall_us_per_1k_tokens, 1)
     from evaluation import pareto
 
     front = pareto.sweep(load, topo, num_groups=groups, topk_groups=4, policy="local_first",
