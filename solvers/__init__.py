@@ -4,6 +4,8 @@ Registered: ``deepseek`` (bit-exact DeepSeek EPLB), ``greedy`` (slot-aware globa
 swap search; ``weighted``, ``rdma_weight``), ``hierarchical`` (group-to-node contract, best
 assignment), ``ilp`` (exact per-layer model, certified bound and gap). Lower bounds:
 `solvers.bounds.lower_bound`; relabeling against ``previous=``: `solvers.migration`;
+incremental repair of the live placement (greedy ``tolerance`` / ``migration_budget``):
+`solvers.incremental`;
 traffic proxy: `solvers.traffic_cost.expected_rdma`. See docs/solvers.md.
 
 >>> import solvers

@@ -13,16 +13,19 @@ are improved by local search from DeepSeek's own counts (`pairing`), so the resu
 worse than ``deepseek`` on a layer (unless DeepSeek's own placement puts two replicas of an
 expert on one GPU, which this solver never does; with real-valued loads it does not happen).
 ``weighted=True`` also chooses ``replica_share`` (`shares`); ``rdma_weight > 0`` trades
-balance for expected RDMA traffic (`traffic_cost`).
+balance for expected RDMA traffic (`traffic_cost`). With ``previous=`` and ``tolerance`` or
+``migration_budget`` the live placement is repaired instead of replaced (`incremental`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from eplb.errors import InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
 from solvers import packing, pairing
+from solvers.incremental import check_options, incremental
 from solvers.registry import register
 from solvers.replication import default_cap, waterfill
 from solvers.traffic_cost import (
@@ -174,16 +177,28 @@ def greedy(
     weighted: bool = False,
     rdma_weight: float = 0.0,
     budget: int = 10_000,
+    migration_budget: int | None = None,
+    tolerance: float | None = None,
 ) -> Placement:
     """Global greedy on ``load: float64[L, E]`` (see module docstring).
 
     Options: ``weighted`` (also choose ``replica_share``), ``rdma_weight`` (>= 0, traffic
     trade-off), ``budget`` (max swap iterations). ``num_groups`` is ignored (global policy);
     the algorithm is deterministic, so ``seed`` is unused; ``time_limit`` is not needed.
-    ``previous`` is applied by `solvers.solve` (relabeling).
+    ``previous`` is applied by `solvers.solve` (relabeling), unless ``migration_budget``
+    (max slots changed per layer) or ``tolerance`` (relative slack vs a fresh solve) is set:
+    then the live placement is repaired incrementally (`solvers.incremental`); without
+    ``previous`` those two options are ignored.
     """
-    del num_groups, previous, seed, time_limit
+    del num_groups, seed, time_limit
     lam = check_rdma_weight(rdma_weight)
+    tolerance, migration_budget = check_options(tolerance, migration_budget)
+    repair = previous is not None and (tolerance is not None or migration_budget is not None)
+    if repair and (weighted or lam > 0):
+        raise InputError(
+            "incremental repair (tolerance / migration_budget with previous=) supports the "
+            "even-split greedy only; drop weighted / rdma_weight, or drop tolerance and "
+            "migration_budget to solve afresh and relabel")
     L, E = load.shape
     G, S = topology.num_gpus, topology.slots_per_gpu
     if weighted:
@@ -198,4 +213,8 @@ def greedy(
         packed = pack_even(load, G, S, budget=budget)
     info["duplicates"] = int(packed.duplicates().sum())
     phy2log = packed.slot_e.reshape(L, G * S)
-    return Placement(phy2log, E, topology, meta={"solver": info})
+    fresh = Placement(phy2log, E, topology, meta={"solver": info})
+    if repair:
+        return incremental(load, topology, previous, fresh, tolerance=tolerance,
+                           migration_budget=migration_budget, max_steps=budget)
+    return fresh

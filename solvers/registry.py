@@ -81,7 +81,9 @@ def solve(
 
     ``num_groups``: expert groups for group-limited routing (hierarchical policies).
     ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
-    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were, and
+    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were
+    (unless the solver sets ``meta["solver"]["relabeled"]``: it placed against ``previous``
+    itself, e.g. greedy's incremental repair), and
     ``meta["solver"]["replicas_moved"]`` (per layer) / ``replicas_moved_total`` count the rest.
     ``seed``: every random choice is drawn from it. ``time_limit``: seconds, for search solvers.
     """
@@ -116,10 +118,11 @@ def solve(
     if previous is not None:  # relabeling is part of the solve: timed with it
         from solvers.migration import relabel, replicas_moved
 
-        start = time.perf_counter()
-        placement = relabel(placement, previous)
-        seconds += time.perf_counter() - start
-        placement.validate()
+        if not info.get("relabeled"):  # a solver that placed against previous itself is kept
+            start = time.perf_counter()
+            placement = relabel(placement, previous)
+            seconds += time.perf_counter() - start
+            placement.validate()
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     info.update(
