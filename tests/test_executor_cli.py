@@ -74,7 +74,7 @@ def test_execute_reports_fail_on_wrong_output(placement_file, capsys, monkeypatc
     from eplb.executor import kernels
 
     real = kernels.combine
-    monkeypatch.setattr(kernels, "combine", lambda y, w, lo: real(y, w, lo) * 1.001)
+    monkeypatch.setattr(kernels, "combine", lambda y, w, lo, **kw: real(y, w, lo, **kw) * 1.001)
     path, _ = placement_file
     rc = main(["execute", str(path), "--tokens", "64", "--hidden", "8", "--top-k", "2"])
     out = capsys.readouterr().out

@@ -18,6 +18,7 @@ from eplb.executor.executor import (
     weight_moves,
 )
 from eplb.executor.kernels import (
+    Buffer,
     DispatchLayout,
     combine,
     dispatch,
@@ -29,6 +30,7 @@ from eplb.executor.routing import POLICIES, check_policy, dispatch_table, route
 
 __all__ = [
     "POLICIES",
+    "Buffer",
     "DispatchLayout",
     "ExecutorStats",
     "MoELayer",

@@ -166,6 +166,7 @@ class ReferenceExecutor:
                 raise InputError(f"{name} must be a non-negative number of bytes, got {v!r}")
         self.dispatch_bytes, self.combine_bytes = float(dispatch_bytes), float(combine_bytes)
         self._weights: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._buffer = kernels.Buffer()  # receive/reduction rows reused across forward calls
         self.last_rebalance: RebalanceReport | None = None
 
     def _check_placement(self, placement: Placement) -> Placement:
@@ -231,9 +232,10 @@ class ReferenceExecutor:
             token_rank=token_rank, seed=self.seed,
         )
         layout = kernels.dispatch_layout(slots, token_rank, topo)
-        recv, rdma = kernels.dispatch(x, layout)
-        y = kernels.expert_compute(recv, layout, *self.rank_weights(row))
-        out = kernels.combine(y, w, layout)
+        buf = self._buffer
+        recv, rdma = kernels.dispatch(x, layout, buffer=buf)
+        y = kernels.expert_compute(recv, layout, *self.rank_weights(row), buffer=buf)
+        out = kernels.combine(y, w, layout, buffer=buf)
         return out, self._stats(row, layout, recv, rdma)
 
     def _stats(self, row: int, layout, recv: np.ndarray, rdma: np.ndarray) -> ExecutorStats:

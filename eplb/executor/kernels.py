@@ -33,6 +33,7 @@ from eplb.executor.routing import route
 from eplb.topology import Topology
 
 __all__ = [
+    "Buffer",
     "HOP_LOCAL",
     "HOP_NVLINK",
     "HOP_RDMA",
@@ -174,9 +175,66 @@ class DispatchLayout:
         return _selector(self.rdma_token, np.arange(R), self.num_tokens, R)
 
 
+
+class Buffer:
+    """Reusable receive and reduction buffers for the kernels (the role of DeepEP's ``Buffer``).
+
+    Fresh arrays of hundreds of MB cost a page fault per 4 KiB page on first touch; a `Buffer`
+    passed to `dispatch`, `expert_compute` and `combine` keeps one allocation per name and
+    grows it only when a call needs more. Arrays the kernels return from a buffer are views
+    into it: valid until the next call that uses the same buffer. Not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._store: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An uninitialised array of ``shape``/``dtype`` backed by the allocation ``name``."""
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        a = self._store.get(name)
+        if a is None or a.dtype != dtype or a.size < n:
+            a = self._store[name] = np.empty(max(n, 1), dtype=dtype)
+        return a[:n].reshape(shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held over all allocations."""
+        return sum(a.nbytes for a in self._store.values())
+
+
+def _empty(buffer: Buffer | None, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    return np.empty(shape, dtype=dtype) if buffer is None else buffer.get(name, shape, dtype)
+
+
 def _selector(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
     data = np.ones(rows.shape[0], dtype=np.float64)
     return sp.csr_matrix((data, (rows, cols)), shape=(n_rows, n_cols))
+
+
+# scipy's C++ kernel behind ``csr @ dense``; called directly it accumulates into a reused
+# buffer instead of a fresh ``np.zeros`` result (private API: fall back to ``@`` without it)
+try:
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - depends on the scipy version
+    _csr_matvecs = None
+
+
+def _spmm_into(a: sp.csr_matrix, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[:] = a @ x`` for ``a: csr[m, n]``, ``x: float[n, H]``, ``out: float[m, H]``."""
+    m, n = a.shape
+    fast = (
+        _csr_matvecs is not None
+        and x.flags.c_contiguous and out.flags.c_contiguous
+        and a.dtype == x.dtype == out.dtype
+        and a.indptr.dtype == a.indices.dtype
+    )
+    if not fast:
+        out[...] = a @ x
+        return out
+    out.fill(0)
+    _csr_matvecs(m, n, x.shape[1], a.indptr, a.indices, a.data, x.reshape(-1), out.reshape(-1))
+    return out
 
 
 def _segments(keys: np.ndarray, n: int) -> np.ndarray:
@@ -288,30 +346,39 @@ def _check_rows(name: str, a: np.ndarray, rows: int) -> np.ndarray:
     return a
 
 
-def dispatch(x, layout: DispatchLayout) -> tuple[np.ndarray, np.ndarray]:
+def dispatch(
+    x, layout: DispatchLayout, *, buffer: Buffer | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Move activations ``x: float[N, H]`` into the receive buffers of ``layout``.
 
     Returns ``(recv: float[M, H], rdma: float[R, H])``: ``rdma`` holds the RDMA receive rows
     at the rail peers (one per token and remote node); ``recv`` rows of hop ``LOCAL``/``NVLINK``
     are copied from ``x`` on the source GPU, rows of hop ``RDMA``/``RDMA_NVLINK`` from the rail
     peer's RDMA row. Rank ``g``'s buffer is ``recv[rank_offsets[g]:rank_offsets[g + 1]]``.
+    With ``buffer`` both are views into it (see `Buffer`).
     """
     x = _check_rows("x", x, layout.num_tokens)
     N, H = x.shape
-    staging = np.empty((N + layout.num_rdma, H), dtype=x.dtype)  # [send buffers | RDMA rows]
+    # [send buffers | RDMA rows]: one array, so every receive row is one gather from it
+    staging = _empty(buffer, "dispatch_staging", (N + layout.num_rdma, H), x.dtype)
     staging[:N] = x
-    np.take(x, layout.rdma_token, axis=0, out=staging[N:])
-    recv = np.take(staging, layout.source_row, axis=0)
+    # indices come from the layout: mode="clip" never clips, it skips np.take's buffered path
+    np.take(x, layout.rdma_token, axis=0, out=staging[N:], mode="clip")
+    recv = _empty(buffer, "dispatch_recv", (layout.num_recv, H), x.dtype)
+    np.take(staging, layout.source_row, axis=0, out=recv, mode="clip")
     return recv, staging[N:]
 
 
-def expert_compute(recv, layout: DispatchLayout, w1, w3, w2) -> np.ndarray:
+def expert_compute(
+    recv, layout: DispatchLayout, w1, w3, w2, *, buffer: Buffer | None = None
+) -> np.ndarray:
     """Run every rank's local experts on its received tokens (grouped GEMM per slot).
 
     ``recv: float[M, H]`` from `dispatch`; ``w1, w3: float[G, S, H, F]`` and
     ``w2: float[G, S, F, H]`` the weights each rank holds in its ``S`` slots. Returns
     ``out: float[N*K, H]`` in ``layout.pick_order`` (picks sorted by slot): rows
-    ``slot_offsets[p]:slot_offsets[p + 1]`` are slot ``p``'s SwiGLU outputs for its picks.
+    ``slot_offsets[p]:slot_offsets[p + 1]`` are slot ``p``'s SwiGLU outputs for its picks
+    (a view into ``buffer`` when given).
     """
     topo = layout.topology
     P = topo.num_slots
@@ -326,7 +393,7 @@ def expert_compute(recv, layout: DispatchLayout, w1, w3, w2) -> np.ndarray:
         raise InputError(f"w2 must be [G={G}, S={S}, F={F}, H={H}], got {w2.shape}")
     w1, w3, w2 = w1.reshape(P, H, F), w3.reshape(P, H, F), w2.reshape(P, F, H)
     rows = layout.pick_row.reshape(-1)[layout.pick_order]
-    out = np.empty((rows.shape[0], H), dtype=np.result_type(recv, w1))
+    out = _empty(buffer, "expert_out", (rows.shape[0], H), np.result_type(recv, w1))
     off = layout.slot_offsets
     for p in np.flatnonzero(layout.num_picks_per_slot):
         a, b = off[p], off[p + 1]
@@ -334,26 +401,33 @@ def expert_compute(recv, layout: DispatchLayout, w1, w3, w2) -> np.ndarray:
     return out
 
 
-def combine(expert_out, topk_weights, layout: DispatchLayout) -> np.ndarray:
+def combine(
+    expert_out, topk_weights, layout: DispatchLayout, *, buffer: Buffer | None = None
+) -> np.ndarray:
     """Reduce expert outputs back to their source tokens along the reverse dispatch path.
 
     ``expert_out: float[N*K, H]`` in ``layout.pick_order`` (as `expert_compute` returns),
-    ``topk_weights: float[N, K]``. Returns ``out: float[N, H]`` with
+    ``topk_weights: float[N, K]``. Returns a new ``out: float[N, H]`` with
     ``out[n] = sum_k topk_weights[n, k] * expert_out[pick (n, k)]``, summed in three stages:
     per receiving rank (its picks of the token), per rail peer (the node's partial sums, one
     RDMA row per token and node), at the source (local, same-node and RDMA contributions).
+    ``buffer`` holds the intermediate partial sums.
     """
     N, K = layout.num_tokens, layout.top_k
     y = _check_rows("expert_out", expert_out, N * K)
     w = np.asarray(topk_weights)
     if w.shape != (N, K):
         raise InputError(f"topk_weights must be float[{N}, {K}], got {w.shape}")
-    dt = y.dtype
+    dt, H = y.dtype, y.shape[1]
+    M, R = layout.num_recv, layout.num_rdma
     indptr, indices, Q = layout._pick_to_recv
     data = w.reshape(-1)[layout.pick_order][indices].astype(dt)
-    to_recv = sp.csr_matrix((data, indices, indptr), shape=(layout.num_recv, Q))
-    partial = to_recv @ y  # [M, H]: each rank's weighted sum per received token
-    rdma = layout._recv_to_rdma.astype(dt) @ partial  # [R, H]: summed at the rail peer
-    out = layout._recv_to_token.astype(dt) @ partial
-    out += layout._rdma_to_token.astype(dt) @ rdma
+    to_recv = sp.csr_matrix((data, indices, indptr), shape=(M, Q))
+    # [partial | rdma]: each rank's weighted sum per received token, then per rail peer
+    sums = _empty(buffer, "combine_sums", (M + R, H), dt)
+    partial, rdma = sums[:M], sums[M:]
+    _spmm_into(to_recv, y, partial)
+    _spmm_into(layout._recv_to_rdma.astype(dt), partial, rdma)
+    out = layout._recv_to_token.astype(dt) @ partial  # at the source: local and NVLink sums
+    out += layout._rdma_to_token.astype(dt) @ rdma  # plus the RDMA rows coming back
     return np.asarray(out, dtype=dt)
