@@ -15,7 +15,10 @@ Pareto sweep (balance vs RDMA bytes) of one trace per topology, and prints the w
 Measured on 2 shared cores (7 traces x 3 topologies): without ilp, 63 runs in 86 s plus a
 19 s sweep (1 min 46 s in all; most of it is the LP lower bound at 2 slots per GPU); with
 ilp (``--time-limit 0.25`` s per layer, 58 layers per solve; its 2-slot pairing path runs
-past the limit) 84 runs in 35 min plus a 9 min sweep (44 min): ilp dominates.
+past the limit) 84 runs in 529 s plus a 169 s sweep (11 min 40 s in all, with another
+benchmark sharing the cores part of the time): ilp dominates. 75 of the 84 runs are ``ok``;
+the other 9 are ``hierarchical`` where it does not apply (8 groups on 18 nodes; Qwen has no
+expert groups), recorded with that reason in the ``status`` column.
 
 The same comparison from the CLI (without the Qwen top_k note and the single-trace sweep):
 
