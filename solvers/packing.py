@@ -85,24 +85,25 @@ def lpt(
     holds = np.zeros((X, E, G), dtype=np.int16)
     slot_e = np.zeros((X, G, S), dtype=np.int64)
     slot_s = np.zeros((X, G, S))
-    score = np.empty((X, G))
+    avail = np.zeros((X, G))  # GPU load, inf once the GPU is full
     for j in range(P):
-        e = item_e[:, j]
-        np.copyto(score, gpu)
-        score[fill >= S] = np.inf
+        e, s_j = item_e[:, j], item_s[:, j]
+        held = holds[rows, e]  # [X, G] replicas of this item's expert per GPU
+        score = avail
         if node_penalty is not None:
-            h = holds[rows, e].reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
-            score += np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
-        free = np.where(holds[rows, e] > 0, np.inf, score)
+            h = held.reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
+            score = avail + np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
+        free = np.where(held > 0, np.inf, score)
         g = free.argmin(1)
         stuck = ~np.isfinite(free[rows, g])
         if stuck.any():  # every GPU with room holds this expert: accept a duplicate, repair later
             g[stuck] = score[stuck].argmin(1)
         k = fill[rows, g]
         slot_e[rows, g, k] = e
-        slot_s[rows, g, k] = item_s[:, j]
-        gpu[rows, g] += item_s[:, j]
-        fill[rows, g] += 1
+        slot_s[rows, g, k] = s_j
+        gpu[rows, g] += s_j
+        fill[rows, g] = k + 1
+        avail[rows, g] = np.where(k + 1 >= S, np.inf, gpu[rows, g])
         holds[rows, e, g] += 1
     packed = Packed(slot_e, slot_s, gpu, holds)
     if packed.duplicates().any():
@@ -222,11 +223,11 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         bg = np.repeat(cand, S, axis=2)  # [n, m, kS]
         gl = np.take_along_axis(ld[:, None, :], bg, 2)
         d = a_s[..., :, None] - b_s[..., None, :]  # [n, m, S, kS]
-        pair = np.maximum(lh[..., None, None] - d, gl[..., None, :] + d)
+        pair = lh[..., None, None] - d
+        np.maximum(pair, gl[..., None, :] + d, out=pair)
         ok = (d > 0) & (pair < lh[..., None, None] * (1 - REL_TOL))
         if not allow_duplicates:
-            ok &= p.holds[active[:, None, None, None], a_e[..., None], bg[:, :, None, :]] == 0
-            ok &= (p.holds[active[:, None, None], b_e, h[..., None]] == 0)[:, :, None, :]
+            ok &= _no_duplicate(p, active[:, None], a_e, b_e, h, cand).reshape(ok.shape)
         score = np.where(ok, pair, np.inf).reshape(n, m, -1)
         best = score.argmin(2)  # [n, m]
         good = np.isfinite(np.take_along_axis(score, best[..., None], 2)[..., 0])
@@ -237,6 +238,23 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         _swap(p, active[ri], h[ri, ji], ia, bg[ri, ji, ib], ib % S)
         active = active[good.any(1)]
     return it
+
+
+def _no_duplicate(p: Packed, rows, a_e, b_e, h, cand) -> np.ndarray:
+    """``bool[..., S, k, S]``: swapping slot ``i`` of heavy GPU ``h`` with slot ``j`` of partner
+    ``cand[c]`` creates no duplicate (neither expert is already on the other GPU).
+
+    ``rows``: layer rows broadcastable to ``h``; ``h: [...]``, ``a_e: [..., S]`` experts on
+    ``h``, ``cand: [..., k]`` partner GPUs, ``b_e: [..., k*S]`` their experts (partner-major).
+    The checks are gathered at ``[..., S, k]`` and ``[..., k, S]`` and broadcast, instead of
+    one gather per (slot, partner slot) pair.
+    """
+    k = cand.shape[-1]
+    S = a_e.shape[-1]
+    a_on = np.take_along_axis(p.holds[rows[..., None], a_e], cand[..., None, :], -1)  # [.., S, k]
+    b_on = p.holds[rows[..., None], b_e, h[..., None]]  # [..., k*S]
+    b_free = (b_on == 0).reshape(*b_on.shape[:-1], k, S)
+    return (a_on == 0)[..., :, :, None] & b_free[..., None, :, :]
 
 
 def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> int:
@@ -260,11 +278,11 @@ def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> i
         bg = np.repeat(cand, S, axis=1)  # [n, kS]
         gl = np.take_along_axis(ld, bg, 1)
         d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
-        pair = np.maximum(lh[:, None, None] - d, gl[:, None, :] + d)
+        pair = lh[:, None, None] - d
+        np.maximum(pair, gl[:, None, :] + d, out=pair)
         ok = d > 0
         if not allow_duplicates:
-            ok &= p.holds[active[:, None, None], a_e[:, :, None], bg[:, None, :]] == 0
-            ok &= (p.holds[active[:, None], b_e, h[:, None]] == 0)[:, None, :]
+            ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
         if traffic is None:
             ok &= pair < lh[:, None, None] * (1 - REL_TOL)
             score = np.where(ok, pair, np.inf).reshape(n, -1)
