@@ -175,7 +175,6 @@ class DispatchLayout:
         return _selector(self.rdma_token, np.arange(R), self.num_tokens, R)
 
 
-
 class Buffer:
     """Reusable receive and reduction buffers for the kernels (the role of DeepEP's ``Buffer``).
 
@@ -204,6 +203,7 @@ class Buffer:
 
 
 def _empty(buffer: Buffer | None, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A fresh array, or the ``buffer``'s allocation ``name`` when one is given."""
     return np.empty(shape, dtype=dtype) if buffer is None else buffer.get(name, shape, dtype)
 
 
