@@ -43,18 +43,6 @@ G, E, K, TOPK_GROUPS = 8, 256, 8, 4
 DRAWS, ROUNDS, SEED = 101, 25, 20260101
 
 
-def measured(load: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-layer statistics of ``load: float[..., E]`` (the ``targets`` of the table)."""
-    return {
-        "max_over_mean": summary.max_over_mean(load),
-        "cv": summary.cv(load),
-        "gini": summary.gini(load),
-        "top1pct_share": summary.top_share(load, 0.01),
-        "top10pct_share": summary.top_share(load, 0.10),
-        "group_cv": summary.group_cv(load, G),
-    }
-
-
 def raw_sigmas(load: np.ndarray):
     """``sigma_group, sigma_within: [..., L]`` and standardised shapes from ``load[..., L, E]``."""
     p = load / load.sum(-1, keepdims=True)
@@ -115,7 +103,7 @@ def fit(data: Path) -> dict:
         "group_quantiles": _r(np.quantile(gz.ravel(), LEVELS)),
         "within_quantiles": _r(np.quantile(wz.ravel(), LEVELS)),
     }
-    stats = measured(load)  # each [W, L]
+    stats = calibration.target_stats(load, G)  # each [W, L]
     rng = np.random.default_rng(SEED)
     W, L = sg.shape
     # per workload: sigmas matched to that workload's CV / group CV (their spread is kept)

@@ -27,10 +27,25 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import TraceError
+from traces import summary
 
 DATA = Path(__file__).resolve().parent / "data"
 MODELS = ("deepseek-v3",)
 TARGET_STATS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share", "group_cv")
+
+
+def target_stats(load: np.ndarray, num_groups: int) -> dict[str, np.ndarray]:
+    """The statistics the calibration matches, keyed by `TARGET_STATS`: per layer of
+    ``load: float[..., E]`` (each value ``float[...]``); ``group_cv`` over ``num_groups``
+    contiguous expert groups."""
+    return {
+        "max_over_mean": summary.max_over_mean(load),
+        "cv": summary.cv(load),
+        "gini": summary.gini(load),
+        "top1pct_share": summary.top_share(load, 0.01),
+        "top10pct_share": summary.top_share(load, 0.10),
+        "group_cv": summary.group_cv(load, num_groups),
+    }
 
 
 def table_path(model: str) -> Path:
