@@ -2,14 +2,18 @@
 
 - ``deepseek_prefill``: balance the core-attention computation and the input tokens per GPU.
   Each request adds ``uncached * (cached + uncached / 2)`` attention cost and ``uncached``
-  tokens (see `state`); the policy places the batch largest first (by the combined size below)
-  on the fitting rank minimising ``attention / A + token_weight * tokens / T``, where ``A`` and
-  ``T`` are the per-rank means after the batch (LPT greedy on the normalised sum).
-- ``deepseek_decode``: balance KV-cache usage and request count per GPU: largest KV first onto
-  the fitting rank minimising ``kv_blocks / K + request_weight * requests / N`` (``K``, ``N``
-  the per-rank means after the batch).
+  tokens (see `state`).
+- ``deepseek_decode``: balance KV-cache usage and request count per GPU (each request adds its
+  KV blocks and 1 request).
 
-DeepSeek publishes the objectives, not the algorithm; the greedy here is ours.
+Both are the same two-objective greedy: normalise each load by its per-rank mean after the batch
+(``A``, ``B``), take the requests largest first (by ``max(a_i / A, w * b_i / B)``), and put each
+on the fitting rank that minimises the larger of its two normalised loads *after* placing it,
+``max((a_r + a_i) / A, w * (b_r + b_i) / B)`` (ties: the smaller sum, then the lower rank). That
+is LPT scheduling on the bottleneck of the two objectives; ``w`` (``token_weight`` /
+``request_weight``, default 1, 0 ignores the second objective) weighs them.
+
+DeepSeek publishes the objectives, not the algorithm; this greedy is ours.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from eplb.errors import InputError
 from evaluation.serving.balancers.registry import register
 from evaluation.serving.balancers.state import Ledger, RankState, RequestBatch
 
+_TIE = 1e-9  # weight of the sum in the score: breaks ties of the maximum only
+
 
 def _mean_after(current: np.ndarray, added: np.ndarray, alive: np.ndarray) -> float:
     k = int(alive.sum())
@@ -28,16 +34,26 @@ def _mean_after(current: np.ndarray, added: np.ndarray, alive: np.ndarray) -> fl
 
 
 def _greedy(
-    led: Ledger, size: np.ndarray, a: np.ndarray, wa: float, b: np.ndarray, wb: float
+    led: Ledger,
+    a: np.ndarray,
+    da: np.ndarray,
+    A: float,
+    b: np.ndarray,
+    db: np.ndarray,
+    B: float,
+    w: float,
 ) -> np.ndarray:
-    """Place requests largest ``size`` first on the fitting rank minimising ``wa*a + wb*b``
-    (``a``, ``b`` are the ledger's live arrays)."""
-    n = size.size
+    """Largest first onto the fitting rank minimising ``max((a + da) / A, w * (b + db) / B)``;
+    ``a``, ``b`` are the ledger's live load arrays, ``da``, ``db`` the requests' increments."""
+    n = da.size
     out = np.full(n, -1, dtype=np.int64)
-    for i in np.argsort(-size, kind="stable"):
+    wb = w / B
+    for i in np.argsort(-np.maximum(da / A, wb * db), kind="stable"):
         ok = led.fits(i)
         if ok.any():
-            r = int(np.where(ok, wa * a + wb * b, np.inf).argmin())
+            x, y = (a + da[i]) / A, wb * (b + db[i])
+            score = np.maximum(x, y) + _TIE * (x + y)
+            r = int(np.where(ok, score, np.inf).argmin())
             out[i] = r
             led.place(i, r)
     return out
@@ -53,8 +69,7 @@ def deepseek_prefill(
     led = Ledger(state, requests)
     A = _mean_after(led.att, led.datt, state.alive)
     T = _mean_after(led.tokens, led.dtok, state.alive)
-    size = led.datt / A + token_weight * led.dtok / T
-    return _greedy(led, size, led.att, 1.0 / A, led.tokens, token_weight / T)
+    return _greedy(led, led.att, led.datt, A, led.tokens, led.dtok, T, token_weight)
 
 
 @register("deepseek_decode")
@@ -65,7 +80,7 @@ def deepseek_decode(
     if not request_weight >= 0:
         raise InputError(f"request_weight must be >= 0, got {request_weight!r}")
     led = Ledger(state, requests)
+    ones = np.ones(len(requests))
     K = _mean_after(led.kv, led.dkv, state.alive)
-    N = _mean_after(led.n, np.ones(len(requests)), state.alive)
-    size = led.dkv / K + request_weight / N
-    return _greedy(led, size, led.kv, 1.0 / K, led.n, request_weight / N)
+    N = _mean_after(led.n, ones, state.alive)
+    return _greedy(led, led.kv, led.dkv, K, led.n, ones, N, request_weight)

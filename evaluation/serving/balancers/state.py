@@ -316,8 +316,8 @@ class RankState:
     def fits(self, requests: RequestBatch) -> np.ndarray:
         """``bool[n, R]``: each request alone fits each rank as the state is now."""
         dq, _, dkv, _ = self.increments(requests)
-        ok = self.alive[None, :] & (self.num_requests + 1 <= self.max_requests)[None, :]
-        ok &= self.kv_blocks_used[None, :] + dkv[:, None] <= self.kv_blocks_capacity[None, :]
+        ok = self.alive & (self.num_requests + 1 <= self.max_requests)  # [R]
+        ok = ok & (self.kv_blocks_used + dkv[:, None] <= self.kv_blocks_capacity)  # [n, R]
         if self.phase == "prefill":
             ok &= (self.queued_tokens[None, :] + dq[:, None] <= self.token_budget[None, :]) | (
                 self.queued_tokens[None, :] == 0
