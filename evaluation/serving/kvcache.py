@@ -278,13 +278,6 @@ def chain(block_hashes: Iterable[int], seed: int = 0) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _bits(x: int):
-    while x:
-        low = x & -x
-        yield low.bit_length() - 1
-        x ^= low
-
-
 class RankCaches:
     """One `KVStore` per DP rank plus an index ``hash -> ranks holding it``.
 
@@ -311,22 +304,30 @@ class RankCaches:
         self.block_size = _check_block_size(block_size)
         self._owners: dict = {}  # hash -> bitmask of the ranks caching it
         self._all = (1 << self.num_ranks) - 1
+        self._nbytes = (self.num_ranks + 7) // 8
+        self._sizes = np.zeros(self.num_ranks, dtype=np.int64)
         self.stores = [
-            KVStore(capacity_blocks, block_size, eviction, on_evict=self._dropper(1 << r))
+            KVStore(capacity_blocks, block_size, eviction, on_evict=self._dropper(r))
             for r in range(self.num_ranks)
         ]
 
-    def _dropper(self, bit: int) -> Callable[[int], None]:
-        owners = self._owners
+    def _dropper(self, rank: int) -> Callable[[int], None]:
+        owners, sizes, bit = self._owners, self._sizes, 1 << rank
 
         def drop(h) -> None:
             v = owners.get(h, 0) & ~bit
             if v:
                 owners[h] = v
             else:
-                del owners[h]
+                owners.pop(h, None)
+            sizes[rank] -= 1
 
         return drop
+
+    def _mask(self, bits: int) -> np.ndarray:
+        """``bool[R]`` of a rank bitmask."""
+        raw = np.frombuffer(bits.to_bytes(self._nbytes, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, bitorder="little")[: self.num_ranks].astype(bool)
 
     def __len__(self) -> int:
         return self.num_ranks
@@ -346,15 +347,13 @@ class RankCaches:
         for i, h in enumerate(hs):
             m = owners.get(h, 0) & mask
             if m != mask:
-                if i:
-                    for r in _bits(mask & ~m):
-                        out[r] = i
+                if i:  # the ranks that drop out here match exactly i blocks
+                    out[self._mask(mask & ~m)] = i
                 mask = m
                 if not mask:
                     return out
         if hs:
-            for r in _bits(mask):
-                out[r] = len(hs)
+            out[self._mask(mask)] = len(hs)
         return out
 
     def insert(self, rank: int, block_hashes: Sequence[int]) -> int:
@@ -362,6 +361,7 @@ class RankCaches:
         hs = _as_list(block_hashes)
         store = self.stores[rank]
         new = store.insert(hs)
+        self._sizes[rank] += new
         bit = 1 << int(rank)
         owners = self._owners
         cap = store._cap
@@ -379,4 +379,4 @@ class RankCaches:
 
     def sizes(self) -> np.ndarray:
         """``int64[R]``: blocks cached per rank."""
-        return np.fromiter((len(s) for s in self.stores), dtype=np.int64, count=self.num_ranks)
+        return self._sizes.copy()
