@@ -12,6 +12,10 @@ each against a naive baseline run in the same process.
    ranks (token budget 16,384) and decode at 144 ranks (KV capacity, 128 requests per rank),
    vs a pure-Python least-tokens loop over ranks (the obvious implementation).
 
+4. Balance quality (not speed): max rank load over the lower bound ``max(largest request,
+   total / R)`` on skewed lognormal batches (the cases `tests/test_serving_balancers.py`
+   asserts on), for prefill attention cost / computed tokens and decode KV blocks / requests.
+
     python benchmarks/bench_serving_parts.py [--requests 4000] [--repeat 3]
 """
 
@@ -205,6 +209,40 @@ def bench_balancers(wl, repeat, batch_size=64):
             print(f"{name:<18}{n / sec:>12,.0f}{sec / n * 1e6:>12.1f}{nsec / sec:>9.1f}x")
 
 
+def over_bound(load, sizes, R):
+    return float(load.max() / max(sizes.max(), sizes.sum() / R))
+
+
+def bench_quality():
+    print("\n4. Balance quality: busiest rank / lower bound max(largest request, total / R)")
+    print(f"{'case':<40}{'policy':<18}{'seed 0':>14}{'seed 1':>14}{'seed 2':>14}")
+    cases = {}
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        inp = np.clip(np.rint(rng.lognormal(7.5, 1.2, size=512)), 1, 100_000).astype(np.int64)
+        cached = (inp * rng.random(512) * (rng.random(512) < 0.5)).astype(np.int64)
+        pre = RequestBatch(inp, cached)
+        rng = np.random.default_rng(seed)
+        kv = np.clip(np.rint(rng.lognormal(8.0, 1.0, size=600)), 1, 200_000).astype(np.int64)
+        dec = RequestBatch(kv, kv_tokens=kv)
+        for name in ("round_robin", "least_tokens", "deepseek_prefill"):
+            st = RankState(16, "prefill")
+            B.assign(name, pre, st)
+            cases.setdefault(("prefill 512 req / 16 ranks: attn, tok", name), []).append(
+                f"{over_bound(st.attention_cost, pre.attention_cost, 16):.3f}, "
+                f"{over_bound(st.queued_tokens, pre.uncached_tokens, 16):.3f}"
+            )
+        for name in ("round_robin", "least_requests", "deepseek_decode"):
+            st = RankState(24, "decode", block_size=64)
+            B.assign(name, dec, st, seed=3)
+            cases.setdefault(("decode 600 req / 24 ranks: kv, req", name), []).append(
+                f"{over_bound(st.kv_blocks_used, -(-kv // 64), 24):.3f}, "
+                f"{st.num_requests.max() / 25:.3f}"
+            )
+    for (case, name), vals in cases.items():
+        print(f"{case:<40}{name:<18}" + "".join(f"{v:>14}" for v in vals))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -222,6 +260,7 @@ def main() -> int:
     bench_store(hashes, args.repeat)
     bench_rank_caches(hashes, args.repeat)
     bench_balancers(wl, args.repeat)
+    bench_quality()
     return 0
 
 
