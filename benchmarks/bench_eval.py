@@ -94,10 +94,8 @@ def main() -> None:
     t_loop, ref = best(lambda: loop_scores(placement, counts), 1)
     np.testing.assert_allclose(frame["gpu_max"].to_numpy(), ref[:, 0].ravel())
     np.testing.assert_allclose(frame["balancedness"].to_numpy(), ref[:, 2].ravel())
-    print(
-        f"score_windows {args.windows} windows x {L} layers x {E} experts on {topo}: "
-        f"{t_vec:.3f} s (loop over windows {t_loop:.3f} s, x{t_loop / t_vec:.1f})"
-    )
+    print(f"score_windows {args.windows} windows x {L} layers x {E} experts on {topo}: "
+          f"{t_vec:.3f} s (loop over windows {t_loop:.3f} s, x{t_loop / t_vec:.1f})")
 
     # 2. token-level traffic
     N = args.tokens
@@ -107,17 +105,11 @@ def main() -> None:
         ids[:, layer] = np.argpartition(-keys, K, axis=1)[:, :K]
     rank = rng.integers(0, topo.num_gpus, N).astype(np.int32)
     for policy in ("even", "local_first"):
-        t_sim, rep = best(
-            lambda pol=policy: simulate(placement, topk_ids=ids, token_rank=rank, policy=pol),
-            args.repeat,
-        )
-        t_route, _ = best(
-            lambda pol=policy: [
-                route(ids[:, i], placement, layer_index=i, policy=pol, token_rank=rank)
-                for i in range(L)
-            ],
-            args.repeat,
-        )
+        t_sim, rep = best(lambda pol=policy: simulate(placement, topk_ids=ids, token_rank=rank,
+                                                      policy=pol), args.repeat)
+        t_route, _ = best(lambda pol=policy: [route(ids[:, i], placement, layer_index=i,
+                                                    policy=pol, token_rank=rank)
+                                              for i in range(L)], args.repeat)
         few = 300
         t0 = time.perf_counter()
         nv, rd = loop_traffic(placement, rep.slots[:few], rank[:few], 0)
@@ -125,11 +117,9 @@ def main() -> None:
         check = simulate(placement, topk_ids=ids[:few], token_rank=rank[:few], policy=policy)
         assert (nv, rd) == (check.nvlink_transfers[0], check.rdma_transfers[0])
         t_loop_all = t_few / few * N * L
-        print(
-            f"traffic tokens {N} x {L} layers x top-{K} ({policy}) on {topo}: {t_sim:.2f} s "
-            f"(route alone {t_route:.2f} s = {t_route / t_sim:.0%} of it; per-token loop "
-            f"~{t_loop_all:.0f} s scaled from {few} tokens, x{t_loop_all / t_sim:.0f})"
-        )
+        print(f"traffic tokens {N} x {L} layers x top-{K} ({policy}) on {topo}: {t_sim:.2f} s "
+              f"(route alone {t_route:.2f} s = {t_route / t_sim:.0%} of it; per-token loop "
+              f"~{t_loop_all:.0f} s scaled from {few} tokens, x{t_loop_all / t_sim:.0f})")
 
     # 3. counts-mode traffic
     load = counts.sum(0)
@@ -138,17 +128,11 @@ def main() -> None:
         pl = solvers.solve("deepseek", load, topo2, num_groups=8)
         for policy in ("even", "local_first"):
             for groups in (None, 8):
-                t_cnt, _ = best(
-                    lambda pl=pl, pol=policy, g=groups: simulate(
-                        pl, load=load, policy=pol, num_groups=g, topk_groups=4
-                    ),
-                    args.repeat,
-                )
+                t_cnt, _ = best(lambda pl=pl, pol=policy, g=groups: simulate(
+                    pl, load=load, policy=pol, num_groups=g, topk_groups=4), args.repeat)
                 model = "group-limited 4 of 8" if groups else "independent"
-                print(
-                    f"traffic counts mode {L} layers x {E} experts ({policy}, {model}) on "
-                    f"{topo2}: {t_cnt * 1e3:.0f} ms"
-                )
+                print(f"traffic counts mode {L} layers x {E} experts ({policy}, {model}) on "
+                      f"{topo2}: {t_cnt * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

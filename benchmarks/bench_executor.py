@@ -125,9 +125,8 @@ def loop_layout(slots, token_rank, topo):
         for b in sorted({g // gpn for g in dests} - {s // gpn}):
             per_node[b].append(n)
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in per_rank])])
-    pick_row = np.array(
-        [[offsets[int(p) // S] + where[n, int(p) // S] for p in slots[n]] for n in range(N)]
-    )
+    pick_row = np.array([[offsets[int(p) // S] + where[n, int(p) // S] for p in slots[n]]
+                         for n in range(N)])
     return per_rank, per_node, pick_row
 
 
@@ -142,10 +141,8 @@ def main() -> None:
     topo = Topology(4, 8, 9)
     N, H, K = args.tokens, args.hidden, args.top_k
     x, w, slots, token_rank = workload(N, H, K, topo, 256, args.seed)
-    print(
-        f"workload: {N} tokens x top-{K}, hidden {H} float32, {topo.num_gpus} ranks "
-        f"({topo}), even dispatch"
-    )
+    print(f"workload: {N} tokens x top-{K}, hidden {H} float32, {topo.num_gpus} ranks "
+          f"({topo}), even dispatch")
 
     def timed(buffer):
         best: dict[str, float] = {}
@@ -163,11 +160,9 @@ def main() -> None:
     out, recv, layout, _ = vectorised(x, w, slots, token_rank, topo, identity_experts)
     vec = best["layout"] + best["dispatch"] + best["combine"]
     vec_fresh = fresh["layout"] + fresh["dispatch"] + fresh["combine"]
-    print(
-        f"receive rows M={layout.num_recv} ({layout.num_recv / N:.2f} GPUs per token), "
-        f"RDMA rows R={layout.num_rdma}, NVLink copies {layout.num_nvlink}; "
-        f"recv buffers {layout.num_recv * H * 4 / 1e6:.0f} MB"
-    )
+    print(f"receive rows M={layout.num_recv} ({layout.num_recv / N:.2f} GPUs per token), "
+          f"RDMA rows R={layout.num_rdma}, NVLink copies {layout.num_nvlink}; "
+          f"recv buffers {layout.num_recv * H * 4 / 1e6:.0f} MB")
 
     y = identity_experts(recv, layout)
     pick_pos = np.empty(N * K, dtype=np.int64)
@@ -189,9 +184,8 @@ def main() -> None:
         a, b = layout.rank_offsets[g], layout.rank_offsets[g + 1]
         assert np.array_equal(layout.recv_token[a:b], order[g])
         assert np.array_equal(recv[a:b], buffers[g])
-    print(
-        "check: vectorised == loop (receive buffers bit-equal, outputs within 1e-5) == closed form"
-    )
+    print("check: vectorised == loop (receive buffers bit-equal, outputs within 1e-5) == "
+          "closed form")
 
     print(f"\n{'stage':<34}{'seconds':>10}{'tokens/s':>14}")
     for key in ("layout", "dispatch", "combine"):
@@ -200,17 +194,13 @@ def main() -> None:
     print(f"{'vectorised total, fresh buffers':<34}{vec_fresh:>10.4f}{N / vec_fresh:>14,.0f}")
     print(f"{'per-token Python loop':<34}{loop:>10.4f}{N / loop:>14,.0f}")
     print(f"{'per-token loop, layout':<34}{loop_lay:>10.4f}{N / loop_lay:>14,.0f}")
-    print(
-        f"\nspeed-up vs loop, dispatch + combine: {loop / vec:.1f}x with a reused Buffer, "
-        f"{loop / vec_fresh:.1f}x with fresh buffers (target >= 100x)"
-    )
+    print(f"\nspeed-up vs loop, dispatch + combine: {loop / vec:.1f}x with a reused Buffer, "
+          f"{loop / vec_fresh:.1f}x with fresh buffers (target >= 100x)")
     print(f"speed-up vs loop, layout (index math only): {loop_lay / best['layout']:.1f}x")
     moved = (layout.num_recv + layout.num_rdma) * H * 4 * 2 / 1e9
-    print(
-        f"dispatch + combine move >= {moved:.2f} GB of activations (receive and RDMA rows, "
-        f"each written once in dispatch and read once in combine): "
-        f"{moved / vec:.1f} GB/s vectorised"
-    )
+    print(f"dispatch + combine move >= {moved:.2f} GB of activations (receive and RDMA rows, "
+          f"each written once in dispatch and read once in combine): "
+          f"{moved / vec:.1f} GB/s vectorised")
 
 
 if __name__ == "__main__":

@@ -54,10 +54,8 @@ def median_ms(fn, repeat: int) -> tuple[float, object]:
 
 
 def row(cells, widths) -> str:
-    return "".join(
-        str(c).rjust(w) if i else str(c).ljust(w)
-        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-    )
+    return "".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in
+                   enumerate(zip(cells, widths, strict=True)))
 
 
 def section_prefill(loads: dict, repeat: int) -> None:
@@ -77,52 +75,24 @@ def section_prefill(loads: dict, repeat: int) -> None:
         hb = lower_bound(load, PREFILL, num_groups=8, hierarchical=True)
         base = None
         for label, name, kw in runs:
-            ms, p = median_ms(
-                lambda n=name, k=kw, x=load: solvers.solve(n, x, PREFILL, **k),
-                repeat if name != "greedy" or "weighted" not in kw else 1,
-            )
+            ms, p = median_ms(lambda n=name, k=kw, x=load: solvers.solve(n, x, PREFILL, **k),
+                              repeat if name != "greedy" or "weighted" not in kw else 1)
             gpu = p.gpu_load(load)
             bound = hb if p.meta["solver"].get("policy") == "hierarchical" else lb
             r = gpu.max(1) / bound
             mm = gpu.max(1) / gpu.mean(1)
             if base is None:
                 base = ms
-            print(
-                row(
-                    [
-                        label,
-                        f"{r.mean():.5f}",
-                        f"{r.max():.5f}",
-                        f"{mm.mean():.5f}",
-                        f"{mm.max():.5f}",
-                        f"{ms:.1f}",
-                        f"{ms / base:.2f}x",
-                    ],
-                    w,
-                )
-            )
+            print(row([label, f"{r.mean():.5f}", f"{r.max():.5f}", f"{mm.mean():.5f}",
+                       f"{mm.max():.5f}", f"{ms:.1f}", f"{ms / base:.2f}x"], w))
     print("(hierarchical policies are measured against the group-constrained bound)")
 
 
 def section_two_slots(loads: dict, layers: int | None, cert_time: float) -> None:
     print("\n== 2. decode 18x8 GPUs, 288 slots (S = 2): certified optimum per layer ==")
     w = (24, 8, 10, 10, 10, 12, 10, 11, 9)
-    print(
-        row(
-            [
-                "file",
-                "layers",
-                "optimal",
-                "ds/opt",
-                "ds worst",
-                "greedy/opt",
-                "gr worst",
-                "LPbnd/opt",
-                "sec",
-            ],
-            w,
-        )
-    )
+    print(row(["file", "layers", "optimal", "ds/opt", "ds worst", "greedy/opt", "gr worst",
+               "LPbnd/opt", "sec"], w))
     for fname, load in loads.items():
         sub = load if layers is None else load[:layers]
         ds = solvers.solve("deepseek", sub, DECODE).gpu_load(sub).max(1)
@@ -130,53 +100,32 @@ def section_two_slots(loads: dict, layers: int | None, cert_time: float) -> None
         lp = lower_bound(sub, DECODE)  # LP relaxation bound (auto for S = 2)
         start = waterfill(sub, DECODE.num_slots, DECODE.num_gpus)
         t0 = time.perf_counter()
-        certs = [
-            pairing.certify(sub[i], DECODE.num_slots, start[i], time_limit=cert_time)
-            for i in range(sub.shape[0])
-        ]
+        certs = [pairing.certify(sub[i], DECODE.num_slots, start[i], time_limit=cert_time)
+                 for i in range(sub.shape[0])]
         sec = time.perf_counter() - t0
         opt = np.array([c.objective for c in certs])
         n_opt = sum(c.status == "optimal" for c in certs)
-        print(
-            row(
-                [
-                    fname,
-                    sub.shape[0],
-                    n_opt,
-                    f"{(ds / opt).mean():.5f}",
-                    f"{(ds / opt).max():.5f}",
-                    f"{(gr / opt).mean():.5f}",
-                    f"{(gr / opt).max():.5f}",
-                    f"{(lp / opt).mean():.5f}",
-                    f"{sec:.0f}",
-                ],
-                w,
-            )
-        )
+        print(row([fname, sub.shape[0], n_opt, f"{(ds / opt).mean():.5f}",
+                   f"{(ds / opt).max():.5f}", f"{(gr / opt).mean():.5f}",
+                   f"{(gr / opt).max():.5f}", f"{(lp / opt).mean():.5f}", f"{sec:.0f}"], w))
         gaps = [c.gap for c in certs if c.status != "optimal"]
         if gaps:
-            print(
-                f"   not certified within {cert_time:.0f} s: {len(gaps)} layers, "
-                f"largest remaining gap {max(gaps):.2e}"
-            )
+            print(f"   not certified within {cert_time:.0f} s: {len(gaps)} layers, "
+                  f"largest remaining gap {max(gaps):.2e}")
         assert (gr <= ds * (1 + 1e-12)).all(), "greedy worse than deepseek on a layer"
         assert (opt <= gr * (1 + 1e-9)).all()
 
 
-def section_ilp(
-    load: np.ndarray, name: str, layers: int | None, limit: float, workers: int
-) -> None:
+def section_ilp(load: np.ndarray, name: str, layers: int | None, limit: float,
+                workers: int) -> None:
     sub = load if layers is None else load[:layers]
     print(f"\n== 3. ilp at 4x8/288, {name}, {sub.shape[0]} layers, {limit:g} s per layer ==")
     w = (28, 11, 11, 11, 11, 9, 9)
     print(row(["model", "gap mean", "gap max", "vs warm", "optimal", "wall s", "s/layer"], w))
     cases = [
         ("global (vs greedy)", {}, solvers.solve("greedy", sub, PREFILL)),
-        (
-            "hierarchical, 8 groups",
-            {"hierarchical": True, "num_groups": 8},
-            solvers.solve("hierarchical", sub, PREFILL, num_groups=8),
-        ),
+        ("hierarchical, 8 groups", {"hierarchical": True, "num_groups": 8},
+         solvers.solve("hierarchical", sub, PREFILL, num_groups=8)),
     ]
     for label, kw, warm in cases:
         t0 = time.perf_counter()
@@ -185,25 +134,12 @@ def section_ilp(
         info = p.meta["solver"]
         gap = np.array(info["gap"])
         ratio = p.gpu_load(sub).max(1) / warm.gpu_load(sub).max(1)
-        print(
-            row(
-                [
-                    label,
-                    f"{gap.mean():.2e}",
-                    f"{gap.max():.2e}",
-                    f"{ratio.mean():.6f}",
-                    f"{info['optimal_layers']}/{sub.shape[0]}",
-                    f"{wall:.0f}",
-                    f"{wall * workers / sub.shape[0]:.1f}",
-                ],
-                w,
-            )
-        )
+        print(row([label, f"{gap.mean():.2e}", f"{gap.max():.2e}", f"{ratio.mean():.6f}",
+                   f"{info['optimal_layers']}/{sub.shape[0]}", f"{wall:.0f}",
+                   f"{wall * workers / sub.shape[0]:.1f}"], w))
         if kw:
-            print(
-                f"   hierarchical solver / ilp optimum bound: worst "
-                f"{(warm.gpu_load(sub).max(1) / np.array(info['bound'])).max():.5f}"
-            )
+            print(f"   hierarchical solver / ilp optimum bound: worst "
+                  f"{(warm.gpu_load(sub).max(1) / np.array(info['bound'])).max():.5f}")
 
 
 def section_traffic(load: np.ndarray) -> None:
@@ -216,17 +152,8 @@ def section_traffic(load: np.ndarray) -> None:
         sec = time.perf_counter() - t0
         gpu = p.gpu_load(load)
         share = expected_rdma(p, load) / load.sum(1)
-        print(
-            row(
-                [
-                    f"{lam:g}",
-                    f"{(gpu.max(1) / gpu.mean(1)).mean():.5f}",
-                    f"{share.mean():.4f}",
-                    f"{sec:.2f}",
-                ],
-                w,
-            )
-        )
+        print(row([f"{lam:g}", f"{(gpu.max(1) / gpu.mean(1)).mean():.5f}",
+                   f"{share.mean():.4f}", f"{sec:.2f}"], w))
 
 
 def section_migration(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
@@ -235,24 +162,13 @@ def section_migration(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> N
 
     w = (26, 14, 14)
     print(row(["solver", "no previous", "previous="], w))
-    for name, kw in [
-        ("greedy", {}),
-        ("hierarchical", {"num_groups": 8}),
-        ("deepseek", {"num_groups": 8}),
-    ]:
+    for name, kw in [("greedy", {}), ("hierarchical", {"num_groups": 8}),
+                     ("deepseek", {"num_groups": 8})]:
         old = solvers.solve(name, a, PREFILL, **kw)
         plain = solvers.solve(name, b, PREFILL, **kw)
         new = solvers.solve(name, b, PREFILL, previous=old, **kw)
-        print(
-            row(
-                [
-                    name,
-                    f"{replicas_moved(old, plain).mean():.1f}",
-                    f"{np.mean(new.meta['solver']['replicas_moved']):.1f}",
-                ],
-                w,
-            )
-        )
+        print(row([name, f"{replicas_moved(old, plain).mean():.1f}",
+                   f"{np.mean(new.meta['solver']['replicas_moved']):.1f}"], w))
 
 
 def main() -> None:

@@ -40,17 +40,13 @@ def main() -> int:
 
     t0 = time.perf_counter()
     trace = synth.calibrated("deepseek-v3", windows=args.windows, tokens=16384, seed=0)
-    print(
-        f"trace: {trace} ({trace.counts.nbytes / 2**20:.0f} MiB of float64 counts), "
-        f"generated in {time.perf_counter() - t0:.2f} s"
-    )
+    print(f"trace: {trace} ({trace.counts.nbytes / 2**20:.0f} MiB of float64 counts), "
+          f"generated in {time.perf_counter() - t0:.2f} s")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = {
-            "npz (native, compressed)": Path(tmp) / "t.npz",
-            "npz (native, uncompressed)": Path(tmp) / "u.npz",
-            "parquet": Path(tmp) / "t.parquet",
-        }
+        files = {"npz (native, compressed)": Path(tmp) / "t.npz",
+                 "npz (native, uncompressed)": Path(tmp) / "u.npz",
+                 "parquet": Path(tmp) / "t.parquet"}
         if not args.skip_csv:
             files["csv"] = Path(tmp) / "t.csv"
         for name, path in files.items():
@@ -70,10 +66,8 @@ def main() -> int:
         print(f"{name:<28}{sec:>16.3f}{sec / native:>10.1f}{mib:>9.1f}{wrote:>9.2f}")
     load_s = median_s(trace.load, args.repeat)
     summ_s = median_s(trace.summary, args.repeat)
-    print(
-        f"trace.load() over all windows: {load_s * 1e3:.1f} ms; trace.summary(): "
-        f"{summ_s * 1e3:.1f} ms"
-    )
+    print(f"trace.load() over all windows: {load_s * 1e3:.1f} ms; trace.summary(): "
+          f"{summ_s * 1e3:.1f} ms")
     ok = native < 1.0
     print(f"native read {native:.3f} s: {'OK (< 1 s)' if ok else 'TOO SLOW (>= 1 s)'}")
     return 0 if ok else 1

@@ -62,9 +62,8 @@ def load_traces(root: Path) -> dict[str, traces.Trace]:
         except EplbError as exc:
             print(f"skipping {qwen}: {exc}", file=sys.stderr)
         else:
-            out["qwen1.5-moe"] = type(t)(
-                t.counts, t.layer_ids, source_counts=t.source_counts, meta={**t.meta, "top_k": 1}
-            )
+            out["qwen1.5-moe"] = type(t)(t.counts, t.layer_ids, source_counts=t.source_counts,
+                                         meta={**t.meta, "top_k": 1})
     return out
 
 
@@ -75,19 +74,11 @@ def main() -> None:
     ap.add_argument("--topologies", default="4x8:288,8x8:320,18x8:288")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--solvers", default=None, help="comma-separated (default: all registered)")
-    ap.add_argument(
-        "--time-limit",
-        type=float,
-        default=0.25,
-        help="search solvers' time limit (ilp: seconds per layer)",
-    )
+    ap.add_argument("--time-limit", type=float, default=0.25,
+                    help="search solvers' time limit (ilp: seconds per layer)")
     ap.add_argument("--pareto-trace", default="prefill_in1024")
-    ap.add_argument(
-        "--ilp-limit",
-        type=float,
-        default=0.25,
-        help="ilp time limit per layer in the sweep (0: no ilp)",
-    )
+    ap.add_argument("--ilp-limit", type=float, default=0.25,
+                    help="ilp time limit per layer in the sweep (0: no ilp)")
     ap.add_argument("--ilp-weights", default="0,1", help="rdma_weight values for ilp")
     args = ap.parse_args()
     if not args.traces.is_dir():
@@ -95,20 +86,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     named = load_traces(args.traces)
     names = args.solvers.split(",") if args.solvers else solvers.available()
-    print(
-        f"{len(named)} traces, solvers {names}, topologies {args.topologies}, "
-        f"{args.workers} workers",
-        file=sys.stderr,
-    )
+    print(f"{len(named)} traces, solvers {names}, topologies {args.topologies}, "
+          f"{args.workers} workers", file=sys.stderr)
 
     start = time.perf_counter()
-    res = compare(
-        named,
-        solvers=names,
-        topologies=args.topologies,
-        time_limit=args.time_limit,
-        workers=args.workers,
-    )
+    res = compare(named, solvers=names, topologies=args.topologies, time_limit=args.time_limit,
+                  workers=args.workers)
     res.write(args.out / "results.csv", args.out / "tables.md", args.out / "layers.csv")
     files = res.plot(args.out / "plots")
     t_compare = time.perf_counter() - start
@@ -119,47 +102,25 @@ def main() -> None:
         trace = named[args.pareto_trace]
         for spec in parse_topologies(args.topologies):
             topo = spec.resolve(trace.num_experts)
-            df = sweep(
-                trace.load(),
-                topo,
-                num_groups=8,
-                topk_groups=4,
-                top_k=8,
-                ilp_time_limit=args.ilp_limit or None,
-                progress=True,
-                ilp_weights=[float(w) for w in args.ilp_weights.split(",")],
-            )
+            df = sweep(trace.load(), topo, num_groups=8, topk_groups=4, top_k=8,
+                       ilp_time_limit=args.ilp_limit or None, progress=True,
+                       ilp_weights=[float(w) for w in args.ilp_weights.split(",")])
             stem = _slug(f"{args.pareto_trace}_{spec.text}")
-            files.append(
-                plots.pareto_front(
-                    df,
-                    args.out / "plots" / f"pareto_{stem}.png",
-                    title=f"{args.pareto_trace} on {spec.text}",
-                )
-            )
+            files.append(plots.pareto_front(df, args.out / "plots" / f"pareto_{stem}.png",
+                                            title=f"{args.pareto_trace} on {spec.text}"))
             frames.append(df.assign(trace=args.pareto_trace, topology=spec.text))
     if frames:
         pareto = pd.concat(frames, ignore_index=True)
         write_csv(pareto, args.out / "pareto.csv")
-        cols = [
-            "topology",
-            "label",
-            "rdma_weight",
-            "step_max_over_mean",
-            "rdma_bytes",
-            "solve_seconds",
-            "on_front",
-            "status",
-        ]
+        cols = ["topology", "label", "rdma_weight", "step_max_over_mean", "rdma_bytes",
+                "solve_seconds", "on_front", "status"]
         atomic_write_text(args.out / "pareto.md", markdown(pareto[cols], index=False))
     t_pareto = time.perf_counter() - start
 
     ok = int((res.summary["status"] == "ok").sum())
     print(res.tables())
-    print(
-        f"compare: {ok}/{len(res.summary)} runs ok, {t_compare:.1f} s wall "
-        f"({len(files)} files in {args.out})"
-    )
+    print(f"compare: {ok}/{len(res.summary)} runs ok, {t_compare:.1f} s wall "
+          f"({len(files)} files in {args.out})")
     print(f"pareto sweep ({args.pareto_trace}, {len(frames)} topologies): {t_pareto:.1f} s")
 
 
