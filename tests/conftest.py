@@ -37,3 +37,15 @@ def deepseek_jsons(shared_traces: Path) -> list[Path]:
     if not files:
         pytest.skip(f"no DeepSeek-V3 JSON files under {shared_traces / 'deepseek-v3-sglang'}")
     return files
+
+
+# EPLB_SHARED overrides the shared data folder (e.g. from a git worktree elsewhere)
+SHARED_REQUESTS = Path(os.environ.get("EPLB_SHARED", REPO.parent / "shared")) / "requests"
+
+
+@pytest.fixture(scope="session")
+def shared_requests() -> Path:
+    """``../shared/requests`` (Mooncake and Azure request traces); skips when absent."""
+    if not SHARED_REQUESTS.is_dir():
+        pytest.skip(f"request traces not found at {SHARED_REQUESTS} (they live outside the repo)")
+    return SHARED_REQUESTS

@@ -1,0 +1,533 @@
+"""Reading and writing request workloads: ``read(path, format=None) -> Workload``, ``write``.
+
+Formats (``format=`` names), sniffed from the content first, then the suffix:
+
+- ``mooncake``: JSON lines as in Mooncake's released traces (and ``sglang.bench_serving``'s
+  ``mooncake`` dataset): ``timestamp`` (arrival, ms), ``input_length``, ``output_length``,
+  ``hash_ids`` (prefix-chained hashes of 512-token blocks); other keys are ignored. Arrival is
+  ``timestamp / 1000`` seconds.
+- ``azure``: the Azure LLM inference trace CSV (Splitwise, ISCA'24): ``TIMESTAMP`` wall-clock
+  strings (``2023-11-16 18:17:03.9799600``), ``ContextTokens``, ``GeneratedTokens``. Arrival is
+  seconds after the first timestamp; there is no prefix information (no cache hits).
+- ``csv`` / ``parquet``: the `Workload` frame's own columns. In CSV, ``block_hashes`` is a JSON
+  list per cell (``"[0, 1, 2]"``; space-separated integers are accepted too); Parquet stores a
+  list column and the workload's ``meta`` and ``block_size`` in the schema metadata.
+
+A file whose arrival times go back in time is sorted (stable) and ``meta["notes"]`` says so:
+real logs are written by several workers and are often slightly out of order, and a replay
+wants them in arrival order. Every other defect raises `InputError` naming the file, the row or
+line, the field and the fix. Only regular files are read (a FIFO or device is refused before
+it is opened; a directory too).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eplb.atomic import atomic_write
+from eplb.errors import InputError
+from evaluation.serving.workload_model import MAX_TOKENS, Workload
+
+__all__ = ["READ_FORMATS", "WRITE_FORMATS", "dropped", "read", "sniff", "write", "write_format"]
+
+READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
+WRITE_FORMATS = ("mooncake", "csv", "parquet")
+_SUFFIXES = {
+    ".jsonl": "mooncake",
+    ".json": "mooncake",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def _fail(path, msg: str) -> InputError:
+    return InputError(f"{path}: {msg}")
+
+
+def _check_file(path) -> Path:
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"workload file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _fail(path, "is a directory; give a workload file (.jsonl, .csv or .parquet)")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise _fail(
+            path,
+            f"is {kind}; workloads are read from regular files (save the stream to a file first)",
+        )
+    if st.st_size == 0:
+        raise _fail(path, "file is empty; a workload needs at least one request")
+    return p
+
+
+def sniff(path: str | os.PathLike) -> str:
+    """The format of ``path`` from its first bytes, falling back to its suffix."""
+    p = _check_file(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise _fail(path, f"cannot read: {exc.strerror or exc}") from None
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not text:
+        raise _fail(path, "file holds only whitespace; a workload needs at least one request")
+    if text[:1] == b"{":
+        return "mooncake"
+    first = text.split(b"\n", 1)[0].decode("utf-8", "replace")
+    cells = [c.strip().strip('"') for c in first.split(",")]
+    if all(k in cells for k in _AZURE):
+        return "azure"
+    if "arrival_s" in cells or "input_tokens" in cells:
+        return "csv"
+    suffix = p.suffix.lower()
+    if suffix == ".parquet" or suffix == ".pq":
+        raise _fail(
+            path,
+            "suffix says parquet but the file does not start with PAR1; it is "
+            "truncated or mislabelled",
+        )
+    if suffix in (".jsonl", ".json"):
+        raise _fail(path, "suffix says JSON lines but the first line is not a JSON object {...}")
+    raise _fail(
+        path,
+        f"unknown workload format (first line {first[:60]!r}); expected Mooncake "
+        "JSON lines, an Azure trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens) "
+        "or a CSV with arrival_s,input_tokens,output_tokens; pass format= (CLI: "
+        f"--format) with one of {', '.join(READ_FORMATS)}",
+    )
+
+
+def read(
+    path: str | os.PathLike, format: str | None = None, *, block_size: int | None = None
+) -> Workload:
+    """Read a workload file (see the module docstring for the formats).
+
+    ``block_size``: tokens per hashed block (default: 512, or the value a Parquet file
+    records). Raises `InputError` naming the file, the field and the fix.
+    """
+    if format is not None and format not in READ_FORMATS:
+        raise InputError(
+            f"unknown workload format {format!r}; use one of {', '.join(READ_FORMATS)}"
+        )
+    p = _check_file(path)
+    fmt = sniff(p) if format is None else format
+    reader = {
+        "mooncake": _read_mooncake,
+        "azure": _read_azure,
+        "csv": _read_csv,
+        "parquet": _read_parquet,
+    }[fmt]
+    return reader(p, block_size)
+
+
+def _make(path, frame: pd.DataFrame, block_size: int | None, meta: dict) -> Workload:
+    try:
+        return Workload(frame, 512 if block_size is None else block_size, meta)
+    except InputError as exc:
+        raise _fail(path, str(exc)) from None
+
+
+# ------------------------------------------------------------------ Mooncake JSON lines
+_MOONCAKE = ("timestamp", "input_length", "output_length")
+
+
+def _read_mooncake(path: Path, block_size: int | None) -> Workload:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(
+            path,
+            f"is not UTF-8 text ({exc.reason} at byte {exc.start}); JSON lines files are UTF-8",
+        ) from None
+    ts, inp, out, hashes = [], [], [], []
+    has_hash = None
+    loads = json.loads
+    lines = text.split("\n")
+    for ln, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = loads(line)
+        except json.JSONDecodeError as exc:
+            last = ln == len(lines) or all(not x.strip() for x in lines[ln:])
+            hint = (
+                ("; the file looks truncated (cut off mid-line): re-copy it or drop the last line")
+                if last
+                else "; fix or drop that line"
+            )
+            raise _fail(path, f"line {ln} is not valid JSON ({exc.msg}){hint}") from None
+        if not isinstance(rec, dict):
+            raise _fail(
+                path,
+                f"line {ln} is {type(rec).__name__}, expected an object with "
+                "timestamp, input_length, output_length[, hash_ids]",
+            )
+        try:
+            t, i, o = rec["timestamp"], rec["input_length"], rec["output_length"]
+        except KeyError as exc:
+            raise _fail(
+                path,
+                f"line {ln} has no {exc.args[0]!r}; each line needs timestamp "
+                "(ms), input_length, output_length (and optionally "
+                "hash_ids)",
+            ) from None
+        for key, v in (("timestamp", t), ("input_length", i), ("output_length", o)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _fail(path, f"line {ln}: {key} is {json.dumps(v)[:40]}, expected a number")
+        h = rec.get("hash_ids")
+        if has_hash is None:
+            has_hash = h is not None
+        if (h is not None) != has_hash:
+            raise _fail(
+                path,
+                f"line {ln}: hash_ids is {'missing' if h is None else 'present'} "
+                "but it is the other way on earlier lines; give every line "
+                "hash_ids or none",
+            )
+        if h is not None:
+            if not isinstance(h, list):
+                raise _fail(
+                    path,
+                    f"line {ln}: hash_ids is {json.dumps(h)[:40]}, expected a list of integers",
+                )
+            for x in h:
+                if isinstance(x, bool) or not isinstance(x, int):
+                    raise _fail(
+                        path,
+                        f"line {ln}: hash_ids holds {json.dumps(x)[:40]}; block "
+                        "hashes must be integers",
+                    )
+            hashes.append(h)
+        ts.append(t)
+        inp.append(i)
+        out.append(o)
+    if not ts:
+        raise _fail(path, "no requests (only blank lines)")
+    t = np.asarray(ts, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
+    if bad.size:
+        raise _fail(
+            path,
+            f"request {int(bad[0])}: timestamp {ts[int(bad[0])]!r}; timestamps "
+            "are milliseconds >= 0",
+        )
+    frame = {
+        "arrival_s": t / 1000.0,
+        "input_tokens": _ints(path, inp, "input_length"),
+        "output_tokens": _ints(path, out, "output_length"),
+    }
+    if has_hash:
+        frame["block_hashes"] = _hash_column(path, hashes)
+    meta = {"provenance": {"format": "mooncake", "path": str(path)}}
+    return _make(path, pd.DataFrame(frame), block_size, meta)
+
+
+def _ints(path, values: list, field: str) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v)))
+    if bad.size:
+        i = int(bad[0])
+        x = values[i]
+        why = (
+            f"is more than {MAX_TOKENS:,} tokens; is the unit right?"
+            if v[i] > MAX_TOKENS
+            else "is not a whole number of tokens"
+            if math.isfinite(v[i]) and v[i] >= 1
+            else "must be a whole number >= 1"
+        )
+        raise _fail(path, f"request {i}: {field} {x!r} {why}")
+    return v.astype(np.int64)
+
+
+def _hash_column(path, hashes: list) -> np.ndarray:
+    col = np.empty(len(hashes), dtype=object)
+    for i, h in enumerate(hashes):
+        try:
+            col[i] = np.asarray(h, dtype=np.int64) if h else np.empty(0, np.int64)
+        except OverflowError:
+            raise _fail(
+                path, f"request {i}: a hash id does not fit in a signed 64-bit integer"
+            ) from None
+    return col
+
+
+# ------------------------------------------------------------------ Azure CSV
+_AZURE_TS = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*$")
+
+
+def _read_azure(path: Path, block_size: int | None) -> Workload:
+    df = _csv_frame(path)
+    missing = [c for c in _AZURE if c not in df.columns]
+    if missing:
+        raise _fail(
+            path,
+            f"missing column(s) {', '.join(missing)}; the Azure trace has "
+            f"TIMESTAMP,ContextTokens,GeneratedTokens (found "
+            f"{', '.join(map(str, df.columns))})",
+        )
+    raw = df["TIMESTAMP"].astype(str)
+    ok = raw.str.match(_AZURE_TS.pattern)
+    if not ok.all():
+        i = int(np.argmax(~ok.to_numpy()))
+        raise _fail(
+            path,
+            f"row {i + 1}: TIMESTAMP {df['TIMESTAMP'].iloc[i]!r} is not "
+            "'YYYY-MM-DD HH:MM:SS[.fraction]'",
+        )
+    try:
+        t = pd.to_datetime(raw.str.strip().str.replace("T", " ", regex=False), format="ISO8601")
+    except (ValueError, TypeError) as exc:
+        raise _fail(path, f"TIMESTAMP is not a valid date-time ({exc})") from None
+    ns = t.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    frame = pd.DataFrame({"arrival_s": (ns - ns.min()) / 1e9})
+    for src, dst in (("ContextTokens", "input_tokens"), ("GeneratedTokens", "output_tokens")):
+        frame[dst] = df[src].to_numpy()
+    meta = {"provenance": {"format": "azure", "path": str(path), "start": str(t.min())}}
+    try:
+        return Workload(frame, 512 if block_size is None else block_size, meta)
+    except InputError as exc:
+        msg = (
+            str(exc)
+            .replace("'input_tokens'", "'ContextTokens' (input_tokens)")
+            .replace("'output_tokens'", "'GeneratedTokens' (output_tokens)")
+        )
+        raise _fail(path, msg) from None
+
+
+def _csv_frame(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(
+            path, skipinitialspace=True, dtype={"block_hashes": str, "TIMESTAMP": str}
+        )
+    except pd.errors.EmptyDataError:
+        raise _fail(
+            path, "file is empty; a workload needs a header and at least one request"
+        ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise _fail(path, f"is not a readable CSV ({str(exc).splitlines()[0]})") from None
+
+
+# ------------------------------------------------------------------ plain CSV / Parquet
+def _parse_hash_cell(path, cell, row: int):
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return np.empty(0, np.int64)
+    text = str(cell).strip()
+    if not text or text == "[]":
+        return np.empty(0, np.int64)
+    if text.startswith("["):
+        try:
+            v = json.loads(text)
+        except json.JSONDecodeError:
+            raise _fail(
+                path, f"row {row + 1}: block_hashes {text[:40]!r} is not a JSON list of integers"
+            ) from None
+        if not isinstance(v, list):
+            raise _fail(path, f"row {row + 1}: block_hashes {text[:40]!r} is not a list")
+        return v
+    parts = text.split()
+    try:
+        return [int(x) for x in parts]
+    except ValueError:
+        raise _fail(
+            path,
+            f"row {row + 1}: block_hashes {text[:40]!r} is not a list of "
+            "integers (write '[1, 2, 3]' or '1 2 3')",
+        ) from None
+
+
+def _read_csv(path: Path, block_size: int | None) -> Workload:
+    df = _csv_frame(path)
+    if len(df) == 0:
+        raise _fail(path, "has a header but no requests")
+    if "block_hashes" in df.columns:
+        df["block_hashes"] = pd.Series(
+            [
+                _parse_hash_cell(path, c, i)
+                for i, c in enumerate(df["block_hashes"].to_numpy(dtype=object))
+            ],
+            dtype=object,
+            index=df.index,
+        )
+    meta = {"provenance": {"format": "csv", "path": str(path)}}
+    return _make(path, df, block_size, meta)
+
+
+def _read_parquet(path: Path, block_size: int | None) -> Workload:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("reading Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
+        raise _fail(path, f"not a readable Parquet file ({exc}); it may be truncated") from None
+    md = table.schema.metadata or {}
+    meta: dict = {}
+    if b"eplb.workload.meta" in md:
+        try:
+            meta = json.loads(md[b"eplb.workload.meta"])
+        except json.JSONDecodeError:
+            meta = {}
+    if block_size is None and b"eplb.workload.block_size" in md:
+        try:
+            block_size = int(md[b"eplb.workload.block_size"])
+        except ValueError:
+            raise _fail(
+                path, "schema metadata eplb.workload.block_size is not an integer"
+            ) from None
+    df = table.to_pandas()
+    if len(df) == 0:
+        raise _fail(path, "holds no requests")
+    if "block_hashes" in df.columns:
+        df["block_hashes"] = pd.Series(
+            [np.asarray(v) if v is not None else None for v in df["block_hashes"]],
+            dtype=object,
+            index=df.index,
+        )
+    meta = {
+        **meta,
+        "provenance": {
+            "format": "parquet",
+            "path": str(path),
+            **({"source": meta["provenance"]} if isinstance(meta.get("provenance"), dict) else {}),
+        },
+    }
+    return _make(path, df, block_size, meta)
+
+
+# ------------------------------------------------------------------ writers
+def write_format(path: str | os.PathLike, format: str | None = None) -> str:
+    """The output format: ``format`` if given, else from the suffix of ``path``."""
+    if format is not None:
+        if format not in WRITE_FORMATS:
+            raise InputError(
+                f"cannot write workload format {format!r}; use one of {', '.join(WRITE_FORMATS)}"
+            )
+        return format
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise InputError(
+            f"{path}: cannot tell the workload format from suffix "
+            f"{suffix or 'none'!r}; use .jsonl (Mooncake), .csv or .parquet, or "
+            f"pass format= (CLI: --format)"
+        )
+    return _SUFFIXES[suffix]
+
+
+def dropped(workload: Workload, format: str) -> list[str]:
+    """What ``format`` cannot hold of ``workload`` (named in the CLI's note)."""
+    cols = workload.requests.columns
+    out = []
+    if format == "mooncake":
+        df = workload.requests
+        if not np.array_equal(df["request_id"].to_numpy(), np.arange(len(df))):
+            out.append("request_id")  # re-read as 0..n-1
+        if "session" in cols:
+            out.append("session")
+        out += [
+            c
+            for c in cols
+            if c
+            not in (
+                "request_id",
+                "arrival_s",
+                "input_tokens",
+                "output_tokens",
+                "block_hashes",
+                "session",
+            )
+        ]
+        if workload.block_size != 512 and workload.has_hashes:
+            out.append(f"block_size {workload.block_size} (Mooncake readers assume 512)")
+    if format in ("mooncake", "csv") and workload.meta:
+        out.append("meta")
+    return out
+
+
+def write(workload: Workload, path: str | os.PathLike, format: str | None = None) -> str:
+    """Write ``workload`` to ``path`` atomically; returns the format used."""
+    if not isinstance(workload, Workload):
+        raise InputError(f"write() needs a Workload, got {type(workload).__name__}")
+    fmt = write_format(path, format)
+    {"mooncake": _write_mooncake, "csv": _write_csv, "parquet": _write_parquet}[fmt](workload, path)
+    return fmt
+
+
+def _write_mooncake(workload: Workload, path) -> None:
+    df = workload.requests
+    ms = df["arrival_s"].to_numpy() * 1000.0
+    whole = np.all(ms == np.round(ms))
+    hashes = df["block_hashes"].to_numpy() if workload.has_hashes else None
+    with atomic_write(path, "w") as fh:
+        for i, (t, a, b) in enumerate(
+            zip(ms.tolist(), df["input_tokens"].tolist(), df["output_tokens"].tolist(), strict=True)
+        ):
+            rec = {
+                "timestamp": int(t) if whole else round(t, 6),
+                "input_length": a,
+                "output_length": b,
+            }
+            if hashes is not None:
+                rec["hash_ids"] = hashes[i].tolist()
+            fh.write(json.dumps(rec) + "\n")
+
+
+def _write_csv(workload: Workload, path) -> None:
+    df = workload.requests.copy()
+    if workload.has_hashes:
+        df["block_hashes"] = [json.dumps(h.tolist()) for h in df["block_hashes"]]
+    with atomic_write(path, "w") as fh:
+        df.to_csv(fh, index=False)
+
+
+def _write_parquet(workload: Workload, path) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("writing Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
+    df = workload.requests
+    cols = {}
+    for c in df.columns:
+        if c == "block_hashes":
+            cols[c] = pa.array([h for h in df[c]], type=pa.list_(pa.int64()))
+        else:
+            cols[c] = pa.array(df[c].to_numpy() if df[c].dtype != object else df[c].tolist())
+    table = pa.table(cols)
+    try:
+        meta_text = json.dumps(workload.meta, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"workload meta is not JSON serialisable ({exc})") from None
+    md = dict(table.schema.metadata or {})
+    md[b"eplb.workload.meta"] = meta_text.encode()
+    md[b"eplb.workload.block_size"] = str(workload.block_size).encode()
+    table = table.replace_schema_metadata(md)
+    with atomic_write(path, "wb") as fh:
+        pq.write_table(table, fh)
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
