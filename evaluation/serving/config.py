@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -374,9 +375,9 @@ class ClusterConfig:
             if key not in known:
                 raise InputError(f"unknown key {key!r}; known keys: {', '.join(known)}")
             if key in PHASES:
-                kwargs[key] = _block(UnitConfig, key, value, _default_unit(key))
+                kwargs[key] = _block(UnitConfig, key, value)
             elif key in _BLOCKS:
-                kwargs[key] = _block(_BLOCKS[key], key, value, _BLOCKS[key]())
+                kwargs[key] = _block(_BLOCKS[key], key, value)
             elif key == "faults":
                 if not isinstance(value, (list, tuple)):
                     raise InputError(f"faults must be a list of tables, got {value!r}")
@@ -512,20 +513,16 @@ def kv_capacity_tokens(
     return int(free // (model.kv_bytes_per_token * model.num_layers))
 
 
-def _default_unit(phase: str) -> UnitConfig:
-    return ClusterConfig.__dataclass_fields__[phase].default_factory()
-
-
-def _block(cls, name: str, value, default):
+def _block(cls, name: str, value):
+    """A block from its table; missing keys take the dataclass defaults (a missing *table*
+    takes `ClusterConfig`'s default block instead)."""
     if not isinstance(value, Mapping):
         raise InputError(f"{name} must be a table, got {type(value).__name__}")
     known = {f.name for f in fields(cls)}
     bad = [k for k in value if k not in known]
     if bad:
         raise InputError(f"unknown key {name}.{bad[0]}; known keys: {', '.join(sorted(known))}")
-    base = {f.name: getattr(default, f.name) for f in fields(cls)}
-    base.update(value)
-    return cls(**base)
+    return cls(**value)
 
 
 def _plain(value):
@@ -551,6 +548,9 @@ def _fault_dict(fault) -> dict:
 
 
 # --------------------------------------------------------------------- TOML emitter
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -562,8 +562,8 @@ def _value(v) -> str:
         if math.isinf(v):
             return "inf" if v > 0 else "-inf"
         return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
+    if isinstance(v, str):  # TOML basic string: JSON escapes minus \uD800 pairs, plus DEL
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007F")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, Mapping):
@@ -574,7 +574,7 @@ def _value(v) -> str:
 
 
 def _key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
+    return k if _BARE_KEY.fullmatch(k) else _value(str(k))
 
 
 def _toml(data: Mapping, prefix: str = "") -> str:
