@@ -57,6 +57,7 @@ FIT_DRIFT_TOL = 0.01  # stored constants vs a fresh fit
 DOC = ROOT / "docs" / "serving-calibration.md"
 COUNTS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
 BEGIN, END = "<!-- calibration-table:begin -->", "<!-- calibration-table:end -->"
+CBEGIN, CEND = "<!-- constants-table:begin -->", "<!-- constants-table:end -->"
 
 SGLANG = "SGLang blog 2025-05-05 (lm-sys.github.io @2db4e40)"
 SGLANG_4K_PENALTY = 50302.0 / 59337.0  # SGLang's real routing vs simulated perfect EPLB, 4K
@@ -357,13 +358,54 @@ def table(rows: list[dict], checks: list[dict], fit_used: KernelFit) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
+def constants_table() -> str:
+    """The effective all-to-all constants each preset derives from its published tables."""
+    lines = [
+        "| GPU | kernel | EP | dispatch | combine | derived from |",
+        "|---|---|---|---|---|---|",
+    ]
+    for hw in _BASE.values():
+        for ep, dnv, cnv, drd, crd in hw.normal_a2a:
+            if np.isnan(drd):
+                lines.append(
+                    f"| {hw.name} | normal, NVLink | {ep} | {dnv:.1f} GB/s | "
+                    f"{cnv:.1f} GB/s | {_origin(hw, 'normal', ep)} |"
+                )
+            else:
+                lines.append(
+                    f"| {hw.name} | normal, RDMA | {ep} | {drd:.1f} GB/s | "
+                    f"{crd:.1f} GB/s | {_origin(hw, 'normal', ep)} |"
+                )
+        for ep, d, c in hw.ll_a2a:
+            lines.append(
+                f"| {hw.name} | low-latency, {hw.ll_tokens} tokens | {ep} | "
+                f"{d * 1e6:.0f} us | {c * 1e6:.0f} us | {_origin(hw, 'll', ep)} |"
+            )
+    return "\n".join(lines)
+
+
+def _origin(hw, kernel: str, ep: int) -> str:
+    if hw.name == "h800":
+        if kernel == "ll":
+            return "DeepEP README, as published"
+        d, c = hw_mod.DEEPEP_NORMAL_H800[ep]
+        f = "7/8" if ep == 8 else f"{ep // 8 - 1}/{ep // 8}"
+        return f"DeepEP README {d:g} / {c:g} GB/s x {f}"
+    if kernel == "ll":
+        return "aiconfigurator, as published"
+    d, c = hw_mod.AIC_NORMAL_H100[ep // 8]
+    return f"aiconfigurator {d * 1e3:g} / {c * 1e3:g} ms at 4,096 tokens"
+
+
+def write_doc(text: str, constants: str) -> None:
     doc = DOC.read_text(encoding="utf-8")
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+    for begin, end, body in ((BEGIN, END, text), (CBEGIN, CEND, constants)):
+        if begin not in doc or end not in doc:
+            raise SystemExit(f"{DOC} has no {begin} ... {end} block")
+        head, rest = doc.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        doc = f"{head}{begin}\n{body}\n{end}{tail}"
+    DOC.write_text(doc, encoding="utf-8")
 
 
 def main(argv=None) -> int:
@@ -397,7 +439,7 @@ def main(argv=None) -> int:
     text = table(rows, checks, FITTED)
     print(text)
     if args.write_doc:
-        write_doc(text)
+        write_doc(text, constants_table())
         print(f"wrote {DOC.relative_to(ROOT)}")
     if args.check:
         bad = []
