@@ -463,10 +463,12 @@ class ClusterConfig:
 
         Prefill: 4 nodes, EP32, 16,384 tokens per rank, two-batch overlap; decode: 9 nodes,
         EP72, up to 256 running requests per rank (``--cuda-graph-bs 256``); both with
-        ``--ep-num-redundant-experts 32`` (288 slots: 9 per GPU in prefill, 4 in decode),
-        ``--ep-dispatch-algorithm random``, DeepSeek's EPLB algorithm, round-robin DP routing,
-        KV capacity from ``--mem-fraction-static 0.846``. The blog's 12 nodes ran the phases
-        separately; one unit of each is 13 nodes.
+        ``--ep-num-redundant-experts 32`` (288 slots: 9 per GPU in prefill, 4 in decode; the
+        decode command of #6017 and a user's copy of its prefill command), DeepSeek's EPLB
+        algorithm, round-robin DP routing, KV capacity from ``--mem-fraction-static 0.846``
+        (#6017 decode command). Dispatch ``random`` as in that prefill command (the blog does
+        not say; ``even`` and ``random`` have the same counts-mode expectation). The blog's 12
+        nodes ran the phases separately; one unit of each is 13 nodes.
         """
         hw = get_hardware("h100")
         model = get_model("deepseek_v3")

@@ -419,18 +419,6 @@ def _visits(rt: _Routing, p: np.ndarray, model: ModelSpec, topo: Topology):
 
 
 # ----------------------------------------------------------------------------- the model
-@dataclass(frozen=True)
-class _Stages:
-    """Stage seconds of one micro-batch; rank-side arrays ``[G]``, GPU-side ``[L, G]``."""
-
-    a1: np.ndarray  # MLA projections
-    a2: np.ndarray  # core attention
-    shared: np.ndarray
-    moe: np.ndarray
-    dispatch: np.ndarray
-    combine: np.ndarray
-
-
 class StepModel:
     """The step-time model of one unit (phase, shape, model, hardware, dispatch policy).
 
