@@ -1,21 +1,63 @@
-"""Serving layer: request workloads, DP balancers, prefix KV store (and, with the step-time
-model and the simulator, what a placement is worth in TTFT / TPOT / tokens per second).
+"""Serving layer: what a placement is worth in TTFT / TPOT / tokens per second.
 
-See docs/serving.md. Nothing outside ``evaluation.serving`` imports it.
+- `evaluation.serving.workload`: `Workload` (request frames), readers, generators, `rescale`.
+- `evaluation.serving.kvcache`: `KVStore` (prefix blocks, radix semantics), `RankCaches`.
+- `evaluation.serving.balancers`: DP balancers in a registry, `RankState`, `RequestBatch`.
+- `evaluation.serving.hardware`: `Hardware` presets ``h800``, ``h100``, ``h200``.
+- `evaluation.serving.model`: `ModelSpec` preset ``deepseek_v3``.
+- `evaluation.serving.steptime`: `RankBatch`, `StepModel`, `step_time`, `StepTime`.
+- `evaluation.serving.config`: `ClusterConfig` (+ `UnitConfig`, `EplbConfig`, `KVConfig`,
+  `SLOConfig`, `RoutingConfig`) with TOML files and presets.
+- `evaluation.serving.steady`: `steady_state`.
+
+See docs/serving.md and docs/serving-calibration.md. Nothing outside ``evaluation.serving``
+imports it.
 """
 
 from evaluation.serving import balancers, workload
 from evaluation.serving.balancers import RankState, RequestBatch
+from evaluation.serving.config import (
+    ClusterConfig,
+    EplbConfig,
+    KVConfig,
+    RoutingConfig,
+    SLOConfig,
+    UnitConfig,
+)
+from evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
 from evaluation.serving.kvcache import KVStore, RankCaches
+from evaluation.serving.model import ModelSpec, deepseek_v3, get_model
+from evaluation.serving.steady import steady_state
+from evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
 from evaluation.serving.workload import Workload, rescale
 
 __all__ = [
+    "ClusterConfig",
+    "EplbConfig",
+    "Hardware",
+    "KVConfig",
     "KVStore",
+    "KernelFit",
+    "ModelSpec",
+    "RankBatch",
     "RankCaches",
     "RankState",
     "RequestBatch",
+    "RoutingConfig",
+    "SLOConfig",
+    "StepModel",
+    "StepTime",
+    "UnitConfig",
     "Workload",
     "balancers",
+    "deepseek_v3",
+    "get_hardware",
+    "get_model",
+    "h100",
+    "h200",
+    "h800",
     "rescale",
+    "steady_state",
+    "step_time",
     "workload",
 ]

@@ -1,0 +1,360 @@
+"""GPU presets for the step-time model, every constant with its public source.
+
+A `Hardware` holds measured kernel figures, not only datasheet peaks:
+
+- FP8 GEMM throughput by tokens per GEMM (dense) and by tokens per expert (grouped MoE) from
+  DeepGEMM's README tables (H800 SXM5, NVCC 12.8). H100 SXM5 and H200 have the same SM count
+  (132), clocks and FP8 peak (1979 TFLOPS dense, NVIDIA datasheets), so the tables carry over.
+- MLA decode attention from FlashMLA's README (H800: 660 TFLOPS compute-bound, 3000 GB/s
+  memory-bound); H200's bandwidth figure is scaled by its HBM bandwidth (4.8 / 3.35 TB/s).
+- DeepEP all-to-all: normal kernels (prefill) as effective NVLink / RDMA bandwidths and
+  low-latency kernels (decode) as per-call times at 128 tokens per rank, from DeepEP's README
+  (H800, CX7 400 Gb/s) and from aiconfigurator's SGLang sweeps (H100; its H200 files hold the
+  same values).
+
+Bandwidths in GB/s (1e9 bytes/s), times in seconds, TFLOPS = 1e12 FLOP/s.
+
+**Accounting.** Effective bandwidths are stated in the traffic model's accounting
+(`evaluation.traffic`: a token crosses to a remote node once, picks served on the source GPU
+cost nothing). DeepEP's benchmarks count differently (`tests/test_internode.py`: RDMA bytes =
+tokens x nodes touched *including the source's own node*; `test_intranode.py`: NVLink bytes =
+tokens received *including the rank's own*), so their GB/s are converted: x (N-1)/N for RDMA at
+N nodes, x 7/8 for NVLink on one 8-GPU node (exact under the benchmark's source-independent
+routing). Times measured elsewhere (aiconfigurator) are turned into bandwidths with the bytes
+this model computes for the benchmark's routing (`deepep_bench_bytes`).
+
+The stack's own inefficiencies (real kernels are slower than their unit tests, SMs are shared,
+small kernels add up) are three constants in `KernelFit`, fitted on SGLang's 96 x H100 run by
+``scripts/calibrate_serving.py --fit`` and never on the DeepSeek figures they then predict
+(docs/serving-calibration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from eplb.errors import InputError
+from eplb.topology import Topology
+
+DISPATCH_BYTES = 1 + 4 / 128  # FP8 element + one FP32 scale per 128 (DeepEP's fp8_factor)
+COMBINE_BYTES = 2.0  # BF16 combine
+BENCH_TOKENS = 4096  # tokens per rank in DeepEP's normal-kernel benchmarks
+BENCH_EXPERTS, BENCH_TOP_K, BENCH_TOPK_GROUPS = 256, 8, 4  # DeepSeek-V3 shape in both sweeps
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Serving-stack constants fitted on SGLang's 96 x H100 measurements.
+
+    - ``gemm_efficiency``: multiplies every DeepGEMM table throughput (real MoE/attention
+      projections run slower than the standalone kernel benchmark: permutes, quantisation,
+      launch gaps).
+    - ``prefill_attention_tflops``: BF16 core-attention throughput of MLA prefill (computed
+      as multi-head attention, causal) in TFLOPS.
+    - ``layer_overhead_s``: fixed seconds per layer and micro-batch for the small kernels
+      (norms, RoPE, gating, top-k, casts) that no table covers.
+    - ``step_overhead_s``: fixed seconds per step (scheduling, sampling); not fitted, 0.
+    """
+
+    gemm_efficiency: float
+    prefill_attention_tflops: float
+    layer_overhead_s: float
+    step_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_efficiency", "prefill_attention_tflops"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"KernelFit.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("layer_overhead_s", "step_overhead_s"):
+            if not getattr(self, name) >= 0:
+                raise InputError(f"KernelFit.{name} must be >= 0, got {getattr(self, name)}")
+
+
+# Fitted by `python scripts/calibrate_serving.py --fit` on SGLang's 96 x H100 blog figures
+# (prefill 1K/2K/4K, decode 2K x 256) with balanced routing; `--check` refits and fails when
+# these drift from the fit by more than 1%. Not tuned to any DeepSeek figure.
+FITTED = KernelFit(
+    gemm_efficiency=0.629,  # fitted (SGLang, H100)
+    prefill_attention_tflops=553.0,  # fitted (SGLang, H100)
+    layer_overhead_s=74.4e-6,  # fitted (SGLang, H100)
+)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU type and its interconnect, as the step-time model sees it.
+
+    - ``dense_gemm``: ``(M, N, K, TFLOPS)`` rows of DeepGEMM's dense FP8 table.
+    - ``grouped_gemm``: ``(tokens per expert, TFLOPS gate+up (N=4096, K=7168),
+      TFLOPS down (N=7168, K=2048))`` rows of DeepGEMM's grouped tables.
+    - ``normal_a2a``: ``(EP size, dispatch NVLink, combine NVLink, dispatch RDMA, combine RDMA)``
+      effective GB/s of DeepEP's normal kernels in this model's accounting (NVLink figures
+      from the single-node row; RDMA ``nan`` there).
+    - ``ll_a2a``: ``(EP size, dispatch s, combine s)`` of DeepEP's low-latency kernels at
+      ``ll_tokens`` tokens per rank, top-8, hidden 7168.
+    - ``comm_sms``: SMs the normal kernels occupy while in flight (prefill compute slows by
+      ``sms / (sms - comm_sms)``); the low-latency kernels hold none in flight.
+    """
+
+    name: str
+    sms: int
+    fp8_tflops: float
+    bf16_tflops: float
+    hbm_gbps: float
+    hbm_gb: float
+    nvlink_gbps: float
+    rdma_gbps: float
+    dense_gemm: tuple[tuple[int, int, int, float], ...]
+    grouped_gemm: tuple[tuple[int, float, float], ...]
+    mla_decode_tflops: float
+    mla_decode_gbps: float
+    normal_a2a: tuple[tuple[int, float, float, float, float], ...]
+    ll_a2a: tuple[tuple[int, float, float], ...]
+    ll_tokens: int = 128
+    comm_sms: int = 24
+    fit: KernelFit = field(default=FITTED)
+    sources: tuple[str, ...] = ()
+
+    def with_fit(self, fit: KernelFit) -> Hardware:
+        """A copy with other fitted constants (used by the calibration script)."""
+        return replace(self, fit=fit)
+
+    def topology(self, num_nodes: int, gpus_per_node: int, slots_per_gpu: int) -> Topology:
+        """A `Topology` with this GPU's effective NVLink and RDMA bandwidths (GB/s)."""
+        ep = num_nodes * gpus_per_node
+        nv = float(self.normal_a2a[0][1])
+        rdma = float(
+            np.interp(
+                np.log2(max(ep, 16)),
+                np.log2([r[0] for r in self.normal_a2a[1:]]),
+                [r[3] for r in self.normal_a2a[1:]],
+            )
+        )
+        return Topology(num_nodes, gpus_per_node, slots_per_gpu, nvlink_gbps=nv, rdma_gbps=rdma)
+
+
+# ------------------------------------------------------------------------- routing helper
+def visit_probability(
+    experts_per_bin, *, num_experts: int, top_k: int, num_groups: int, topk_groups: int
+):
+    """Probability that one token visits a bin (GPU or node) holding ``experts_per_bin`` of
+    ``num_experts`` experts, experts contiguous, routing uniform over experts.
+
+    The traffic model's co-occurrence model (`evaluation.traffic`): each expert is included
+    independently with probability ``p = top_k / num_experts``; with groups, a token selects
+    each of ``num_groups`` contiguous groups with ``q = topk_groups / num_groups`` and an expert
+    of a selected group with ``p / q``. A bin of ``x`` experts spans ``x / min(x, group)``
+    groups (fractional ``x`` is the even spread of experts over bins).
+    """
+    x = np.asarray(experts_per_bin, dtype=np.float64)
+    p = top_k / num_experts
+    gs = num_experts / num_groups
+    q = min(1.0, topk_groups / num_groups)
+    r = min(1.0, p / q)
+    h = np.minimum(x, gs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        miss = np.where(x > 0, (1 - q + q * (1 - r) ** h) ** (x / np.maximum(h, 1e-300)), 1.0)
+    return 1.0 - miss
+
+
+def deepep_bench_bytes(
+    num_nodes: int, *, phase: str, tokens: int = BENCH_TOKENS, gpus_per_node: int = 8
+) -> float:
+    """Bytes per GPU this model counts for DeepEP's normal-kernel benchmark: ``tokens`` per
+    rank, ``BENCH_EXPERTS`` experts top-8, groups = nodes with ``min(nodes, 4)`` selected
+    (`tests/test_internode.py`), no limit on one node (`test_intranode.py`). On one node
+    the NVLink bytes a GPU sends, else the RDMA bytes (the bottleneck there)."""
+    per = DISPATCH_BYTES if phase == "dispatch" else COMBINE_BYTES
+    hidden = 7168
+    ep = num_nodes * gpus_per_node
+    if num_nodes == 1:
+        v = visit_probability(
+            BENCH_EXPERTS / ep,
+            num_experts=BENCH_EXPERTS,
+            top_k=BENCH_TOP_K,
+            num_groups=1,
+            topk_groups=1,
+        )
+        return float(tokens * (gpus_per_node - 1) * v * hidden * per)
+    vn = visit_probability(
+        BENCH_EXPERTS / num_nodes,
+        num_experts=BENCH_EXPERTS,
+        top_k=BENCH_TOP_K,
+        num_groups=num_nodes,
+        topk_groups=min(num_nodes, BENCH_TOPK_GROUPS),
+    )
+    return float(tokens * (num_nodes - 1) * vn * hidden * per)
+
+
+def _from_deepep(ep: int, gbps: float, *, nvlink: bool) -> float:
+    """DeepEP-benchmark GB/s -> this model's accounting (module docstring)."""
+    nodes = ep // 8
+    return gbps * (7 / 8 if nvlink else (nodes - 1) / nodes)
+
+
+def _from_times(nodes: int, dispatch_s: float, combine_s: float) -> tuple[float, float]:
+    """Effective (dispatch, combine) GB/s from measured benchmark times."""
+    return (
+        deepep_bench_bytes(nodes, phase="dispatch") / dispatch_s / 1e9,
+        deepep_bench_bytes(nodes, phase="combine") / combine_s / 1e9,
+    )
+
+
+# ------------------------------------------------------------------------------ tables
+# DeepGEMM README, "Normal GEMMs for dense models" (H800 SXM5, NVCC 12.8): M, N, K, TFLOPS.
+# The (N, K) pairs are DeepSeek-V3's own GEMMs: fused q_a+kv_a (2112, 7168), q_b (24576, 1536),
+# kv_b (32768, 512), o_proj (7168, 16384), expert gate+up (4096, 7168) and down (7168, 2048).
+DEEPGEMM_DENSE = (
+    (64, 2112, 7168, 206.0),
+    (64, 24576, 1536, 289.0),
+    (64, 32768, 512, 219.0),
+    (64, 7168, 16384, 336.0),
+    (64, 4096, 7168, 287.0),
+    (64, 7168, 2048, 295.0),
+    (128, 2112, 7168, 352.0),
+    (128, 24576, 1536, 535.0),
+    (128, 32768, 512, 358.0),
+    (128, 7168, 16384, 645.0),
+    (128, 4096, 7168, 533.0),
+    (128, 7168, 2048, 510.0),
+    (4096, 2112, 7168, 1058.0),
+    (4096, 24576, 1536, 990.0),
+    (4096, 32768, 512, 590.0),
+    (4096, 7168, 16384, 1358.0),
+    (4096, 4096, 7168, 1304.0),
+    (4096, 7168, 2048, 1025.0),
+)
+# DeepGEMM README @327ec92 (2025-04-09), grouped GEMMs for MoE (H800): tokens per expert,
+# TFLOPS for gate+up (N=4096, K=7168) and down (N=7168, K=2048). Contiguous layout at 8x4096
+# and 4x8192 groups; masked layout at 1x1024, 2x512, 4x256. Below 256 tokens per expert one
+# expert is a dense GEMM: the dense table's M=64 and M=128 rows of the same shapes.
+DEEPGEMM_GROUPED = (
+    (64, 287.0, 295.0),
+    (128, 533.0, 510.0),
+    (256, 932.0, 815.0),
+    (512, 1040.0, 916.0),
+    (1024, 1233.0, 925.0),
+    (4096, 1346.0, 1214.0),
+    (8192, 1346.0, 1214.0),
+)
+# DeepEP README (V1 legacy table, @dd758ca docs/legacy.md), H800 + CX7 400 Gb/s, normal
+# kernels, 4096 tokens, hidden 7168, top-4 groups, top-8, FP8 dispatch / BF16 combine,
+# DeepEP's accounting: EP -> (dispatch, combine) GB/s; EP8 is NVLink, the rest RDMA.
+DEEPEP_NORMAL_H800 = {8: (153.0, 158.0), 16: (43.0, 43.0), 32: (58.0, 57.0), 64: (51.0, 50.0)}
+# DeepEP README low-latency kernels, H800, 128 tokens per rank, top-8: EP -> (dispatch s,
+# combine s).
+DEEPEP_LL_H800 = {
+    8: (77e-6, 114e-6),
+    16: (118e-6, 195e-6),
+    32: (155e-6, 273e-6),
+    64: (173e-6, 314e-6),
+    128: (192e-6, 369e-6),
+    256: (194e-6, 360e-6),
+}
+# aiconfigurator (ai-dynamo/aiconfigurator), systems/data/h100_sxm/comm/sglang/0.5.6.post2/
+# wideep_deepep_{normal,ll}_perf.parquet, DeepSeek shape, tokens per rank.
+# Normal kernels at 4096 tokens (best SM setting): nodes -> (dispatch s, combine s). The
+# 8-node dispatch (5.45 ms, slower than its combine with half the bytes) is kept as published.
+AIC_NORMAL_H100 = {
+    1: (0.49e-3, 0.97e-3),
+    2: (0.75e-3, 1.78e-3),
+    4: (1.79e-3, 3.52e-3),
+    8: (5.45e-3, 4.46e-3),
+}
+# Low-latency kernels at 128 tokens: nodes -> (dispatch s, combine s).
+AIC_LL_H100 = {1: (40e-6, 72e-6), 2: (102e-6, 186e-6), 4: (143e-6, 263e-6), 8: (167e-6, 305e-6)}
+
+
+def _normal_from_deepep(table: dict) -> tuple:
+    nv = table[8]
+    rows = [
+        (
+            8,
+            _from_deepep(8, nv[0], nvlink=True),
+            _from_deepep(8, nv[1], nvlink=True),
+            float("nan"),
+            float("nan"),
+        )
+    ]
+    for ep, (d, c) in sorted(table.items()):
+        if ep > 8:
+            rows.append(
+                (
+                    ep,
+                    rows[0][1],
+                    rows[0][2],
+                    _from_deepep(ep, d, nvlink=False),
+                    _from_deepep(ep, c, nvlink=False),
+                )
+            )
+    return tuple(rows)
+
+
+def _normal_from_times(table: dict) -> tuple:
+    nv = _from_times(1, *table[1])
+    rows = [(8, nv[0], nv[1], float("nan"), float("nan"))]
+    for nodes, times in sorted(table.items()):
+        if nodes > 1:
+            rows.append((8 * nodes, nv[0], nv[1], *_from_times(nodes, *times)))
+    return tuple(rows)
+
+
+def _ll_rows(table: dict, *, by_nodes: bool) -> tuple:
+    return tuple((8 * k if by_nodes else k, d, c) for k, (d, c) in sorted(table.items()))
+
+
+_SOURCES = (
+    "DeepGEMM README (H800, NVCC 12.8): dense and grouped FP8 GEMM tables",
+    "FlashMLA README: 660 TFLOPS compute-bound, 3000 GB/s memory-bound (H800 SXM5)",
+    "DeepEP README @dd758ca docs/legacy.md: normal and low-latency kernels (H800, CX7)",
+)
+
+h800 = Hardware(
+    name="h800",
+    sms=132,  # H800/H100 SXM5: 132 SMs
+    fp8_tflops=1979.0,  # NVIDIA H100/H800 SXM datasheet, dense FP8
+    bf16_tflops=989.0,  # dense BF16
+    hbm_gbps=3350.0,  # HBM3 3.35 TB/s
+    hbm_gb=80.0,
+    nvlink_gbps=200.0,  # H800 NVLink 400 GB/s bidirectional
+    rdma_gbps=50.0,  # ConnectX-7 400 Gb/s per GPU (DeepSeek Day-6, DeepEP README)
+    dense_gemm=DEEPGEMM_DENSE,
+    grouped_gemm=DEEPGEMM_GROUPED,
+    mla_decode_tflops=660.0,  # FlashMLA README (2025-04 update), H800 SXM5
+    mla_decode_gbps=3000.0,  # FlashMLA README, memory-bound configuration
+    normal_a2a=_normal_from_deepep(DEEPEP_NORMAL_H800),
+    ll_a2a=_ll_rows(DEEPEP_LL_H800, by_nodes=False),
+    sources=_SOURCES,
+)
+
+h100 = replace(
+    h800,
+    name="h100",
+    nvlink_gbps=450.0,  # H100 SXM NVLink 900 GB/s bidirectional
+    normal_a2a=_normal_from_times(AIC_NORMAL_H100),
+    ll_a2a=_ll_rows(AIC_LL_H100, by_nodes=True),
+    sources=(*_SOURCES[:2], "aiconfigurator h100_sxm sglang 0.5.6.post2 DeepEP sweeps"),
+)
+
+h200 = replace(
+    h100,
+    name="h200",
+    hbm_gbps=4800.0,  # H200 SXM: HBM3e 4.8 TB/s, 141 GB
+    hbm_gb=141.0,
+    mla_decode_gbps=3000.0 * 4800.0 / 3350.0,  # FlashMLA's H800 figure scaled by HBM bandwidth
+    sources=(*_SOURCES[:2], "aiconfigurator h200_sxm (identical to its h100_sxm DeepEP files)"),
+)
+
+HARDWARE: dict[str, Hardware] = {"h800": h800, "h100": h100, "h200": h200}
+
+
+def get_hardware(name: str) -> Hardware:
+    """The hardware preset called ``name``; `InputError` listing the presets otherwise."""
+    try:
+        return HARDWARE[name]
+    except (KeyError, TypeError):
+        raise InputError(
+            f"unknown hardware {name!r}; use one of {', '.join(sorted(HARDWARE))}"
+        ) from None

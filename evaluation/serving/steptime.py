@@ -1,0 +1,862 @@
+"""Step-time model: seconds of one forward step of a prefill or decode unit, and why.
+
+A unit is one EP group of ``G`` GPUs (DP attention on every GPU, EP over all of them). One step
+runs ``D`` dense layers, ``L`` MoE layers and the output head. Per MoE layer, vectorised over
+layers (no Python loop over layers or ranks):
+
+- **rank side** (per DP rank, from its `RankBatch`): MLA projections (FP8 GEMMs, DeepGEMM's
+  dense table at the rank's tokens), core attention (prefill: FLOPs of the attended
+  (query, key) pairs at a fitted BF16 throughput; decode: FlashMLA, the slower of its compute
+  and its KV-cache reads), the shared expert (FP8 GEMMs) and a fixed small-kernel overhead;
+- **GPU side** (per EP rank, from the tokens it *receives* under the placement): each slot's
+  grouped GEMM at DeepGEMM's throughput for its tokens per expert, summed over the GPU's slots;
+- **all-to-all** (dispatch, combine): prefill uses DeepEP's normal kernels, whose time on a GPU
+  is its NVLink or RDMA bytes (the larger in time) over the effective bandwidth, with the traffic
+  model's accounting (`evaluation.traffic`: a token is sent once per destination GPU, crosses to
+  a remote node once, to the rail peer, then NVLink forwards); decode uses the low-latency
+  kernels, one copy per (token, expert) pick, timed from DeepEP's per-call table scaled by the
+  GPU's picks. The all-to-all is a barrier: every phase waits for the slowest GPU, and the
+  rank-side stages for the slowest rank.
+
+**Overlap** (two micro-batches X and Y, each half of every rank's batch and of the expert
+load). Prefill as DeepSeek's DBO / SGLang's TBO: one micro-batch's dispatch hides behind the
+other's expert GEMMs and its combine behind the other's attention stage ``A``:
+``T = max(A, d) + max(M, d) + max(M, c) + max(A, c)`` per layer (``A`` = attention + shared
+expert + overhead, ``M`` = routed experts, ``d``/``c`` = dispatch/combine of one micro-batch).
+The normal kernels hold ``comm_sms`` of the GPU's SMs, so prefill compute in MoE layers runs at
+``(sms - comm_sms) / sms`` speed. Decode as DeepSeek's 5-stage pipeline (attention split into
+ATTN-0 = projections ``a1`` and ATTN-1 = core attention ``a2``; the low-latency kernels hold no
+SMs in flight): X's dispatch overlaps Y's ``a1`` and its combine Y's ``a2``:
+``T = 2 max(a1, d) + 2 max(a2, c) + 2 (s + o + M)``. With one micro-batch nothing overlaps:
+``T = A + M + d + c`` with the whole batch.
+
+**Breakdown** (sums to ``total_s``). Per MoE layer, ``T_act`` uses the slowest rank's
+rank-side stages and the slowest GPU's ``M`` and all-to-all copies (sent and received, per
+link class). ``T_dp`` equalises DP: rank-side stages at their mean over ranks, the expert GEMMs
+and all-to-all recomputed with every rank sending the mean number of tokens. ``T_bal``
+additionally equalises EP: ``M`` and every GPU's sent and received copies at their mean over
+GPUs. Each equalisation is clamped so it never adds time.
+
+- ``dp_wait`` = sum(``T_act - T_dp``) + the dense layers' and output head's slowest-rank excess
+  (waiting caused by DP imbalance);
+- ``ep_wait`` = sum(``T_dp - T_bal``) (waiting caused by EP imbalance: a hot GPU's experts or
+  all-to-all traffic; exactly 0 under balanced routing);
+- ``attention``, ``shared_expert``, ``moe``, ``overhead`` = the compute inside ``T_bal``
+  (both micro-batches; ``overhead`` also holds ``step_overhead_s``);
+  ``comm_exposed`` = ``T_bal`` minus that compute;
+- ``dense_layers`` and ``lm_head`` at the mean rank.
+
+Both waits are >= 0 because ``T`` only grows with each stage time. Counts-mode expectations:
+GPU loads and bytes are expectations over tokens of the step's expert load (`evaluation.traffic`
+counts mode, group-limited co-occurrence), computed here in ``O(L * P)`` per step for the
+``even``/``random``/``weighted`` policies; ``local_first`` and per-source loads go through
+`evaluation.traffic.simulate` (slower, exact for its model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from eplb.errors import InputError
+from eplb.executor.routing import check_policy, dispatch_table
+from eplb.placement import Placement
+from eplb.topology import Topology
+from evaluation.serving.hardware import (
+    COMBINE_BYTES,
+    DISPATCH_BYTES,
+    Hardware,
+    h800,
+    visit_probability,
+)
+from evaluation.serving.model import ModelSpec, deepseek_v3
+
+PHASES = ("prefill", "decode")
+BREAKDOWN = (
+    "attention",
+    "shared_expert",
+    "moe",
+    "comm_exposed",
+    "dp_wait",
+    "ep_wait",
+    "dense_layers",
+    "lm_head",
+    "overhead",
+)
+MIN_GEMM_M = 64  # below this a GEMM is weight-read bound: its time stops shrinking
+
+
+def check_phase(phase: str) -> str:
+    if phase not in PHASES:
+        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    return phase
+
+
+def _vector(name: str, value, n: int | None = None) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be numeric, got {value!r}") from None
+    if arr.ndim != 1 or (n is not None and arr.shape != (n,)):
+        want = f"[{n}]" if n is not None else "1-D"
+        raise InputError(
+            f"{name} must be a {want} array (one value per DP rank), got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise InputError(f"{name} must be finite and >= 0")
+    return arr
+
+
+# ------------------------------------------------------------------------------ batches
+@dataclass(frozen=True, eq=False)
+class RankBatch:
+    """The work of one step on each DP rank (arrays ``float64[G]``, one entry per rank).
+
+    - ``tokens``: query tokens (prefill: new tokens; decode: requests x query tokens each);
+    - ``attention``: attended (query, key) pairs (prefill: ``sum n * c + n (n + 1) / 2`` over
+      chunks of ``n`` new tokens after ``c`` cached ones; decode: ``sum q * kv``);
+    - ``kv_tokens``: cached tokens read per layer (decode: ``sum kv``; prefill: 0);
+    - ``logits``: rows of the output head (prefill: prompts whose last chunk runs;
+      decode: query tokens).
+
+    Build with `RankBatch.prefill`, `RankBatch.decode` (per-request lists) or `RankBatch.uniform`.
+    """
+
+    tokens: np.ndarray
+    attention: np.ndarray
+    kv_tokens: np.ndarray
+    logits: np.ndarray
+
+    def __post_init__(self) -> None:
+        tokens = _vector("tokens", self.tokens)
+        n = tokens.size
+        if n < 1:
+            raise InputError("a RankBatch needs at least one rank")
+        for name in ("attention", "kv_tokens", "logits"):
+            arr = _vector(name, getattr(self, name), n)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+        tokens.flags.writeable = False
+        object.__setattr__(self, "tokens", tokens)
+
+    @property
+    def num_ranks(self) -> int:
+        return self.tokens.size
+
+    def mean(self) -> RankBatch:
+        """Every rank at the mean of the ranks (the batch a perfect DP balancer would give)."""
+        n = self.num_ranks
+        return RankBatch(
+            *(
+                np.full(n, getattr(self, f).mean())
+                for f in ("tokens", "attention", "kv_tokens", "logits")
+            )
+        )
+
+    @classmethod
+    def prefill(
+        cls, new_tokens, cached_tokens=None, rank=None, *, num_ranks: int, last_chunk=None
+    ) -> RankBatch:
+        """From chunks: ``new_tokens: int[n]`` computed after ``cached_tokens: int[n]`` already
+        in the KV cache (default 0), on DP rank ``rank: int[n]`` (default 0..n-1);
+        ``last_chunk: bool[n]`` marks chunks that end their prompt (default all)."""
+        new = _vector("new_tokens", new_tokens)
+        n = new.size
+        cached = (
+            np.zeros(n) if cached_tokens is None else _vector("cached_tokens", cached_tokens, n)
+        )
+        ranks = _ranks(rank, n, num_ranks)
+        last = np.ones(n) if last_chunk is None else np.asarray(last_chunk, dtype=np.float64)
+        if last.shape != (n,):
+            raise InputError(f"last_chunk must be bool[{n}], got shape {last.shape}")
+        pairs = new * cached + new * (new + 1) / 2
+        return cls(
+            np.bincount(ranks, new, num_ranks),
+            np.bincount(ranks, pairs, num_ranks),
+            np.zeros(num_ranks),
+            np.bincount(ranks, last, num_ranks),
+        )
+
+    @classmethod
+    def decode(cls, kv_tokens, rank=None, *, num_ranks: int, query_tokens: int = 1) -> RankBatch:
+        """From running requests: ``kv_tokens: int[n]`` context of each request on DP rank
+        ``rank: int[n]``; ``query_tokens`` per request per step (1, or 1 + MTP drafts)."""
+        kv = _vector("kv_tokens", kv_tokens)
+        ranks = _ranks(rank, kv.size, num_ranks)
+        q = float(query_tokens)
+        if not q >= 1:
+            raise InputError(f"query_tokens must be >= 1, got {query_tokens!r}")
+        count = np.bincount(ranks, minlength=num_ranks).astype(np.float64) * q
+        kv_sum = np.bincount(ranks, kv, num_ranks)
+        return cls(count, kv_sum * q, kv_sum, count.copy())
+
+    @classmethod
+    def uniform(
+        cls,
+        phase: str,
+        num_ranks: int,
+        *,
+        tokens: float,
+        context: float,
+        cached: float = 0.0,
+        query_tokens: int = 1,
+    ) -> RankBatch:
+        """Every rank alike. Prefill: ``tokens`` new tokens per rank from prompts of
+        ``context`` new tokens after ``cached`` cached ones (chunked prefill fills the budget,
+        so on average a token attends to ``cached + (context + 1) / 2`` keys). Decode:
+        ``tokens`` running requests per rank, each with ``context`` cached tokens."""
+        check_phase(phase)
+        ones = np.ones(num_ranks)
+        if phase == "prefill":
+            pairs = tokens * (cached + (context + 1) / 2)
+            return cls(ones * tokens, ones * pairs, ones * 0.0, ones * tokens / max(context, 1))
+        q = tokens * query_tokens
+        return cls(ones * q, ones * q * context, ones * tokens * context, ones * q)
+
+
+def _ranks(rank, n: int, num_ranks: int) -> np.ndarray:
+    if isinstance(num_ranks, bool) or not isinstance(num_ranks, (int, np.integer)) or num_ranks < 1:
+        raise InputError(f"num_ranks must be a positive integer, got {num_ranks!r}")
+    if rank is None:
+        if n > num_ranks:
+            raise InputError(
+                f"{n} requests need rank= (which DP rank runs each); only {num_ranks} ranks"
+            )
+        return np.arange(n)
+    r = np.asarray(rank)
+    if r.shape != (n,) or (r.size and not np.issubdtype(r.dtype, np.integer)):
+        raise InputError(f"rank must be int[{n}], got {r.dtype}{r.shape}")
+    if r.size and (r.min() < 0 or r.max() >= num_ranks):
+        raise InputError(f"rank must hold DP ranks in 0..{num_ranks - 1}")
+    return r.astype(np.int64)
+
+
+# ------------------------------------------------------------------------------ results
+@dataclass(frozen=True, eq=False)
+class StepTime:
+    """One step: ``total_s`` and a ``breakdown`` (keys `BREAKDOWN`, seconds) summing to it.
+
+    ``layer_s: float[L]`` seconds of each MoE layer; ``gpu_load_max`` / ``gpu_load_mean:
+    float[L]`` routed picks on the busiest / mean GPU (expected, both micro-batches);
+    ``tokens`` query tokens of the step over all ranks.
+    """
+
+    phase: str
+    total_s: float
+    breakdown: dict[str, float]
+    layer_s: np.ndarray
+    gpu_load_max: np.ndarray
+    gpu_load_mean: np.ndarray
+    tokens: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, float]:
+        """``step_s`` plus the breakdown, as plain floats."""
+        return {"step_s": self.total_s, **self.breakdown}
+
+
+# ----------------------------------------------------------------------- GEMM throughput
+class GemmCurve:
+    """Seconds of a set of FP8 GEMMs ``(N, K)`` run on ``M`` tokens, from DeepGEMM's table.
+
+    Throughput of each shape is interpolated in ``log2 M`` between the table's rows, flat
+    beyond them; below ``MIN_GEMM_M`` tokens the time is the ``MIN_GEMM_M`` time (weight
+    reads dominate); 0 tokens cost 0. ``scale`` multiplies every throughput (``0.5`` for BF16).
+    """
+
+    def __init__(
+        self, rows, shapes, *, efficiency: float, scale: float = 1.0, substitute: dict | None = None
+    ) -> None:
+        table: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        for m, n, k, tf in rows:
+            table.setdefault((n, k), []).append((m, tf))
+        self.parts = []
+        for n, k in shapes:
+            key = (substitute or {}).get((n, k), (n, k))
+            pts = sorted(table[key])
+            self.parts.append(
+                (
+                    2.0 * n * k,
+                    np.log2([p[0] for p in pts]),
+                    np.array([p[1] for p in pts]) * 1e12 * efficiency * scale,
+                )
+            )
+
+    def seconds(self, m) -> np.ndarray:
+        m = np.asarray(m, dtype=np.float64)
+        eff = np.maximum(m, MIN_GEMM_M)
+        lm = np.log2(eff)
+        out = np.zeros_like(eff)
+        for flops, xs, rates in self.parts:
+            out += flops * eff / np.interp(lm, xs, rates)
+        return np.where(m > 0, out, 0.0)
+
+
+class ExpertCurve:
+    """Seconds of one routed expert's grouped GEMMs (gate+up, then down) at ``m`` tokens per
+    expert, from DeepGEMM's grouped tables; same interpolation rules as `GemmCurve`."""
+
+    def __init__(self, rows, model: ModelSpec, *, efficiency: float) -> None:
+        rows = sorted(rows)
+        self.xs = np.log2([r[0] for r in rows])
+        self.gu = np.array([r[1] for r in rows]) * 1e12 * efficiency
+        self.dn = np.array([r[2] for r in rows]) * 1e12 * efficiency
+        self.f_gu = 2.0 * 2 * model.moe_intermediate * model.hidden
+        self.f_dn = 2.0 * model.hidden * model.moe_intermediate
+        self.floor = float(2 ** self.xs[0])
+
+    def seconds(self, m) -> np.ndarray:
+        m = np.asarray(m, dtype=np.float64)
+        eff = np.maximum(m, self.floor)
+        lm = np.log2(eff)
+        t = eff * (
+            self.f_gu / np.interp(lm, self.xs, self.gu)
+            + self.f_dn / np.interp(lm, self.xs, self.dn)
+        )
+        return np.where(m > 0, t, 0.0)
+
+
+# -------------------------------------------------------------- routing of one placement
+@dataclass(frozen=True, eq=False)
+class _Routing:
+    """Per-placement tables for the O(L * P) counts-mode expectations (cached)."""
+
+    expert: np.ndarray  # int64[L, P] expert of each slot
+    share: np.ndarray  # float64[L, P] share of its expert's picks a slot receives
+    w_gpu: np.ndarray  # float64[L, P] share merged over the expert's slots on the same GPU
+    w_node: np.ndarray  # ... on the same node (0 on all but the first such slot)
+    key_gpu: np.ndarray  # int64[L, P] bincount key (layer, GPU, group) of each slot
+    key_node: np.ndarray  # int64[L, P] bincount key (layer, node, group)
+
+
+def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarray:
+    """Sum of ``share`` over the slots of one expert inside each bin of ``per_bin`` slots, held
+    by the first such slot (others 0)."""
+    L, P = expert.shape
+    e = expert.reshape(L, P // per_bin, per_bin)
+    w = share.reshape(L, P // per_bin, per_bin)
+    same = e[..., :, None] == e[..., None, :]  # [L, B, S, S]
+    idx = np.arange(per_bin)
+    earlier = same & (idx[None, :] < idx[:, None])  # a same-expert slot before this one
+    first = ~earlier.any(-1)
+    merged = (same * w[..., None, :]).sum(-1)
+    return np.where(first, merged, 0.0).reshape(L, P)
+
+
+@lru_cache(maxsize=32)
+def _routing(placement: Placement, policy: str, num_groups: int, topk_groups: int) -> _Routing:
+    topo = placement.topology
+    expert = placement.phy2log
+    L = expert.shape[0]
+    share = (
+        placement.share
+        if policy == "weighted"
+        else 1.0 / np.take_along_axis(placement.logcnt, expert, 1)
+    )
+    ng = num_groups if topk_groups < num_groups else 1
+    group = expert // (placement.num_experts // ng)
+    rows = np.arange(L)[:, None]
+    key_gpu = (rows * topo.num_gpus + topo.gpu_of_slot[None, :]) * ng + group
+    key_node = (rows * topo.num_nodes + topo.node_of_slot[None, :]) * ng + group
+    return _Routing(
+        expert,
+        share,
+        _merge_bins(expert, share, topo.slots_per_gpu),
+        _merge_bins(expert, share, topo.slots_per_gpu * topo.gpus_per_node),
+        key_gpu,
+        key_node,
+    )
+
+
+@lru_cache(maxsize=8)
+def _dispatch_tables(placement: Placement) -> np.ndarray:
+    """``int64[L, G, E]``: `local_first` slot of each (source GPU, expert), per layer."""
+    return np.stack([dispatch_table(placement, i) for i in range(placement.num_layers)])
+
+
+def _group_model(p: np.ndarray, model: ModelSpec):
+    """``q: float[L, NG]`` (a token selects a group) and ``r: float[L, E]`` (an expert of a
+    selected group), as `evaluation.traffic`'s group-limited model for uniform sources."""
+    L, E = p.shape
+    ng, tg, k = model.num_groups, model.topk_groups, model.top_k
+    if tg >= ng:
+        return np.ones((L, 1)), p
+    pg = p.reshape(L, ng, E // ng)
+    q = np.clip(pg.sum(-1) * (tg / k), pg.max(-1), 1.0)
+    gid = np.arange(E) // (E // ng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q[:, gid] > 0, p / q[:, gid], 0.0)
+    return q, np.minimum(r, 1.0)
+
+
+def _visits(rt: _Routing, p: np.ndarray, model: ModelSpec, topo: Topology):
+    """``float[L, G]`` and ``float[L, N]``: probability that a token visits each GPU and
+    each node (group-limited co-occurrence model of `evaluation.traffic`)."""
+    q, r = _group_model(p, model)
+    L = p.shape[0]
+    ng = q.shape[1]
+    rs = np.take_along_axis(r, rt.expert, 1)
+    out = []
+    for w, key, bins in (
+        (rt.w_gpu, rt.key_gpu, topo.num_gpus),
+        (rt.w_node, rt.key_node, topo.num_nodes),
+    ):
+        with np.errstate(divide="ignore"):
+            term = np.log1p(-np.minimum(rs * w, 1.0))
+        inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * bins * ng))
+        inner = inner.reshape(L, bins, ng)
+        if ng == 1:
+            miss = np.log(inner[..., 0])
+        else:
+            qq = q[:, None, :]
+            with np.errstate(divide="ignore"):
+                miss = np.log(np.maximum(1.0 - qq + qq * inner, 0.0)).sum(-1)
+        out.append(-np.expm1(miss))
+    return out
+
+
+# ----------------------------------------------------------------------------- the model
+class StepModel:
+    """The step-time model of one unit (phase, shape, model, hardware, dispatch policy).
+
+    Build once per unit and call `time` per step (the simulator's hot path); `step_time` is
+    the one-call form. ``topology`` gives the unit's nodes, GPUs per node and slots per GPU
+    (one DP rank per GPU).
+    """
+
+    def __init__(
+        self,
+        phase: str,
+        topology: Topology,
+        *,
+        model: ModelSpec = deepseek_v3,
+        hardware: Hardware = h800,
+        dispatch: str = "even",
+        micro_batches: int = 2,
+    ) -> None:
+        self.phase = check_phase(phase)
+        if not isinstance(topology, Topology):
+            raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
+        if not isinstance(model, ModelSpec):
+            raise InputError(f"model must be a ModelSpec, got {type(model).__name__}")
+        if not isinstance(hardware, Hardware):
+            raise InputError(f"hardware must be a Hardware, got {type(hardware).__name__}")
+        if micro_batches not in (1, 2):
+            raise InputError(f"micro_batches must be 1 or 2, got {micro_batches!r}")
+        if topology.num_slots < model.num_experts:
+            raise InputError(
+                f"{topology.num_slots} slots cannot hold the model's {model.num_experts} experts"
+            )
+        self.topology, self.model, self.hardware = topology, model, hardware
+        self.dispatch = check_policy(dispatch)
+        self.micro_batches = micro_batches
+        fit = hardware.fit
+        eff = fit.gemm_efficiency
+        h, i = model.hidden, model.moe_intermediate
+        self.mla = GemmCurve(hardware.dense_gemm, model.mla_shapes, efficiency=eff)
+        self.ffn = GemmCurve(
+            hardware.dense_gemm,
+            ((2 * i, h), (h, i)),
+            efficiency=eff,
+            substitute={(2 * i, h): (4096, 7168), (h, i): (7168, 2048)},
+        )
+        di = model.dense_intermediate
+        self.dense_ffn = GemmCurve(
+            hardware.dense_gemm,
+            ((2 * di, h), (h, di)),
+            efficiency=eff,
+            substitute={(2 * di, h): (4096, 7168), (h, di): (7168, 16384)},
+        )
+        self.head = GemmCurve(
+            hardware.dense_gemm,
+            ((model.vocab, h),),
+            efficiency=eff,
+            scale=hardware.bf16_tflops / hardware.fp8_tflops,
+            substitute={(model.vocab, h): (4096, 7168)},
+        )
+        self.expert = ExpertCurve(hardware.grouped_gemm, model, efficiency=eff)
+        G, N = topology.num_gpus, topology.num_nodes
+        self.sm_factor = (
+            hardware.sms / (hardware.sms - hardware.comm_sms)
+            if phase == "prefill" and micro_batches == 2
+            else 1.0
+        )
+        ep = np.log2(G)
+        if phase == "prefill":
+            rows = hardware.normal_a2a
+            self.bw_nv = (rows[0][1] * 1e9, rows[0][2] * 1e9)
+            multi = [r for r in rows if r[0] > rows[0][0]]
+            xm = np.log2([r[0] for r in multi])
+            self.bw_rd = (
+                float(np.interp(ep, xm, [r[3] for r in multi])) * 1e9,
+                float(np.interp(ep, xm, [r[4] for r in multi])) * 1e9,
+            )
+        else:
+            rows = hardware.ll_a2a
+            x = np.log2([r[0] for r in rows])
+            per_pick = hardware.ll_tokens * model.top_k
+            self.ll = (
+                float(np.interp(ep, x, [r[1] for r in rows])) / per_pick,
+                float(np.interp(ep, x, [r[2] for r in rows])) / per_pick,
+            )
+        # balanced routing: per-token visit probabilities of a GPU and of a node
+        kw = dict(
+            num_experts=model.num_experts,
+            top_k=model.top_k,
+            num_groups=model.num_groups,
+            topk_groups=model.topk_groups,
+        )
+        self.v_bal = float(visit_probability(model.num_experts / G, **kw))
+        self.vn_bal = float(visit_probability(model.num_experts / N, **kw))
+        self.local = np.arange(G) % topology.gpus_per_node
+        self.node = topology.node_of_gpu
+
+    # ------------------------------------------------------------------ stages
+    def _rank_stages(self, batch: RankBatch):
+        """Rank-side seconds of one micro-batch: (a1, a2, shared) ``[G]``."""
+        mb, m, hw = self.micro_batches, self.model, self.hardware
+        t = batch.tokens / mb
+        a1 = self.mla.seconds(t)
+        if self.phase == "prefill":
+            a2 = (
+                batch.attention
+                / mb
+                * m.prefill_flops_per_pair
+                / (hw.fit.prefill_attention_tflops * 1e12)
+            )
+        else:
+            a2 = np.maximum(
+                batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
+                batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.mla_decode_gbps * 1e9),
+            )
+        shared = m.shared_experts * self.ffn.seconds(t)
+        return a1, a2, shared
+
+    def _gpu_side(self, batch: RankBatch, placement: Placement | None, load):
+        """GPU side of one micro-batch, as it is and with every rank's tokens at their mean.
+
+        Returns ``(moe, recv, links, moe_eq, links_eq)``: expert-GEMM seconds per GPU
+        ``[L, G]``, routed picks per GPU ``[L, G]`` (both micro-batches) and the all-to-all
+        ``links``: ``(out [L, G], in [L, G], seconds per copy in dispatch, in combine)`` per
+        link class, ``out`` what a GPU sends in dispatch (its rank's tokens), ``in`` what it
+        receives (its experts' share).
+        """
+        m, topo, mb = self.model, self.topology, self.micro_batches
+        L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
+        src = batch.tokens / mb  # tokens each rank sends per micro-batch
+        uniform = bool(np.all(src == src[0]))
+        src_eq = src if uniform else np.full(G, src.mean())
+        if placement is None:
+            if load is not None:
+                raise InputError(
+                    "load needs a placement to route through; give placement= "
+                    "or leave load out for perfectly balanced routing"
+                )
+            recv = np.full((L, G), K * src.sum() / G)
+            moe = np.full((L, G), S * float(self.expert.seconds(K * src.sum() / G / S)))
+            v = np.full((L, G), self.v_bal)
+            vn = np.full((L, topo.num_nodes), self.vn_bal)
+            links = self._links(src, recv, v, vn)
+            links_eq = links if uniform else self._links(src_eq, recv, v, vn)
+            return moe, recv * mb, links, moe, links_eq
+        self._check_placement(placement)
+        slot, recv, v, vn, report = self._routed(placement, load, src)
+        moe = self.expert.seconds(slot).reshape(L, G, S).sum(-1)
+        links = self._links(src, recv, v, vn, report)
+        if uniform:
+            return moe, recv * mb, links, moe, links
+        if report is None:
+            return moe, recv * mb, links, moe, self._links(src_eq, recv, v, vn)
+        slot_eq, recv_eq, _, _, report_eq = self._routed(placement, load, src_eq)
+        moe_eq = self.expert.seconds(slot_eq).reshape(L, G, S).sum(-1)
+        return moe, recv * mb, links, moe_eq, self._links(src_eq, recv_eq, v, vn, report_eq)
+
+    def _links(self, src, recv, v, vn, report=None) -> list:
+        """All-to-all links of one micro-batch (see `_gpu_side`)."""
+        m = self.model
+        if self.phase == "decode":  # low-latency kernels: one copy per pick, no dedup
+            out = np.broadcast_to(m.top_k * src, recv.shape)
+            return [(out, recv, self.ll[0], self.ll[1])]
+        if report is not None:  # bytes -> token copies
+            per = m.hidden * DISPATCH_BYTES
+            nv_out, nv_in = report.nvlink_out / per, report.nvlink_in / per
+            rd_out, rd_in = report.rdma_out / per, report.rdma_in / per
+        else:
+            nv_out, nv_in, rd_out, rd_in = self._bytes(src, v, vn)
+        hd = m.hidden
+        links = [
+            (nv_out, nv_in, hd * DISPATCH_BYTES / self.bw_nv[0], hd * COMBINE_BYTES / self.bw_nv[1])
+        ]
+        if self.topology.num_nodes > 1:
+            links.append(
+                (
+                    rd_out,
+                    rd_in,
+                    hd * DISPATCH_BYTES / self.bw_rd[0],
+                    hd * COMBINE_BYTES / self.bw_rd[1],
+                )
+            )
+        return links
+
+    @staticmethod
+    def _comm(links, reduce_out, reduce_in) -> tuple[np.ndarray, np.ndarray]:
+        """Dispatch and combine seconds ``[L]`` of one micro-batch: the slowest link class,
+        each at ``max(reduce_out(out), reduce_in(in))`` copies (reductions over GPUs)."""
+        d = c = 0.0
+        for out, inn, sd, sc in links:
+            copies = np.maximum(reduce_out(out, axis=-1), reduce_in(inn, axis=-1))
+            d = np.maximum(d, copies * sd)
+            c = np.maximum(c, copies * sc)
+        return d, c
+
+    def _bytes(self, src: np.ndarray, v: np.ndarray, vn: np.ndarray):
+        """Expected token copies per GPU ``[L, G]`` (dispatch direction) when every source
+        rank's tokens route alike: NVLink out/in and RDMA out/in (module docstring)."""
+        topo = self.topology
+        gpn, N = topo.gpus_per_node, topo.num_nodes
+        loc, node = self.local, self.node
+        t_all = src.sum()
+        t_loc = np.bincount(loc, src, gpn)  # [gpn] tokens of sources with each local index
+        v_node = v.reshape(v.shape[0], N, gpn).sum(-1)  # [L, N]
+        nv_in = v * (t_all - t_loc[loc])
+        nv_out = t_loc[loc] * (v_node[:, node] - v)
+        rd_out = src * (vn.sum(-1, keepdims=True) - vn[:, node])
+        rd_in = (t_loc[loc] - src) * vn[:, node]
+        return nv_out, nv_in, rd_out, rd_in
+
+    def _check_placement(self, placement: Placement) -> None:
+        if not isinstance(placement, Placement):
+            raise InputError(
+                f"placement must be a Placement or None, got {type(placement).__name__}"
+            )
+        m, topo = self.model, self.topology
+        pt = placement.topology
+        if (pt.num_nodes, pt.gpus_per_node, pt.slots_per_gpu) != (
+            topo.num_nodes,
+            topo.gpus_per_node,
+            topo.slots_per_gpu,
+        ):
+            raise InputError(
+                f"placement is for {placement.topology} but the unit is {topo}; "
+                "solve the placement on the unit's topology"
+            )
+        if (placement.num_layers, placement.num_experts) != (m.moe_layers, m.num_experts):
+            raise InputError(
+                f"placement has {placement.num_layers} layers x {placement.num_experts} experts "
+                f"but {m.name} has {m.moe_layers} MoE layers x {m.num_experts} experts"
+            )
+
+    def _routed(self, placement: Placement, load, src: np.ndarray):
+        """Per-slot picks ``[L, P]``, per-GPU picks ``[L, G]``, visit probabilities and (slow
+        path) a `TrafficReport`, all for one micro-batch."""
+        m, topo = self.model, self.topology
+        L, E, G, K = m.moe_layers, m.num_experts, topo.num_gpus, m.top_k
+        total = src.sum()
+        arr = _check_step_load(load, L, G, E)
+        if arr.ndim == 2 and self.dispatch != "local_first":
+            dist = _normalise(arr)
+            picks = dist * (K * total)  # [L, E]
+            rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+            slot = np.take_along_axis(picks, rt.expert, 1) * rt.share
+            recv = slot.reshape(L, G, -1).sum(-1)
+            if self.phase == "decode":  # low-latency kernels: picks only
+                return slot, recv, None, None, None
+            v, vn = _visits(rt, np.minimum(dist * K, 1.0), m, topo)
+            return slot, recv, v, vn, None
+        # slow path: per-source distributions or local_first, via evaluation.traffic
+        from evaluation.traffic import simulate
+
+        if arr.ndim == 2:
+            per_src = _normalise(arr)[:, None, :] * (K * src)[None, :, None]
+        else:
+            per_src = _normalise(arr.reshape(L * G, E)).reshape(L, G, E) * (K * src)[None, :, None]
+        report = simulate(
+            placement,
+            source_counts=per_src,
+            policy=self.dispatch,
+            hidden=m.hidden,
+            dispatch_bytes=DISPATCH_BYTES,
+            combine_bytes=COMBINE_BYTES,
+            top_k=K,
+            num_groups=m.num_groups,
+            topk_groups=m.topk_groups,
+            keep_slots=False,
+        )
+        if self.dispatch == "local_first":
+            dest = _dispatch_tables(placement)  # [L, G, E]
+            key = (np.arange(L)[:, None, None] * topo.num_slots + dest).ravel()
+            slot = np.bincount(key, per_src.ravel(), L * topo.num_slots).reshape(L, -1)
+        else:
+            rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+            slot = np.take_along_axis(per_src.sum(1), rt.expert, 1) * rt.share
+        return slot, report.gpu_tokens, None, None, report
+
+    # ------------------------------------------------------------------ combine
+    def _layer(self, a1, a2, sh, o, moe, d, c):
+        """Seconds of one MoE layer from per-micro-batch stage times (arrays broadcast)."""
+        f = self.sm_factor
+        if self.micro_batches == 1:
+            return a1 + a2 + sh + o + moe + d + c
+        if self.phase == "prefill":
+            A = f * (a1 + a2 + sh + o)
+            M = f * moe
+            return np.maximum(A, d) + np.maximum(M, d) + np.maximum(M, c) + np.maximum(A, c)
+        return 2 * np.maximum(a1, d) + 2 * np.maximum(a2, c) + 2 * (sh + o + moe)
+
+    def time(self, batch: RankBatch, placement: Placement | None = None, load=None) -> StepTime:
+        """Seconds of one step of ``batch`` (`RankBatch` with one entry per GPU) under
+        ``placement`` (None: perfectly balanced routing) with the step's expert ``load``
+        (``float[L, E]`` picks per expert, or ``float[L, G, E]`` per source rank; only its
+        shape matters, it is scaled to ``top_k`` x the batch's tokens)."""
+        if not isinstance(batch, RankBatch):
+            raise InputError(f"batch must be a RankBatch, got {type(batch).__name__}")
+        G = self.topology.num_gpus
+        if batch.num_ranks != G:
+            raise InputError(
+                f"batch has {batch.num_ranks} ranks but the unit has {G} GPUs (one DP rank per GPU)"
+            )
+        m, hw, mb = self.model, self.hardware, self.micro_batches
+        o = hw.fit.layer_overhead_s
+        a1, a2, sh = self._rank_stages(batch)
+        moe, recv, links, moe_eq, links_eq = self._gpu_side(batch, placement, load)
+        # actual, DP-equalised and balanced stage values per layer; each equalisation is
+        # clamped so it never adds time (T grows with every stage)
+        moe_act = moe.max(-1)
+        moe_dp = np.minimum(moe_act, moe_eq.max(-1))
+        moe_bal = np.minimum(moe_dp, moe_eq.mean(-1))
+        d_act, c_act = self._comm(links, np.max, np.max)
+        d_dp, c_dp = self._comm(links_eq, np.max, np.max)
+        d_dp, c_dp = np.minimum(d_act, d_dp), np.minimum(c_act, c_dp)
+        d_bal, c_bal = self._comm(links_eq, np.mean, np.mean)
+        d_bal, c_bal = np.minimum(d_dp, d_bal), np.minimum(c_dp, c_bal)
+        a1m, a2m, shm = a1.mean(), a2.mean(), sh.mean()
+        t_act = self._layer(a1.max(), a2.max(), sh.max(), o, moe_act, d_act, c_act)
+        t_dp = self._layer(a1m, a2m, shm, o, moe_dp, d_dp, c_dp)
+        t_bal = self._layer(a1m, a2m, shm, o, moe_bal, d_bal, c_bal)
+        L = m.moe_layers
+        per = mb * self.sm_factor  # sm_factor is 1 unless prefill with two micro-batches
+        attention = per * L * (a1m + a2m)
+        shared = per * L * shm
+        overhead_l = per * L * o
+        moe_c = per * moe_bal.sum()
+        comm = t_bal.sum() - attention - shared - overhead_l - moe_c
+        # dense layers and output head: rank-local, the slowest rank decides
+        dense_r = m.dense_layers * mb * (a1 + a2 + self.dense_ffn.seconds(batch.tokens / mb) + o)
+        head_r = self._head(batch.logits)
+        dp_wait = (
+            (t_act - t_dp).sum() + (dense_r.max() - dense_r.mean()) + (head_r.max() - head_r.mean())
+        )
+        breakdown = {
+            "attention": float(attention),
+            "shared_expert": float(shared),
+            "moe": float(moe_c),
+            "comm_exposed": float(comm),
+            "dp_wait": float(dp_wait),
+            "ep_wait": float((t_dp - t_bal).sum()),
+            "dense_layers": float(dense_r.mean()),
+            "lm_head": float(head_r.mean()),
+            "overhead": float(overhead_l + hw.fit.step_overhead_s),
+        }
+        total = float(t_act.sum() + dense_r.max() + head_r.max() + hw.fit.step_overhead_s)
+        return StepTime(
+            self.phase,
+            total,
+            breakdown,
+            t_act,
+            recv.max(-1),
+            recv.mean(-1),
+            float(batch.tokens.sum()),
+            meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": placement is None},
+        )
+
+    def _head(self, rows: np.ndarray) -> np.ndarray:
+        """Output-head seconds per rank: BF16 GEMM on ``rows`` tokens, at least the time to
+        read its weights."""
+        m, hw = self.model, self.hardware
+        t = self.head.seconds(rows)
+        floor = m.vocab * m.hidden * 2 / (hw.hbm_gbps * 1e9)
+        return np.where(rows > 0, np.maximum(t, floor), 0.0)
+
+
+def _check_step_load(load, L: int, G: int, E: int) -> np.ndarray:
+    try:
+        arr = np.asarray(load, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"load must be a numeric array, got {type(load).__name__}") from None
+    if arr.shape not in ((L, E), (L, G, E)):
+        raise InputError(
+            f"load must be float[{L}, {E}] (picks per expert per MoE layer) or "
+            f"float[{L}, {G}, {E}] (per source rank), got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise InputError("load must hold finite counts >= 0")
+    return arr
+
+
+def _normalise(rows: np.ndarray) -> np.ndarray:
+    """Each row as a distribution over experts (an all-zero row becomes uniform)."""
+    s = rows.sum(-1, keepdims=True)
+    return np.where(s > 0, rows / np.where(s > 0, s, 1.0), 1.0 / rows.shape[-1])
+
+
+@lru_cache(maxsize=64)
+def _model_for(phase, topology, model, hardware, dispatch, micro_batches) -> StepModel:
+    return StepModel(
+        phase,
+        topology,
+        model=model,
+        hardware=hardware,
+        dispatch=dispatch,
+        micro_batches=micro_batches,
+    )
+
+
+def step_time(
+    phase: str,
+    batch: RankBatch,
+    placement: Placement | None = None,
+    load=None,
+    *,
+    config=None,
+    topology: Topology | None = None,
+    model: ModelSpec | None = None,
+    hardware: Hardware | None = None,
+    dispatch: str | None = None,
+    micro_batches: int | None = None,
+) -> StepTime:
+    """Seconds of one forward step of a unit, with a breakdown that sums to it.
+
+    ``batch``: `RankBatch` (one entry per DP rank = GPU). ``placement``: the unit's expert
+    placement, or None for perfectly balanced routing. ``load``: the step's expert load
+    ``float[L, E]`` (or ``float[L, G, E]`` per source rank) routed through ``placement``;
+    its shape is used, its total is set by the batch. The unit comes from ``config`` (a
+    `ClusterConfig`: model, hardware, the phase's unit, dispatch policy), else from
+    ``topology`` (or the placement's) and the keyword presets (DeepSeek-V3 on H800, ``even``
+    dispatch, two micro-batches). `StepModel` is the reusable form for many steps.
+    """
+    check_phase(phase)
+    if config is not None:
+        unit = config.unit(phase)
+        topology = topology or unit.topology()
+        model = model or config.model_spec
+        hardware = hardware or config.hardware_spec
+        dispatch = dispatch or config.dispatch
+        micro_batches = micro_batches or unit.micro_batches
+    if topology is None:
+        if placement is None:
+            raise InputError(
+                "give config=, topology= or a placement: the unit's shape is "
+                "needed for balanced routing"
+            )
+        topology = placement.topology
+    return _model_for(
+        phase,
+        topology,
+        model or deepseek_v3,
+        hardware or h800,
+        dispatch or "even",
+        micro_batches or 2,
+    ).time(batch, placement, load)
