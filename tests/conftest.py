@@ -1,4 +1,9 @@
-"""Shared test fixtures: paths to the real traces (skipped when absent), hypothesis profile."""
+"""Shared test fixtures: paths to the real traces (skipped when absent), hypothesis profile.
+
+Real traces are looked up in ``$EPLB_DATA`` when set (a directory holding
+``deepseek-v3-sglang/*.json``, ``qwen1.5-moe-harmoeny/`` ... as ``../shared/traces`` does),
+else in ``../shared/traces`` next to the repository. See docs/data.md for where to get them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+SHARED_TRACES = (Path(os.environ["EPLB_DATA"]).expanduser() if os.environ.get("EPLB_DATA")
+                 else REPO.parent / "shared" / "traces")
 BUNDLED = REPO / "traces" / "data"
 
 settings.register_profile(
@@ -27,7 +33,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def shared_traces() -> Path:
     """``../shared/traces`` next to the repository; skips the test when it is absent."""
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live outside the repo)")
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live outside the repo; "
+                    "set EPLB_DATA=DIR, see docs/data.md)")
     return SHARED_TRACES
 
 
