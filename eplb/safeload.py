@@ -1,11 +1,12 @@
 """Reading ``.npy`` / ``.npz`` files defensively: no unpickling, no decompression bombs.
 
 Every array's header (dtype and shape) is read and checked *before* its data is allocated:
-object, structured, complex and date dtypes are refused (numbers and text pass), and so is an array larger than
-`max_bytes` (default 4 GiB per file, environment variable ``EPLB_MAX_BYTES`` to change it) or
-larger than the bytes the file (or zip member) actually holds. `check_size` applies the same
-limit to sizes requested on the command line or through the API (windows, tokens, slots...),
-before anything is allocated. Errors are `InputError` naming the size and the limit.
+object, structured, complex and date dtypes are refused (numbers and text pass), and so is an
+array larger than `max_bytes` (default 4 GiB per file, environment variable ``EPLB_MAX_BYTES``
+to change it) or larger than the bytes the file (or zip member) actually holds. `check_size`
+applies the same limit to sizes requested on the command line or through the API (windows,
+tokens, slots...), before anything is allocated. Errors are `InputError` naming the size and
+the limit.
 """
 
 from __future__ import annotations

@@ -81,8 +81,9 @@ def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
     return out.reshape(*lead, L, G)
 
 
-def _bound(load: np.ndarray, topology, num_groups: int | None) -> np.ndarray:
-    """``float64[L]`` lower bound on max GPU load, NaN when `solvers.bounds` is not available."""
+def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
+    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`),
+    NaN when the solvers package is not installed."""
     try:
         from solvers.bounds import lower_bound
     except ModuleNotFoundError as exc:
@@ -133,7 +134,8 @@ def score(
     node = gpu.reshape(gpu.shape[0], topo.num_nodes, topo.gpus_per_node).sum(-1)
     cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, node)}
     if isinstance(bound, (bool, np.bool_)):
-        lb = _bound(load, placement.topology, num_groups) if bound else np.full(len(load), np.nan)
+        lb = (layer_bound(load, placement.topology, num_groups) if bound
+              else np.full(len(load), np.nan))
     else:
         lb = np.asarray(bound, dtype=np.float64)
         if lb.shape != (load.shape[0],):

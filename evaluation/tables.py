@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -35,3 +36,8 @@ def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """``frame`` as CSV (no index), written atomically."""
     atomic_write_text(path, frame.to_csv(index=False))
+
+
+def slug(text: str) -> str:
+    """``text`` as a file-name stem: runs of anything but letters, digits and ``._+-`` -> ``_``."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(text)).strip("_")

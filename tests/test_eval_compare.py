@@ -99,7 +99,8 @@ def test_tables_and_plots(tmp_path):
     back = pd.read_csv(tmp_path / "r.csv")
     assert len(back) == len(res.summary)
     md = (tmp_path / "r.md").read_text()
-    assert "### 2x2:16: step_max_over_mean" in md and "### failed tasks" in md
+    assert "### 2x2:16: `max_over_bound_mean`" in md and "### failed tasks" in md
+    assert md.index("`max_over_bound_mean`") < md.index("`step_max_over_mean`")
     assert "| a |" in md
     files = res.plot(tmp_path / "plots")
     assert files and all(f.read_bytes().startswith(PNG) for f in files)

@@ -249,9 +249,9 @@ def run_solver(name: str, load, topology: Topology, **kw):
 
 def solvers_epilog(example: str) -> str:
     """``--help`` text listing each solver and its ``--option`` keys (imports solvers)."""
-    import solvers
-
     import textwrap
+
+    import solvers
 
     lines = ["solvers and their --option keys (KEY=VALUE, value parsed as JSON):"]
     for name in solvers.available():
