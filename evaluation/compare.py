@@ -94,8 +94,14 @@ class TopologySpec:
 
 def parse_topologies(text: str | Sequence[str]) -> list[TopologySpec]:
     """``"4x8:288,18x8:288"`` (or a list of specs) -> `TopologySpec` list."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    specs = [TopologySpec.parse(t) for t in items if str(t).strip()]
+    if isinstance(text, str):
+        items = text.split(",")
+    elif isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text):
+        items = list(text)
+    else:
+        raise TopologyError(f"topologies must be a string like '4x8:288,18x8:288' or a list of "
+                            f"such strings, got {str(text)[:40]}")
+    specs = [TopologySpec.parse(t) for t in items if t.strip()]
     if not specs:
         raise TopologyError("no topology given; e.g. --topologies 4x8:288,18x8:288")
     return specs
@@ -437,18 +443,46 @@ def compare(
     """
     import solvers as registry
     import traces as trace_io
+    from eplb.args import (
+        check_bool,
+        check_int,
+        check_mapping,
+        check_number,
+        check_opt_int,
+        check_opt_number,
+        check_seed,
+    )
     from eplb.executor.routing import check_policy
+    from evaluation.align import check_trace
 
     check_policy(policy)
     for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):
         Topology(1, 1, 1, **{name: value})  # raises TopologyError on a bad bandwidth
-    if not (0 <= holdout < 1):
-        raise InputError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InputError(f"workers must be a positive integer, got {workers!r}")
-    if not isinstance(traces, Mapping):
+    holdout = check_number("holdout", holdout, 0, 1, hi_open=True)
+    workers = check_int("workers", workers, 1, 1024)
+    seed = check_seed("seed", seed)
+    progress = check_bool("progress", progress)
+    time_limit = check_opt_number("time_limit", time_limit, 0, 86400, lo_open=True)
+    num_groups = check_opt_int("num_groups", num_groups, 1)
+    topk_groups = check_opt_int("topk_groups", topk_groups, 1)
+    traffic = check_mapping("traffic", traffic)
+    solver_options = check_mapping("solver_options", solver_options)
+    for key, opts in solver_options.items():
+        check_mapping(f"solver_options[{key!r}]", opts)
+    if solvers is not None and (isinstance(solvers, (str, bytes)) or not isinstance(
+            solvers, (list, tuple)) or not all(isinstance(n, str) for n in solvers)):
+        raise InputError(f"solvers must be a list of solver names, got {str(solvers)[:40]}")
+    if isinstance(traces, Mapping):
+        for name, trace in traces.items():
+            check_trace(trace, f"traces[{name!r}]")
+    elif isinstance(traces, (str, bytes, os.PathLike)) or not isinstance(traces, (list, tuple)):
+        raise InputError(f"traces must be a {{name: Trace}} mapping or a list of paths, got "
+                         f"{str(traces)[:40]}")
+    else:
         named: dict[str, Any] = {}
         for path in traces:
+            if not isinstance(path, (str, os.PathLike)):
+                raise InputError(f"traces must be paths (str), got {str(path)[:40]}")
             stem = Path(path).stem or Path(path).name
             name = stem if stem not in named else str(path)
             named[name] = trace_io.read(path)
@@ -458,6 +492,9 @@ def compare(
     for name, trace in traces.items():
         if trace.num_windows < 1:
             raise InputError(f"trace {name!r} has no windows")
+        if num_groups is not None and trace.num_experts % num_groups:
+            raise InputError(f"num_groups {num_groups} does not divide trace {name!r}'s "
+                             f"{trace.num_experts} experts")
     names = list(solvers) if solvers else registry.available()
     for name in names:
         registry.get(name)  # unknown names fail before any work

@@ -31,6 +31,27 @@ def _plt():
     return plt
 
 
+def _check_common(path, title) -> None:
+    from eplb.atomic import check_output_path
+    from eplb.errors import InputError
+
+    check_output_path(path, "plot")
+    if not isinstance(title, str):
+        raise InputError(f"title must be a string, got {type(title).__name__}")
+
+
+def _frames(frames, columns) -> dict:
+    from eplb.errors import InputError
+
+    if not isinstance(frames, Mapping) or not frames:
+        raise InputError("frames must be a non-empty {name: DataFrame} mapping")
+    for name, frame in frames.items():
+        if not isinstance(frame, pd.DataFrame) or any(c not in frame for c in columns):
+            raise InputError(f"frames[{str(name)[:30]!r}] must be a DataFrame with columns "
+                             f"{', '.join(columns)}")
+    return dict(frames)
+
+
 def _short(title: str, limit: int = 90) -> str:
     """One-line title: long paths cut to their file names, then to ``limit`` characters."""
     words = [Path(w).name if ("/" in w and len(w) > 20) else w for w in str(title).split(" ")]
@@ -53,6 +74,12 @@ def layer_balance(
     column: str = "max_over_mean",
 ) -> Path:
     """Line per solver: ``column`` of `evaluation.metrics.score` frames against model layer."""
+    _check_common(path, title)
+    if not isinstance(column, str):
+        from eplb.errors import InputError
+
+        raise InputError(f"column must be a column name, got {str(column)[:30]}")
+    frames = _frames(frames, ("layer", column))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
     for name, frame in frames.items():
@@ -75,6 +102,21 @@ def gpu_heatmap(
     ``gpus_per_node`` draws a line at every node boundary. Keep ``title`` short (file names,
     not paths): it is drawn above the panels, in one line.
     """
+    from eplb.args import as_int_array, check_opt_int
+    from eplb.errors import InputError
+    from evaluation.metrics import check_gpu_load
+
+    _check_common(path, title)
+    if not isinstance(loads, Mapping) or not loads:
+        raise InputError("loads must be a non-empty {name: float[L, G]} mapping")
+    loads = {str(k): check_gpu_load(v, f"loads[{str(k)[:20]!r}]") for k, v in loads.items()}
+    if any(v.ndim != 2 for v in loads.values()):
+        raise InputError("every load must be float[L, G]")
+    gpus_per_node = check_opt_int("gpus_per_node", gpus_per_node, 1)
+    if layer_ids is not None:
+        layer_ids = as_int_array("layer_ids", layer_ids, ndim=1)
+        if any(len(layer_ids) != v.shape[0] for v in loads.values()):
+            raise InputError("layer_ids must have one id per row of the loads")
     plt = _plt()
     n = len(loads)
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 1, 4.5), squeeze=False, sharey=True)

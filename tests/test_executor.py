@@ -180,7 +180,7 @@ def test_duplicate_experts_refused():
         (np.ones((2, 3)), [[0, 1], [1, 2]], np.ones((2, 2)), [0, 0], "hidden=4"),
         (np.ones((2, 4)), [[0, 1]], np.ones((1, 2)), [0, 0], "one row per token"),
         (np.ones((2, 4)), [[0, 4], [1, 2]], np.ones((2, 2)), [0, 0], "outside experts 0..3"),
-        (np.ones((2, 4)), [[0.5, 1], [1, 2]], np.ones((2, 2)), [0, 0], "integer expert ids"),
+        (np.ones((2, 4)), [[0.5, 1], [1, 2]], np.ones((2, 2)), [0, 0], "topk_ids must be integers"),
         (np.ones((2, 4)), [[0, 1], [1, 2]], [[1, np.nan], [1, 1]], [0, 0], "must be finite"),
         (np.ones((2, 4)), [[0, 1], [1, 2]], np.ones((2, 3)), [0, 0], "like topk_ids"),
         (np.ones((2, 4)), [[0, 1], [1, 2]], np.ones((2, 2)), [0, 2], "GPU ids in 0..1"),

@@ -27,6 +27,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from eplb.args import as_float_array, as_int_array
 from eplb.errors import InputError
 from eplb.executor.model import swiglu
 from eplb.executor.routing import route
@@ -261,17 +262,13 @@ def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
     G, gpn, S = topology.num_gpus, topology.gpus_per_node, topology.slots_per_gpu
     Nn, P = topology.num_nodes, topology.num_slots
-    slots = np.asarray(slots)
-    if slots.ndim != 2 or (slots.size and not np.issubdtype(slots.dtype, np.integer)):
-        raise InputError(f"slots must be int[N, K], got {slots.dtype}{slots.shape}")
-    slots = slots.astype(np.int64, copy=False)
+    slots = as_int_array("slots", slots, ndim=2)
     N, K = slots.shape
     if slots.size and (slots.min() < 0 or slots.max() >= P):
         raise InputError(f"slots must be slot ids in 0..{P - 1} of topology {topology}")
-    rank = np.asarray(token_rank)
-    if rank.shape != (N,) or (rank.size and not np.issubdtype(rank.dtype, np.integer)):
+    rank = as_int_array("token_rank", token_rank)
+    if rank.shape != (N,):
         raise InputError(f"token_rank must be int[{N}] (source GPU per token), got {rank.shape}")
-    rank = rank.astype(np.int64, copy=False)
     if rank.size and (rank.min() < 0 or rank.max() >= G):
         raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
 
@@ -340,10 +337,21 @@ def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
 
 
 def _check_rows(name: str, a: np.ndarray, rows: int) -> np.ndarray:
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be float[{rows}, H]: {str(exc).splitlines()[0]}") from None
     if a.ndim != 2 or a.shape[0] != rows or not np.issubdtype(a.dtype, np.floating):
         raise InputError(f"{name} must be float[{rows}, H], got {a.dtype}{a.shape}")
     return a
+
+
+def _check_layout(layout, buffer) -> None:
+    if not isinstance(layout, DispatchLayout):
+        raise InputError(f"layout must be a DispatchLayout (from dispatch_layout), got "
+                         f"{type(layout).__name__}")
+    if buffer is not None and not isinstance(buffer, Buffer):
+        raise InputError(f"buffer must be a kernels.Buffer or None, got {type(buffer).__name__}")
 
 
 def dispatch(
@@ -357,6 +365,7 @@ def dispatch(
     peer's RDMA row. Rank ``g``'s buffer is ``recv[rank_offsets[g]:rank_offsets[g + 1]]``.
     With ``buffer`` both are views into it (see `Buffer`).
     """
+    _check_layout(layout, buffer)
     x = _check_rows("x", x, layout.num_tokens)
     N, H = x.shape
     # [send buffers | RDMA rows]: one array, so every receive row is one gather from it
@@ -380,6 +389,7 @@ def expert_compute(
     ``slot_offsets[p]:slot_offsets[p + 1]`` are slot ``p``'s SwiGLU outputs for its picks
     (a view into ``buffer`` when given).
     """
+    _check_layout(layout, buffer)
     topo = layout.topology
     P = topo.num_slots
     recv = _check_rows("recv", recv, layout.num_recv)
@@ -413,9 +423,10 @@ def combine(
     RDMA row per token and node), at the source (local, same-node and RDMA contributions).
     ``buffer`` holds the intermediate partial sums.
     """
+    _check_layout(layout, buffer)
     N, K = layout.num_tokens, layout.top_k
     y = _check_rows("expert_out", expert_out, N * K)
-    w = np.asarray(topk_weights)
+    w = as_float_array("topk_weights", topk_weights, y.dtype)
     if w.shape != (N, K):
         raise InputError(f"topk_weights must be float[{N}, {K}], got {w.shape}")
     dt, H = y.dtype, y.shape[1]
