@@ -24,12 +24,14 @@ def is_int(value: Any) -> bool:
     return isinstance(value, _INTS) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None,
-              error=InputError) -> int:
+def check_int(
+    name: str, value: Any, lo: int | None = None, hi: int | None = None, error=InputError
+) -> int:
     """``value`` as an ``int`` in ``lo..hi`` (bounds inclusive, ``None`` = open)."""
     if lo in (0, 1):
         want = ("a positive integer" if lo == 1 else "a non-negative integer") + (
-            f" (at most {hi})" if hi is not None else "")
+            f" (at most {hi})" if hi is not None else ""
+        )
     elif lo is not None and hi is not None:
         want = f"an integer in {lo}..{hi}"
     elif lo is not None:
@@ -41,13 +43,22 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
     return int(value)
 
 
-def check_opt_int(name: str, value: Any, lo: int | None = None, hi: int | None = None,
-                  error=InputError) -> int | None:
+def check_opt_int(
+    name: str, value: Any, lo: int | None = None, hi: int | None = None, error=InputError
+) -> int | None:
     return None if value is None else check_int(name, value, lo, hi, error)
 
 
-def check_number(name: str, value: Any, lo: float | None = None, hi: float | None = None, *,
-                 lo_open: bool = False, hi_open: bool = False, error=InputError) -> float:
+def check_number(
+    name: str,
+    value: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    error=InputError,
+) -> float:
     """``value`` as a finite ``float`` in the range (``lo_open``/``hi_open``: bound excluded)."""
     if lo is not None and hi is not None:
         want = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
@@ -64,16 +75,19 @@ def check_number(name: str, value: Any, lo: float | None = None, hi: float | Non
         except OverflowError:
             bad = True
         else:
-            bad = not math.isfinite(number) or (
-                lo is not None and (number <= lo if lo_open else number < lo)) or (
-                hi is not None and (number >= hi if hi_open else number > hi))
+            bad = (
+                not math.isfinite(number)
+                or (lo is not None and (number <= lo if lo_open else number < lo))
+                or (hi is not None and (number >= hi if hi_open else number > hi))
+            )
     if bad:
         raise error(f"{name} must be {want}, got {_show(value)}")
     return number
 
 
-def check_opt_number(name: str, value: Any, lo: float | None = None, hi: float | None = None,
-                     **kw) -> float | None:
+def check_opt_number(
+    name: str, value: Any, lo: float | None = None, hi: float | None = None, **kw
+) -> float | None:
     return None if value is None else check_number(name, value, lo, hi, **kw)
 
 
@@ -105,8 +119,9 @@ def check_mapping(name: str, value: Any, error=InputError) -> dict:
     return dict(value)
 
 
-def check_type(name: str, value: Any, cls: type | tuple[type, ...], what: str,
-               error=InputError) -> Any:
+def check_type(
+    name: str, value: Any, cls: type | tuple[type, ...], what: str, error=InputError
+) -> Any:
     if not isinstance(value, cls):
         raise error(f"{name} must be {what}, got {type(value).__name__}")
     return value
@@ -142,8 +157,9 @@ def as_int_array(name: str, value: Any, ndim: int | None = None, error=InputErro
     return arr.astype(np.int64, copy=False)
 
 
-def as_float_array(name: str, value: Any, dtype=np.float64, ndim: int | None = None,
-                   error=InputError) -> np.ndarray:
+def as_float_array(
+    name: str, value: Any, dtype=np.float64, ndim: int | None = None, error=InputError
+) -> np.ndarray:
     """``value`` as a finite real array of ``dtype`` (values beyond its range are refused, not
     turned into ``inf`` with a warning)."""
     from eplb.loads import as_real_array

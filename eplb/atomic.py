@@ -35,8 +35,15 @@ from typing import IO
 
 from eplb.errors import InputError
 
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EPERM,
-                 errno.EACCES}
+_WRITE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EIO,
+    errno.EROFS,
+    errno.EFBIG,
+    errno.EPERM,
+    errno.EACCES,
+}
 
 
 class Terminated(BaseException):
@@ -120,7 +127,7 @@ def _clean_stale(parent: Path, name: str) -> None:
     for entry in entries:
         if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
             continue
-        pid_text = entry.name[len(prefix):].split(".", 1)[0]
+        pid_text = entry.name[len(prefix) :].split(".", 1)[0]
         if not pid_text.isdigit():
             continue
         pid = int(pid_text)

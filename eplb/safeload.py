@@ -44,8 +44,14 @@ def human(nbytes: float) -> str:
     return f"{int(nbytes)} bytes"
 
 
-def check_size(what: str, shape: Sequence[int], itemsize: int = 8, *, fix: str = "",
-               error: ErrorFactory = InputError) -> int:
+def check_size(
+    what: str,
+    shape: Sequence[int],
+    itemsize: int = 8,
+    *,
+    fix: str = "",
+    error: ErrorFactory = InputError,
+) -> int:
     """Raise unless an array of ``shape`` x ``itemsize`` bytes is within `max_bytes`.
 
     Returns the byte count. ``what`` names the array or the option ("--windows 100000000"),
@@ -55,9 +61,10 @@ def check_size(what: str, shape: Sequence[int], itemsize: int = 8, *, fix: str =
     limit = max_bytes()
     if nbytes > limit:
         dims = " x ".join(str(int(s)) for s in shape)
-        raise error(f"{what} needs {human(nbytes)} ({dims} x {itemsize} bytes), over the limit "
-                    f"of {human(limit)} (environment variable EPLB_MAX_BYTES)"
-                    + (f"; {fix}" if fix else ""))
+        raise error(
+            f"{what} needs {human(nbytes)} ({dims} x {itemsize} bytes), over the limit "
+            f"of {human(limit)} (environment variable EPLB_MAX_BYTES)" + (f"; {fix}" if fix else "")
+        )
     return nbytes
 
 
@@ -73,8 +80,10 @@ def _header(fh, error: ErrorFactory, name: str):
     except (ValueError, EOFError, OSError, SyntaxError) as exc:
         raise error(f"{name}: not a readable .npy array ({exc})") from None
     if dtype.hasobject:
-        raise error(f"{name} holds pickled objects, which are refused (arrays load with "
-                    "allow_pickle=False); save a numeric array")
+        raise error(
+            f"{name} holds pickled objects, which are refused (arrays load with "
+            "allow_pickle=False); save a numeric array"
+        )
     if dtype.names is not None or dtype.subdtype is not None:
         raise error(f"{name} has a structured dtype {dtype}; expected plain numbers")
     return shape, fortran, dtype
@@ -87,8 +96,10 @@ def _check_array(name: str, shape, dtype, available: int, error: ErrorFactory) -
         raise error(f"{name} holds {dtype}, expected numbers (or text)")
     nbytes = check_size(name, shape, dtype.itemsize, error=error)
     if nbytes > available:
-        raise error(f"{name} claims {human(nbytes)} ({list(shape)} {dtype}) but the file holds "
-                    f"only {human(available)}; it is truncated or corrupt")
+        raise error(
+            f"{name} claims {human(nbytes)} ({list(shape)} {dtype}) but the file holds "
+            f"only {human(available)}; it is truncated or corrupt"
+        )
 
 
 def read_npy(path, error: ErrorFactory = InputError) -> np.ndarray:
@@ -111,8 +122,9 @@ def read_npy(path, error: ErrorFactory = InputError) -> np.ndarray:
         raise error(f"not a readable .npy ({exc})") from None
 
 
-def read_npz(path, error: ErrorFactory = InputError,
-             names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def read_npz(
+    path, error: ErrorFactory = InputError, names: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
     """``{name: array}`` of the ``.npz`` file ``path`` (only ``names`` if given).
 
     Each member's declared size and ``.npy`` header are checked before it is decompressed.
@@ -123,20 +135,28 @@ def read_npz(path, error: ErrorFactory = InputError,
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror or exc}") from None
     if head != ZIP_MAGIC:
-        kind = "a .npy array" if head == NPY_MAGIC[:4] else "text" if head[:1] in b"{[" or \
-            head.isascii() else "something else"
+        kind = (
+            "a .npy array"
+            if head == NPY_MAGIC[:4]
+            else "text"
+            if head[:1] in b"{[" or head.isascii()
+            else "something else"
+        )
         raise error(f"not an .npz file (not a zip archive; it looks like {kind})")
     out: dict[str, np.ndarray] = {}
     total = 0
     try:
         with zipfile.ZipFile(path) as zf:
-            members = {i.filename[:-4] if i.filename.endswith(".npy") else i.filename: i
-                       for i in zf.infolist()}
+            members = {
+                i.filename[:-4] if i.filename.endswith(".npy") else i.filename: i
+                for i in zf.infolist()
+            }
             wanted = list(members) if names is None else [n for n in names if n in members]
             for name in wanted:
                 info = members[name]
-                total += check_size(f"array {name!r} (uncompressed)", (info.file_size,), 1,
-                                    error=error)
+                total += check_size(
+                    f"array {name!r} (uncompressed)", (info.file_size,), 1, error=error
+                )
                 check_size("the arrays together (uncompressed)", (total,), 1, error=error)
                 with zf.open(info) as fh:
                     shape, fortran, dtype = _header(fh, error, f"array {name!r}")
