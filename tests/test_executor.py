@@ -358,8 +358,9 @@ def test_forward_is_deterministic_and_default_ranks_even():
 
 
 # ------------------------------------------------------------------ reusable buffers
-@settings(max_examples=40, deadline=None)
-@given(cases(), st.booleans())
+@pytest.mark.parametrize("scipy_fast_path", [True, False])
+@settings(max_examples=20, deadline=None)
+@given(case=cases())
 def test_combine_into_buffer_equals_plain_sparse_product(case, scipy_fast_path):
     """combine with a reused Buffer (scipy's kernel accumulating in place, or the public
     ``csr @ dense`` fallback) equals combine with fresh arrays, call after call."""
@@ -376,6 +377,8 @@ def test_combine_into_buffer_equals_plain_sparse_product(case, scipy_fast_path):
     try:
         if not scipy_fast_path:
             kernels._csr_matvecs = None
+        else:
+            assert saved is not None, "scipy's csr_matvecs failed its self-check"
         for _ in range(2):  # the second call reuses (and must fully overwrite) the buffer
             np.testing.assert_allclose(combine(y, w, lo, buffer=buf), want, atol=1e-12)
     finally:

@@ -214,11 +214,25 @@ def _selector(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> s
 
 
 # scipy's C++ kernel behind ``csr @ dense``; called directly it accumulates into a reused
-# buffer instead of a fresh ``np.zeros`` result (private API: fall back to ``@`` without it)
-try:
-    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
-except ImportError:  # pragma: no cover - depends on the scipy version
-    _csr_matvecs = None
+# buffer instead of a fresh ``np.zeros`` result. It is private API: it is used only after a
+# self-check against the public ``@`` on a small product at import, and ``_spmm_into`` falls
+# back to ``@`` without it (tests run both paths every time).
+def _load_csr_matvecs():
+    try:
+        from scipy.sparse._sparsetools import csr_matvecs
+    except ImportError:  # pragma: no cover - depends on the scipy version
+        return None
+    a = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+    x = np.arange(6, dtype=np.float64).reshape(3, 2)
+    out = np.zeros((2, 2))
+    try:
+        csr_matvecs(2, 3, 2, a.indptr, a.indices, a.data, x.reshape(-1), out.reshape(-1))
+    except Exception:  # pragma: no cover - a changed signature: use the public path
+        return None
+    return csr_matvecs if np.array_equal(out, a @ x) else None
+
+
+_csr_matvecs = _load_csr_matvecs()
 
 
 def _spmm_into(a: sp.csr_matrix, x: np.ndarray, out: np.ndarray) -> np.ndarray:
