@@ -156,3 +156,14 @@ def test_pareto_sweep(tmp_path):
     assert got == pytest.approx(rep.rdma_bytes.sum())
     out = pareto_front(df, tmp_path / "front.png")
     assert out.read_bytes().startswith(PNG)
+
+
+def test_every_summary_column_is_defined_in_the_docs():
+    from evaluation.compare import SUMMARY_COLUMNS, TABLES
+    from tests.conftest import REPO
+
+    doc = (REPO / "docs" / "evaluation.md").read_text()
+    missing = [c for c in SUMMARY_COLUMNS if f"`{c}`" not in doc]
+    assert not missing, missing
+    assert set(TABLES) <= set(SUMMARY_COLUMNS)
+    assert list(TABLES)[0] == "max_over_bound_mean"  # the ratio to the bound comes first
