@@ -60,14 +60,14 @@ def check_number(
     error=InputError,
 ) -> float:
     """``value`` as a finite ``float`` in the range (``lo_open``/``hi_open``: bound excluded)."""
-    if lo is not None and hi is not None:
-        want = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-    elif lo is not None:
-        want = f"a number {'>' if lo_open else '>='} {lo:g}"
-    elif hi is not None:
-        want = f"a number {'<' if hi_open else '<='} {hi:g}"
+    low = None if lo is None else f"{'>' if lo_open else '>='} {lo:g}"
+    high = None if hi is None else f"{'<' if hi_open else '<='} {hi:g}"
+    if lo == 0 and hi == 1:  # a fraction: interval notation reads best
+        want = f"in {'(' if lo_open else '['}0, 1{')' if hi_open else ']'}"
+    elif low and high:
+        want = f"{low} and {high}"
     else:
-        want = "a finite number"
+        want = low or high or "a finite number"
     bad = not isinstance(value, _REALS) or isinstance(value, (bool, np.bool_))
     if not bad:
         try:

@@ -102,11 +102,11 @@ def sweep(
     ilp_time_limit = check_opt_number("ilp_time_limit", ilp_time_limit, 0, 86400)
     if isinstance(weights, (str, bytes)) or not hasattr(weights, "__iter__"):
         raise InputError(f"weights must be a list of numbers, got {str(weights)[:40]}")
-    ws = [check_number("weights[]", w, 0) for w in weights]
+    ws = [check_number("weights[]", w, 0, 1e6) for w in weights]
     if ilp_weights is not None:
         if isinstance(ilp_weights, (str, bytes)) or not hasattr(ilp_weights, "__iter__"):
             raise InputError(f"ilp_weights must be a list of numbers, got {str(ilp_weights)[:40]}")
-        ilp_weights = [check_number("ilp_weights[]", w, 0) for w in ilp_weights]
+        ilp_weights = [check_number("ilp_weights[]", w, 0, 1e6) for w in ilp_weights]
     have = set(solvers.available())
     traffic = {"num_groups": num_groups, "topk_groups": topk_groups, **traffic}
     runs: list[tuple[str, str, float | None, dict[str, Any]]] = []

@@ -121,16 +121,16 @@ def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    import solvers
     import traces
     from eplb.io import format_for, write_placement
     from eplb.placement import Placement
     from eplb.topology import Topology
+    from evaluation.metrics import balancedness, max_over_mean
 
     check_outputs({"LOAD": args.load}, {"-o": args.output})
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
-    import solvers
-
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options)
     trace = traces.read(args.load)
@@ -167,8 +167,6 @@ def run(args: argparse.Namespace) -> int:
         trace.layer_ids,
     )
     gpu = placement.gpu_load(load)
-    from evaluation.metrics import balancedness, max_over_mean
-
     bal, mom = balancedness(gpu), max_over_mean(gpu)
     placement = placement.with_meta(metrics={
         "balancedness_mean": float(bal.mean()),
