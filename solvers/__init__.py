@@ -18,6 +18,6 @@ from solvers import deepseek as _deepseek  # noqa: F401  (registers "deepseek")
 from solvers import greedy as _greedy  # noqa: F401  (registers "greedy")
 from solvers import hierarchical as _hierarchical  # noqa: F401  (registers "hierarchical")
 from solvers import ilp as _ilp  # noqa: F401  (registers "ilp")
-from solvers.registry import available, get, register, solve
+from solvers.registry import available, get, options, register, solve
 
-__all__ = ["available", "get", "register", "solve"]
+__all__ = ["available", "get", "options", "register", "solve"]

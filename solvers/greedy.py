@@ -33,6 +33,7 @@ from solvers.traffic_cost import (
     rdma_from_node_count,
     traffic_objective,
 )
+from solvers.validation import NonNegFloat, NonNegInt
 
 
 def row_caps(present: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
@@ -175,10 +176,10 @@ def greedy(
     seed: int = 0,
     time_limit: float | None = None,
     weighted: bool = False,
-    rdma_weight: float = 0.0,
-    budget: int = 10_000,
-    migration_budget: int | None = None,
-    tolerance: float | None = None,
+    rdma_weight: NonNegFloat = 0.0,
+    budget: NonNegInt = 10_000,
+    migration_budget: NonNegInt | None = None,
+    tolerance: NonNegFloat | None = None,
 ) -> Placement:
     """Global greedy on ``load: float64[L, E]`` (see module docstring).
 

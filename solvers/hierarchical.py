@@ -26,6 +26,7 @@ from eplb.topology import Topology
 from solvers.bounds import EXACT_GROUPS, check_groups, flat_bound, subset_bounds
 from solvers.greedy import pack_even
 from solvers.registry import register
+from solvers.validation import NonNegInt
 
 
 def best_partitions(f: np.ndarray, num_parts: int) -> np.ndarray:
@@ -187,7 +188,7 @@ def hierarchical(
     previous: Placement | None = None,
     seed: int = 0,
     time_limit: float | None = None,
-    budget: int = 10_000,
+    budget: NonNegInt = 10_000,
 ) -> Placement:
     """Group-to-node placement for ``load: float64[L, E]`` (see module docstring).
 

@@ -44,6 +44,7 @@ import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from typing import Literal
 
 import numpy as np
 
@@ -52,6 +53,7 @@ from eplb.placement import Placement
 from eplb.topology import Topology
 from solvers.registry import register
 from solvers.traffic_cost import check_rdma_weight
+from solvers.validation import NonNegFloat, NonNegInt, PositiveInt
 
 SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
 DEFAULT_TIME = 10.0
@@ -453,14 +455,14 @@ def ilp(
     time_limit: float | None = None,
     hierarchical: bool = False,
     weighted: bool = False,
-    rdma_weight: float = 0.0,
+    rdma_weight: NonNegFloat = 0.0,
     duplicates: bool = True,
-    counts: str = "auto",
-    max_vars: int = 40_000,
-    migration_weight: float = 0.0,
-    migration_budget: int | None = None,
-    workers: int | None = None,
-    threads: int = 1,
+    counts: Literal["auto", "free", "fixed"] = "auto",
+    max_vars: PositiveInt = 40_000,
+    migration_weight: NonNegFloat = 0.0,
+    migration_budget: NonNegInt | None = None,
+    workers: PositiveInt | None = None,
+    threads: PositiveInt = 1,
     progress: bool | None = None,
 ) -> Placement:
     """Exact model per layer of ``load: float64[L, E]`` (see module docstring).
