@@ -28,6 +28,7 @@ from solvers import packing, pairing
 from solvers.incremental import check_options, incremental
 from solvers.registry import register
 from solvers.replication import default_cap, waterfill
+from solvers.tolerance import better
 from solvers.traffic_cost import (
     check_rdma_weight,
     rdma_from_node_count,
@@ -126,6 +127,52 @@ def _assign(dst: packing.Packed, src: packing.Packed, take: np.ndarray, rows=Non
         getattr(dst, name)[idx] = getattr(src, name)[take]
 
 
+def deepseek_candidates(load: np.ndarray, topology: Topology, num_groups: int | None):
+    """DeepSeek's placements of ``load: float64[L, E]``: ``[int64[L, P], ...]`` global, and
+    hierarchical too when ``num_groups`` makes DeepSeek hierarchical."""
+    from solvers.deepseek import rebalance_hierarchical
+
+    w32 = load.astype(np.float32)
+    N, G, P = topology.num_nodes, topology.num_gpus, topology.num_slots
+    out = [rebalance_hierarchical(w32, P, 1, 1, G)[0]]
+    if num_groups is not None and num_groups % N == 0 and load.shape[1] % num_groups == 0:
+        out.append(rebalance_hierarchical(w32, P, int(num_groups), N, G)[0])
+    return out
+
+
+def place_even(load: np.ndarray, topology: Topology, num_groups: int | None = None,
+               budget: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    """Even-split greedy ``phy2log: int64[L, P]`` that is never worse than DeepSeek's
+    placement (global, and hierarchical when ``num_groups`` makes DeepSeek hierarchical) on
+    any layer: a layer where DeepSeek's is strictly better takes it (duplicates included).
+    Returns the table and ``int64[k]`` the layers taken from DeepSeek."""
+    L, E = load.shape
+    G, S = topology.num_gpus, topology.slots_per_gpu
+    phy2log = pack_even(load, G, S, budget=budget).slot_e.reshape(L, G * S)
+    best = _max_load(load, phy2log, S)
+    taken = np.zeros(L, dtype=bool)
+    for alt in deepseek_candidates(load, topology, num_groups):
+        val = _max_load(load, alt, S)
+        take = better(val, best)
+        phy2log = np.where(take[:, None], alt, phy2log)
+        best = np.where(take, val, best)
+        taken |= take
+    return phy2log, np.nonzero(taken)[0]
+
+
+def _max_load(load: np.ndarray, phy2log: np.ndarray, S: int) -> np.ndarray:
+    """``float64[L]`` max GPU load (even split) of ``phy2log: int64[L, P]``."""
+    L, E = load.shape
+    cnt = np.bincount((phy2log + np.arange(L)[:, None] * E).ravel(), minlength=L * E)
+    per = np.take_along_axis(load / np.maximum(cnt.reshape(L, E), 1), phy2log, 1)
+    return per.reshape(L, -1, S).sum(2).max(1)
+
+
+def _duplicates(phy2log: np.ndarray, S: int) -> int:
+    e = np.sort(phy2log.reshape(phy2log.shape[0], -1, S), axis=2)
+    return int((e[:, :, 1:] == e[:, :, :-1]).sum())
+
+
 def pack_traffic(
     load: np.ndarray, topology: Topology, rdma_weight: float, *, budget: int = 10_000
 ) -> tuple[packing.Packed, np.ndarray]:
@@ -191,7 +238,7 @@ def greedy(
     then the live placement is repaired incrementally (`solvers.incremental`); without
     ``previous`` those two options are ignored.
     """
-    del num_groups, seed, time_limit
+    del seed, time_limit
     lam = check_rdma_weight(rdma_weight)
     tolerance, migration_budget = check_options(tolerance, migration_budget)
     repair = previous is not None and (tolerance is not None or migration_budget is not None)
@@ -205,15 +252,17 @@ def greedy(
     if weighted:
         from solvers.shares import weighted_greedy
 
-        return weighted_greedy(load, topology, rdma_weight=lam, budget=budget)
+        return weighted_greedy(load, topology, rdma_weight=lam, budget=budget,
+                               num_groups=num_groups)
     info: dict = {"policy": "global"}
     if lam > 0:
         packed, obj = pack_traffic(load, topology, lam, budget=budget)
         info.update(rdma_weight=lam, objective=obj.tolist())
+        phy2log = packed.slot_e.reshape(L, G * S)
     else:
-        packed = pack_even(load, G, S, budget=budget)
-    info["duplicates"] = int(packed.duplicates().sum())
-    phy2log = packed.slot_e.reshape(L, G * S)
+        phy2log, taken = place_even(load, topology, num_groups, budget)
+        info["deepseek_layers"] = taken.tolist()
+    info["duplicates"] = _duplicates(phy2log, S)
     fresh = Placement(phy2log, E, topology, meta={"solver": info})
     if repair:
         return incremental(load, topology, previous, fresh, tolerance=tolerance,

@@ -18,14 +18,18 @@ greedy packing that may put two replicas of one expert on one GPU), this policy
 
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 
 from eplb.errors import InfeasibleError
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers import exhaustive
 from solvers.bounds import EXACT_GROUPS, check_groups, flat_bound, subset_bounds
 from solvers.greedy import pack_even
 from solvers.registry import register
+from solvers.tolerance import better
 from solvers.validation import NonNegInt
 
 
@@ -160,6 +164,63 @@ def assign_groups(load: np.ndarray, topology: Topology, num_groups: int) -> np.n
     return heuristic_assignment(load, topology, num_groups)
 
 
+EXACT_WORK = 4_000_000  # tables x layers evaluated at most by the exact mode
+
+
+def exact_hierarchical(load: np.ndarray, topology: Topology, num_groups: int
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The group-constrained optimum by enumeration, when small enough: ``(phy2log:
+    int64[L, P], group_node: int64[L, num_groups])``, else None.
+
+    Every subset of groups that fits on a node gets its exact node optimum
+    (`exhaustive.best_tables` on the node's ``G/N`` GPUs); the partition of the groups over
+    the nodes minimising the largest node optimum (`best_partitions`) is then the optimum of
+    the layer under the contract.
+    """
+    L, E = load.shape
+    N, gpn, S = topology.num_nodes, topology.gpus_per_node, topology.slots_per_gpu
+    M = E // num_groups
+    if num_groups > EXACT_GROUPS:
+        return None
+    fits = [k for k in range(1, num_groups + 1) if k * M <= gpn * S]
+    work = 0
+    for k in fits:
+        n_tab = exhaustive.num_tables(k * M, gpn, S)
+        if n_tab > exhaustive.MAX_TABLES:
+            return None
+        work += n_tab * L * comb(num_groups, k)
+    if work > EXACT_WORK:
+        return None
+    f = np.full((1 << num_groups, L), np.inf)
+    node_tab: dict[int, np.ndarray] = {}
+    for mask in range(1, 1 << num_groups):
+        members = [g for g in range(num_groups) if mask >> g & 1]
+        if len(members) not in fits:
+            continue
+        experts = (np.array(members)[:, None] * M + np.arange(M)).ravel()
+        tab, val = exhaustive.best_tables(load[:, experts], gpn, S)
+        f[mask] = val
+        node_tab[mask] = experts[tab]  # [L, gpn * S] expert ids
+    masks = best_partitions(f, N)  # [L, N]
+    bits = (masks[:, :, None] >> np.arange(num_groups)) & 1
+    if not np.all(bits.sum(1) == 1):
+        return None
+    order = np.argsort(np.argmax(bits, axis=2), axis=1, kind="stable")  # nodes by first group
+    masks = np.take_along_axis(masks, order, 1)
+    phy2log = np.stack([np.concatenate([node_tab[int(masks[layer, n])][layer] for n in range(N)])
+                        for layer in range(L)])
+    bits = np.take_along_axis(bits, order[:, :, None], 1)
+    return phy2log, np.argmax(bits, axis=1)
+
+
+def deepseek_hierarchical(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
+    """DeepSeek's own hierarchical placement ``int64[L, P]`` (float32, as DeepSeek)."""
+    from solvers.deepseek import rebalance_hierarchical
+
+    return rebalance_hierarchical(load.astype(np.float32), topology.num_slots, num_groups,
+                                  topology.num_nodes, topology.num_gpus)[0]
+
+
 def place_hierarchical(
     load: np.ndarray, topology: Topology, group_node: np.ndarray, num_groups: int, budget: int
 ) -> tuple[np.ndarray, int]:
@@ -205,8 +266,16 @@ def hierarchical(
             f"a group of {M} experts does not fit in a node's "
             f"{topology.gpus_per_node * topology.slots_per_gpu} slots; use more slots or groups"
         )
+    exact = exact_hierarchical(load, topology, groups)
+    if exact is not None:
+        phy2log, group_node = exact
+        dups = _duplicates(phy2log, topology)
+        info = {"policy": "hierarchical", "group_to_node": group_node.tolist(),
+                "duplicates": dups, "exact": True}
+        return Placement(phy2log, E, topology, meta={"solver": info})
     group_node = assign_groups(load, topology, groups)
     phy2log, _ = place_hierarchical(load, topology, group_node, groups, budget)
+    deepseek_layers = np.zeros(L, dtype=bool)
     if groups % topology.num_nodes == 0:
         # DeepSeek's equal-count group packing as a second candidate, kept where it packs better
         from solvers.deepseek import pack
@@ -216,9 +285,17 @@ def hierarchical(
         alt, _ = place_hierarchical(load, topology, alt_node, groups, budget)
         mine = Placement(phy2log, E, topology).gpu_load(load).max(1)
         theirs = Placement(alt, E, topology).gpu_load(load).max(1)
-        take = theirs < mine * (1 - 1e-12)
+        take = better(theirs, mine)
         phy2log = np.where(take[:, None], alt, phy2log)
         group_node = np.where(take[:, None], alt_node, group_node)
+        mine = np.where(take, theirs, mine)
+        # DeepSeek's own placement under the same contract: never worse than it on a layer
+        ds = deepseek_hierarchical(load, topology, groups)
+        take = better(Placement(ds, E, topology).gpu_load(load).max(1), mine)
+        phy2log = np.where(take[:, None], ds, phy2log)
+        group_node = np.where(take[:, None], alt_node, group_node)
+        deepseek_layers = take
     dups = _duplicates(phy2log, topology)
-    info = {"policy": "hierarchical", "group_to_node": group_node.tolist(), "duplicates": dups}
+    info = {"policy": "hierarchical", "group_to_node": group_node.tolist(), "duplicates": dups,
+            "exact": False, "deepseek_layers": np.nonzero(deepseek_layers)[0].tolist()}
     return Placement(phy2log, E, topology, meta={"solver": info})

@@ -52,10 +52,12 @@ from eplb.errors import InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
 from solvers.registry import register
+from solvers.tolerance import better, proven
 from solvers.traffic_cost import check_rdma_weight
 from solvers.validation import NonNegFloat, NonNegInt, PositiveInt
 
 SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
+EXACT_SCALE_LIMIT = 1e13  # largest scaled total load for the exact integer scale
 DEFAULT_TIME = 10.0
 
 
@@ -117,14 +119,30 @@ def _candidates(task: dict, warm: np.ndarray, upper: float):
     return [list(range(int(a), int(b) + 1)) for a, b in zip(lo, hi, strict=True)], True
 
 
+def _scale(w: np.ndarray, cands: list[list[int]], max_load: float) -> float:
+    """Integer scale of the per-replica loads: exact (every ``scale * w_e / c`` an integer,
+    so the model's optimum and bound are the true ones) for integer loads whose candidate
+    counts have a small common multiple; else ``SCALE_TARGET / max_load`` (rounded down:
+    the model's bound stays a valid lower bound, within ``S / SCALE_TARGET`` relative)."""
+    if np.all(w == np.round(w)):
+        lcm = 1
+        for c in {c for cs in cands for c in cs}:
+            lcm = math.lcm(lcm, c)
+        if lcm * float(w.max(initial=0.0)) * max(len(cands), 1) <= EXACT_SCALE_LIMIT:
+            return float(lcm)
+    return SCALE_TARGET / max_load if max_load > 0 else 1.0
+
+
 def _solve_cpsat(task: dict, warm: np.ndarray) -> dict:
     from ortools.sat.python import cp_model
 
     w, G, S, N, gpn, P = task["w"], task["G"], task["S"], task["N"], task["gpn"], task["P"]
     E = w.size
-    upper = float(_gpu_load_row(w, warm, S).max())
+    # an optimum's max GPU load is at most its objective, which is at most the warm start's
+    # (the traffic and migration terms are >= 0): the candidate counts keep every such optimum
+    upper = layer_objective(task, warm)
     cands, exact = _candidates(task, warm, upper)
-    scale = SCALE_TARGET / max(upper, 1e-300) if upper > 0 else 1.0
+    scale = _scale(w, cands, float(_gpu_load_row(w, warm, S).max()))
     m = cp_model.CpModel()
     warm_c = np.bincount(warm, minlength=E)
     warm_y = np.bincount(np.arange(P) // S * E + warm, minlength=G * E).reshape(G, E)
@@ -267,7 +285,12 @@ def _solve_weighted(task: dict, warm: np.ndarray) -> dict:
     E = w.size
     solver = pywraplp.Solver.CreateSolver("SCIP")
     inf = solver.infinity()
-    zmax = S if E < S else 1
+    # one replica per GPU suffices when every GPU can be filled with distinct experts (a
+    # duplicate merges into its twin, and the freed slot takes any absent expert with share
+    # 0); a node of the group contract holds only its groups' experts, so with groups smaller
+    # than S a GPU may need two replicas of one expert
+    small = E < S or (task["hierarchical"] and E // task["num_groups"] < S)
+    zmax = S if small else 1
     z = [[solver.IntVar(0, zmax, f"z{e}_{g}") for g in range(G)] for e in range(E)]
     f = [[solver.NumVar(0, float(w[e]), f"f{e}_{g}") for g in range(G)] for e in range(E)]
     t = solver.NumVar(0, inf, "T")
@@ -323,34 +346,33 @@ def _solve_weighted(task: dict, warm: np.ndarray) -> dict:
 
 # ----------------------------------------------------------------------------- one layer
 def solve_layer(task: dict) -> dict:
-    """Solve one layer; returns slots, shares, objective, bound, status, seconds."""
+    """Solve one layer; returns slots, shares, objective, bound, status, seconds.
+
+    ``status`` is ``"optimal"`` only when a proven lower bound meets the exact objective of
+    the returned slots (`tolerance.proven`); the bound is the best of the analytic one
+    (``task["bound"]``), the exact model's and the pairing certificate, each used only for
+    placements of the class it holds for.
+    """
     t0 = time.perf_counter()
     w, S = task["w"], task["S"]
     warm = task["warm"]
     warm_share = task.get("warm_share")
+    fallback = (warm, warm_share)
     best_slots, best_share = warm, warm_share
-    best = layer_objective(task, warm, warm_share)
+    best = layer_objective(task, warm, warm_share) if _admissible(task, warm) else np.inf
     prev = task["previous"]
     if prev is not None and (task["migration_weight"] or task["migration_budget"] is not None):
         # the live placement itself moves nothing: an incumbent that always meets the budget
         if task["migration_budget"] is not None and _moved_row(
                 warm, prev, S, w.size) > task["migration_budget"]:
             best = np.inf
-        prev_share = None
-        if task["weighted"]:
-            from solvers.shares import optimal_shares
-
-            topo = Topology(task["N"], task["gpn"], S)
-            prev_share = optimal_shares(w[None], prev[None], topo)[0][0]
-        val = layer_objective(task, prev, prev_share)
+        val = layer_objective(task, prev) if _admissible(task, prev) else np.inf
         if val < best:
-            best_slots, best_share, best = prev, prev_share, val
+            best_slots, best_share, best = prev, None, val
         warm, warm_share = best_slots, best_share
     bound = task["bound"]
-    status = "warm_start"
     method = "cpsat"
-    if bound >= best * (1 - 1e-12):
-        status = "optimal"
+    if np.isfinite(best) and not better(bound, best):
         method = "bound"
     elif task["pairing"]:
         from solvers import pairing
@@ -359,16 +381,14 @@ def solve_layer(task: dict) -> dict:
         start = np.bincount(warm, minlength=w.size)
         cert = pairing.certify(w, task["P"], start, time_limit=task["time_limit"])
         bound = max(bound, cert.bound)
-        if cert.objective < best * (1 - 1e-12):
+        if better(cert.objective, best):
             from solvers.pairing import pair_layout
 
             packed = pair_layout(w[None], cert.counts[None], repair=False)
             slots = packed.slot_e.reshape(-1)
             val = layer_objective(task, slots)
-            if val < best * (1 - 1e-12):
+            if better(val, best):
                 best_slots, best = slots, val
-        status = "optimal" if cert.status == "optimal" and best <= cert.objective * (
-            1 + 1e-9) else "feasible"
     else:
         order_warm = _order_warm(task, warm)
         res = _solve_weighted(task, order_warm) if task["weighted"] else _solve_cpsat(
@@ -384,12 +404,15 @@ def solve_layer(task: dict) -> dict:
                 sh, _ = optimal_shares(w[None], slots[None], topo)
                 share = sh[0]
             val = layer_objective(task, slots, share)
-            if val < best * (1 - 1e-12):
+            if better(val, best) and _admissible(task, slots):
                 best_slots, best_share, best = slots, share, val
         if res["exact_model"] and res["cp_bound"] is not None:
             bound = max(bound, float(res["cp_bound"]))
-        status = "optimal" if (res.get("optimal") and res["exact_model"]) or bound >= best * (
-            1 - 1e-9) else "feasible"
+    if not np.isfinite(best):  # nothing of the requested class found: the warm start, uncertified
+        best_slots, best_share = fallback
+        best = layer_objective(task, best_slots, best_share)
+        bound = task["bound"]
+    status = "optimal" if proven(bound, best) else "feasible"
     bound = min(bound, best)
     return {
         "slots": np.asarray(best_slots, dtype=np.int64),
@@ -403,6 +426,15 @@ def solve_layer(task: dict) -> dict:
     }
 
 
+def _admissible(task: dict, slots: np.ndarray) -> bool:
+    """``slots`` belong to the problem class the model solves (``duplicates=False``: no two
+    replicas of an expert on one GPU)."""
+    if task["duplicates"]:
+        return True
+    e = np.sort(np.asarray(slots).reshape(-1, task["S"]), axis=1)
+    return not (e[:, 1:] == e[:, :-1]).any()
+
+
 def _order_warm(task: dict, slots: np.ndarray) -> np.ndarray:
     """Reorder the warm start's GPUs to satisfy the symmetry-breaking constraints."""
     if task["previous"] is not None and (task["migration_weight"]
@@ -410,8 +442,8 @@ def _order_warm(task: dict, slots: np.ndarray) -> np.ndarray:
         return slots
     S, gpn, w = task["S"], task["gpn"], task["w"]
     gpus = slots.reshape(-1, S)
-    loads = _gpu_load_row(w, slots, S)
-    scale = SCALE_TARGET / max(loads.max(), 1e-300)
+    cands, _ = _candidates(task, slots, layer_objective(task, slots))
+    scale = _scale(w, cands, float(_gpu_load_row(w, slots, S).max()))
     cnt = np.bincount(slots, minlength=w.size)
     r = np.floor(scale * w / np.maximum(cnt, 1))
     key = r[gpus].sum(1)  # the model's (rounded) loads
@@ -485,8 +517,13 @@ def ilp(
     if migration_budget is not None and (not isinstance(migration_budget, (int, np.integer))
                                          or migration_budget < 0):
         raise InputError(f"migration_budget must be an integer >= 0, got {migration_budget!r}")
-    if (mig_w or migration_budget is not None) and previous is None:
+    migration = bool(mig_w or migration_budget is not None)
+    if migration and previous is None:
         raise InputError("migration_weight / migration_budget need previous= (the live placement)")
+    if migration and weighted:
+        raise InputError(
+            "migration_weight / migration_budget are not modelled with weighted=True; drop them "
+            "(the result is then relabeled against previous) or drop weighted")
     workers = (os.cpu_count() or 1) if workers is None else int(workers)
     if workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}")
@@ -498,15 +535,18 @@ def ilp(
         groups = check_groups(num_groups, E, N)
     warm_p = _warm_start(load, topology, groups, hierarchical, weighted, lam, seed)
     warm = warm_p.phy2log
-    if previous is not None:
+    if migration:  # the model prices moves: start from the warm start closest to previous
         from solvers.migration import relabel
 
         warm_p = relabel(warm_p, previous)
         warm = warm_p.phy2log
+    # without migration terms previous is not used here: solve() relabels the result, so
+    # previous changes nothing but labels
     from solvers.bounds import lower_bound
 
     lb = lower_bound(load, topology, num_groups=groups, hierarchical=hierarchical,
                      weighted=weighted)
+    duplicates = bool(duplicates) or E < S  # fewer experts than slots: duplicates are forced
     pairing_ok = (S == 2 and duplicates and not (hierarchical or weighted or lam or mig_w
                                                  or migration_budget is not None))
     tasks = [
@@ -516,7 +556,7 @@ def ilp(
             bound=float(lb[layer]), hierarchical=hierarchical, num_groups=groups,
             weighted=weighted, rdma_weight=lam, duplicates=bool(duplicates), counts=counts,
             max_vars=int(max_vars), migration_weight=mig_w, migration_budget=migration_budget,
-            previous=None if previous is None else previous.phy2log[layer], time_limit=limit,
+            previous=previous.phy2log[layer] if migration else None, time_limit=limit,
             seed=int(seed), threads=int(threads), pairing=pairing_ok,
         )
         for layer in range(L)
@@ -548,6 +588,8 @@ def ilp(
         info["weighted"] = True
     if lam:
         info["rdma_weight"] = lam
+    if migration:
+        info["relabeled"] = True  # placed against previous: solve() must not relabel
     return Placement(phy2log, E, topology, share, meta={"solver": info})
 
 

@@ -265,9 +265,11 @@ def _model(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1):
     rel = np.nonzero(k_of < K)[0]
     sign = np.where(big, -float(companions), 1.0) * oc
     # balance_k = balance_{k-1} + sum(sign * x over options at level k); balance >= 0
+    # (no big replica at all, K = 0: no ballot constraint, only the slot count)
+    link = max(K - 1, 0)
     rows = np.r_[k_of[rel], np.arange(K), np.arange(1, K)]
-    cols = np.r_[rel, n + np.arange(K), n + np.arange(K - 1)]
-    vals = np.r_[sign[rel], -np.ones(K), np.ones(K - 1)]
+    cols = np.r_[rel, n + np.arange(K), n + np.arange(link)]
+    vals = np.r_[sign[rel], -np.ones(K), np.ones(link)]
     chain = coo_matrix((vals, (rows, cols)), shape=(K, n + K))
     one = coo_matrix((np.ones(n), (oe, np.arange(n))), shape=(E, n + K))
     a_eq = vstack([chain, one]).tocsr()

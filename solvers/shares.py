@@ -134,10 +134,10 @@ def _chain_one(w: np.ndarray, T: float, G: int, S: int, E: int) -> np.ndarray:
 
 
 def weighted_greedy(load: np.ndarray, topology: Topology, *, rdma_weight: float = 0.0,
-                    budget: int = 10_000) -> Placement:
+                    budget: int = 10_000, num_groups: int | None = None) -> Placement:
     """Greedy with shares: the better (per layer) of the chain structure and the even-split
     greedy (or traffic-aware greedy if ``rdma_weight > 0``), each with optimal shares."""
-    from solvers.greedy import pack_even, pack_traffic
+    from solvers.greedy import pack_traffic, place_even
 
     L, E = load.shape
     G, S = topology.num_gpus, topology.slots_per_gpu
@@ -149,9 +149,10 @@ def weighted_greedy(load: np.ndarray, topology: Topology, *, rdma_weight: float 
         info.update(rdma_weight=rdma_weight, structure=["traffic"] * L,
                     duplicates=_duplicates(base, S))
         return Placement(base, E, topology, share, meta={"solver": info})
-    base = pack_even(load, G, S, budget=budget).slot_e.reshape(L, G * S)
+    base, taken = place_even(load, topology, num_groups, budget)
     share, best = optimal_shares(load, base, topology)
     structure = np.array(["greedy"] * L, dtype=object)
+    structure[taken] = "deepseek"
     chain = chain_layout(load, topology)
     if chain is not None:
         c_share, c_best = optimal_shares(load, chain, topology)
@@ -161,6 +162,7 @@ def weighted_greedy(load: np.ndarray, topology: Topology, *, rdma_weight: float 
         best = np.where(take, c_best, best)
         structure[take] = "chain"
     info["structure"] = structure.tolist()
+    info["deepseek_layers"] = np.nonzero(structure == "deepseek")[0].tolist()
     info["duplicates"] = _duplicates(base, S)
     return Placement(base, E, topology, share, meta={"solver": info})
 
