@@ -33,8 +33,7 @@ def tables(k: int, num_gpus: int, slots_per_gpu: int) -> tuple[np.ndarray, np.nd
     copies of an expert on one GPU). Read-only arrays, cached."""
     S = slots_per_gpu
     gpus = np.array(list(combinations_with_replacement(range(k), S)), dtype=np.int64)
-    pick = np.array(list(combinations_with_replacement(range(len(gpus)), num_gpus)),
-                    dtype=np.int64)
+    pick = np.array(list(combinations_with_replacement(range(len(gpus)), num_gpus)), dtype=np.int64)
     tab = gpus[pick].reshape(len(pick), num_gpus * S)
     cnt = np.zeros((len(tab), k), dtype=np.int64)
     np.add.at(cnt, (np.repeat(np.arange(len(tab)), tab.shape[1]), tab.ravel()), 1)
@@ -47,8 +46,9 @@ def tables(k: int, num_gpus: int, slots_per_gpu: int) -> tuple[np.ndarray, np.nd
     return tab, dup
 
 
-def best_tables(load: np.ndarray, num_gpus: int, slots_per_gpu: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def best_tables(
+    load: np.ndarray, num_gpus: int, slots_per_gpu: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Optimal tables for rows ``load: float64[X, k]`` (``k`` experts each).
 
     Returns ``tab: int64[X, G*S]`` (local expert indices ``0..k-1``) and ``float64[X]`` the
@@ -64,13 +64,13 @@ def best_tables(load: np.ndarray, num_gpus: int, slots_per_gpu: int
     val = np.empty(X)
     step = max(1, (1 << 22) // max(T * tab.shape[1], 1))
     for lo in range(0, X, step):
-        w = load[lo: lo + step]
+        w = load[lo : lo + step]
         per = w[:, tab] * inv[None]  # [x, T, P]
         mx = per.reshape(len(w), T, num_gpus, slots_per_gpu).sum(3).max(2)  # [x, T]
         best = mx.min(1, keepdims=True)
         tie = mx <= best  # exact ties only: every table's loads are summed the same way
         key = np.where(tie, dup[None, :], np.iinfo(np.int64).max)
         pick = key.argmin(1)
-        out[lo: lo + step] = tab[pick]
-        val[lo: lo + step] = mx[np.arange(len(w)), pick]
+        out[lo : lo + step] = tab[pick]
+        val[lo : lo + step] = mx[np.arange(len(w)), pick]
     return out, val

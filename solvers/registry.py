@@ -17,6 +17,7 @@ such as ``objective``, ``bound``, ``gap`` or ``policy``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 import typing
@@ -29,6 +30,7 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.legacy import route
 from solvers.migration import relabel, replicas_moved
 from solvers.validation import (
     check_layer_ids,
@@ -112,8 +114,17 @@ def _lookup(name) -> Spec:
 
 
 def get(name: str) -> SolverFn:
-    """The policy function registered as ``name``."""
-    return _lookup(name).fn
+    """The policy registered as ``name``, callable as ``fn(load, topology, *, num_groups,
+    previous, seed, time_limit, **options)`` whatever common arguments it declares (those it
+    does not take are dropped). No checks, no relabeling: `solve` does those."""
+    spec = _lookup(name)
+
+    @functools.wraps(spec.fn)
+    def call(load, topology, **kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in COMMON or k in spec.common}
+        return spec.fn(load, topology, **kw)
+
+    return call
 
 
 def options(name: str) -> dict[str, Any]:
@@ -121,6 +132,16 @@ def options(name: str) -> dict[str, Any]:
     ``seed``, ``time_limit``), e.g. ``{"budget": 10000}``; what ``--option KEY=VALUE``
     accepts on the command line."""
     return dict(_lookup(name).options)
+
+
+def resolve(
+    name: str, opts: dict[str, Any], *, previous: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """``(policy, options)`` that `solve` would run for ``name`` and ``opts`` (old spellings
+    mapped, `solvers.legacy`; ``previous``: whether a live placement is given), options
+    checked; `InputError` for unknown solvers, unknown options or bad values."""
+    name, opts = route(name, dict(opts), previous) if isinstance(name, str) else (name, opts)
+    return name, check_options(name, opts)
 
 
 def check_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
@@ -197,8 +218,14 @@ def solve(
     ``ilp`` with migration terms); ``meta["solver"]["replicas_moved"]`` (per layer) and
     ``replicas_moved_total`` count the rest.
     ``seed``: every random choice is drawn from it. ``time_limit``: wall seconds for the whole
-    solve (search solvers; finite, > 0). ``options``: the solver's own (`options`).
+    solve (search solvers; finite, > 0). ``options``: the solver's own (`options`); old
+    spellings such as ``solve("greedy", weighted=True)`` are mapped to today's policies
+    (`solvers.legacy`; ``meta["solver"]["legacy"]`` records the call as made).
     """
+    requested, given = name, dict(options)
+    name, options = (
+        route(name, options, previous is not None) if isinstance(name, str) else (name, options)
+    )
     spec = _lookup(name)
     load, ids = _problem_ids(load, layer_ids, previous)
     load = check_problem(load, topology, num_groups)
@@ -242,6 +269,8 @@ def solve(
             seconds += time.perf_counter() - start
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
+    if name != requested or given != options:
+        info["legacy"] = {"name": requested, "options": given}
     info.update(
         name=name,
         params={"num_groups": common["num_groups"], "seed": seed, "time_limit": time_limit, **opts},

@@ -18,8 +18,9 @@ from itertools import combinations, combinations_with_replacement, product
 import numpy as np
 
 
-def tables(E: int, N: int, gpn: int, S: int, *, ordered: bool = False,
-           duplicates: bool = True) -> np.ndarray:
+def tables(
+    E: int, N: int, gpn: int, S: int, *, ordered: bool = False, duplicates: bool = True
+) -> np.ndarray:
     """``int64[T, N*gpn*S]`` every slot table holding each of the ``E`` experts at least once.
 
     GPU order inside a node is canonical unless ``ordered`` (then every table); nodes are
@@ -107,8 +108,9 @@ def no_duplicates(tab: np.ndarray, S: int) -> np.ndarray:
     return ~(g[:, :, 1:] == g[:, :, :-1]).any((1, 2))
 
 
-def objective(w, tab, N, S, *, weighted=False, rdma_weight=0.0, migration_weight=0.0,
-              previous=None) -> np.ndarray:
+def objective(
+    w, tab, N, S, *, weighted=False, rdma_weight=0.0, migration_weight=0.0, previous=None
+) -> np.ndarray:
     """``float64[T]`` the solvers' objective of every table."""
     w = np.asarray(w, dtype=float)
     G = tab.shape[1] // S
@@ -121,9 +123,20 @@ def objective(w, tab, N, S, *, weighted=False, rdma_weight=0.0, migration_weight
     return val
 
 
-def optimum(w, N, gpn, S, *, weighted=False, rdma_weight=0.0, num_groups=None,
-            duplicates=True, migration_weight=0.0, migration_budget=None,
-            previous=None) -> float:
+def optimum(
+    w,
+    N,
+    gpn,
+    S,
+    *,
+    weighted=False,
+    rdma_weight=0.0,
+    num_groups=None,
+    duplicates=True,
+    migration_weight=0.0,
+    migration_budget=None,
+    previous=None,
+) -> float:
     """The optimal objective of the problem class described by the options."""
     w = np.asarray(w, dtype=float)
     E = w.size
@@ -137,8 +150,18 @@ def optimum(w, N, gpn, S, *, weighted=False, rdma_weight=0.0, num_groups=None,
     tab = tab[keep]
     if not len(tab):
         return np.inf
-    return float(objective(w, tab, N, S, weighted=weighted, rdma_weight=rdma_weight,
-                           migration_weight=migration_weight, previous=previous).min())
+    return float(
+        objective(
+            w,
+            tab,
+            N,
+            S,
+            weighted=weighted,
+            rdma_weight=rdma_weight,
+            migration_weight=migration_weight,
+            previous=previous,
+        ).min()
+    )
 
 
 def group_optimum(w, N: int, gpn: int, S: int, num_groups: int) -> float:
@@ -163,7 +186,6 @@ def group_optimum(w, N: int, gpn: int, S: int, num_groups: int) -> float:
     for assign in product(range(N), repeat=num_groups):
         if len(set(assign)) < N:
             continue
-        val = max(node_opt(tuple(g for g in range(num_groups) if assign[g] == n))
-                  for n in range(N))
+        val = max(node_opt(tuple(g for g in range(num_groups) if assign[g] == n)) for n in range(N))
         best = min(best, val)
     return best

@@ -181,8 +181,10 @@ def one_slot_problems(draw):
     gpn = -(-E // nodes) + draw(st.integers(0, 2))
     L = draw(st.integers(1, 3))
     elem = st.floats(0, 1e4, allow_nan=False, allow_infinity=False)
-    load = np.array(draw(st.lists(st.lists(elem, min_size=E, max_size=E), min_size=L,
-                                  max_size=L)), dtype=np.float64)
+    load = np.array(
+        draw(st.lists(st.lists(elem, min_size=E, max_size=E), min_size=L, max_size=L)),
+        dtype=np.float64,
+    )
     return load, Topology(nodes, gpn, 1)
 
 

@@ -27,12 +27,18 @@ def test_trace_input_carries_model_layer_ids(name):
     tr = _trace()
     kw = {"num_groups": 4}
     if name.startswith("ilp"):
-        kw.update(workers=1, time_limit=0.3)
+        kw["workers"] = 1
+    if name == "ilp":
+        kw["deterministic_time"] = 0.3
+    if name == "repair":
+        kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO)
     p = solvers.solve(name, tr, TOPO, **kw)
     assert p.layer_ids.tolist() == [3, 4, 7]
     q = solvers.solve(name, tr.load(), TOPO, **kw)
     assert q.layer_ids.tolist() == [0, 1, 2]
     assert np.array_equal(p.phy2log, q.phy2log)  # the same problem: the summed load
+    if name == "repair":  # the ids follow previous when not given: give them explicitly
+        kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO, layer_ids=[0, 1, 2])
     r = solvers.solve(name, tr.load(), TOPO, layer_ids=[3, 4, 7], **kw)
     assert r.layer_ids.tolist() == [3, 4, 7] and np.array_equal(r.phy2log, q.phy2log)
 

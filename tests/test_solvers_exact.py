@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import solvers
 from eplb import Topology
-from solvers import pairing
+from solvers import pairing, pairing_exact
 from solvers.bounds import lower_bound
 from solvers.shares import optimal_shares
 from tests import brute_force as bf
@@ -77,11 +77,11 @@ loads_st = st.lists(st.integers(0, 60), min_size=5, max_size=5)
 def test_known_weaknesses_solved_exactly(load, topo, deepseek, even, weighted):
     ds = solvers.solve("deepseek", [load], topo).gpu_load([load]).max()
     assert ds == deepseek
-    p = solvers.solve("ilp", [load], topo, time_limit=5, workers=1)
+    p = solvers.solve("ilp", [load], topo, deterministic_time=5, workers=1)
     assert p.gpu_load([load]).max() == pytest.approx(even, rel=1e-12)
     assert p.meta["solver"]["status"] == ["optimal"]
     assert p.meta["solver"]["bound"][0] == pytest.approx(even, rel=1e-7)
-    pw = solvers.solve("ilp", [load], topo, time_limit=5, workers=1, weighted=True)
+    pw = solvers.solve("ilp_weighted", [load], topo, workers=1)
     assert pw.gpu_load([load]).max() == pytest.approx(weighted, rel=1e-9)
     assert pw.replica_share is not None
 
@@ -166,7 +166,7 @@ def test_ilp_proven_optimal_against_brute_force(sizes, raw):
     E, G, S = sizes
     w = np.array(raw[:E], dtype=float)
     topo = Topology(1, G, S)
-    p = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, counts="free")
+    p = solvers.solve("ilp", w[None], topo, deterministic_time=5, workers=1, counts="free")
     opt = brute_even(w, G, S)
     got = p.gpu_load(w[None]).max()
     assert got == pytest.approx(opt, rel=1e-9, abs=1e-9)
@@ -180,11 +180,12 @@ def test_ilp_proven_optimal_against_brute_force(sizes, raw):
 def test_ilp_without_duplicates_and_weighted_against_brute_force(raw):
     w = np.array(raw, dtype=float)
     topo = Topology(1, 3, 2)
-    p = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, duplicates=False,
-                      counts="free")
+    p = solvers.solve(
+        "ilp", w[None], topo, deterministic_time=5, workers=1, duplicates=False, counts="free"
+    )
     assert p.gpu_load(w[None]).max() == pytest.approx(brute_even(w, 3, 2, duplicates=False))
     assert all(len(set(g)) == 2 for g in p.phy2log.reshape(3, 2).tolist())
-    pw = solvers.solve("ilp", w[None], topo, time_limit=5, workers=1, weighted=True)
+    pw = solvers.solve("ilp", w[None], topo, workers=1, weighted=True)
     assert pw.gpu_load(w[None]).max() == pytest.approx(brute_weighted(w, 3, 2), rel=1e-7)
 
 
@@ -195,8 +196,16 @@ def test_ilp_hierarchical_optimal_and_hierarchical_close(raw):
     topo = Topology(2, 1, 3)
     group_of = np.array([0, 0, 1, 1])
     opt = brute_even(w, 2, 3, group_of=group_of, gpn=1)
-    p = solvers.solve("ilp", w[None], topo, num_groups=2, hierarchical=True, time_limit=5,
-                      workers=1, counts="free")
+    p = solvers.solve(
+        "ilp",
+        w[None],
+        topo,
+        num_groups=2,
+        hierarchical=True,
+        deterministic_time=5,
+        workers=1,
+        counts="free",
+    )
     assert p.gpu_load(w[None]).max() == pytest.approx(opt, rel=1e-9, abs=1e-9)
     node = topo.node_of_slot
     for k in (0, 1):
@@ -213,8 +222,12 @@ def test_ilp_hierarchical_optimal_and_hierarchical_close(raw):
 def test_two_slot_certificate_matches_brute_force(E, G, raw):
     assume(2 * G >= E)
     w = np.array(raw[:E], dtype=float)
-    cert = pairing.certify(w, 2 * G, np.ones(E, dtype=np.int64) + np.eye(E, dtype=np.int64)[0]
-                           * (2 * G - E), time_limit=10)
+    cert = pairing_exact.certify(
+        w,
+        2 * G,
+        np.ones(E, dtype=np.int64) + np.eye(E, dtype=np.int64)[0] * (2 * G - E),
+        time_limit=10,
+    )
     opt = brute_even(w, G, 2)
     assert cert.status == "optimal"
     assert cert.objective == pytest.approx(opt, rel=1e-9, abs=1e-9)
@@ -238,8 +251,16 @@ def test_moved_objective_equals_resorting(raw, seed):
             if a == b:
                 continue
             got = pairing._moved_objective(
-                xs[None], xe[None], np.array([a]), np.array([b]), counts[[a]], counts[[b]],
-                np.array([w[a] / (counts[a] - 1)]), np.array([w[b] / (counts[b] + 1)]), False)
+                xs[None],
+                xe[None],
+                np.array([a]),
+                np.array([b]),
+                counts[[a]],
+                counts[[b]],
+                np.array([w[a] / (counts[a] - 1)]),
+                np.array([w[b] / (counts[b] + 1)]),
+                False,
+            )
             c = counts.copy()
             c[a] -= 1
             c[b] += 1
@@ -250,31 +271,35 @@ def test_moved_objective_equals_resorting(raw, seed):
 @given(sizes=tiny_sizes, raw=loads_st, data=st.data())
 def test_cpsat_model_from_a_poor_start_reaches_brute_force(sizes, raw, data):
     """The CP-SAT model itself (no bound shortcut, round-robin start) is exact."""
-    from solvers.ilp import layer_task, solve_layer
+    from solvers.ilp_model import LayerProblem, solve_layer
 
     E, G, S = sizes
     w = np.array(raw[:E], dtype=float)
     topo = Topology(1, G, S)
     warm = np.arange(G * S) % E  # every expert at least once: a valid, usually poor start
     dup = data.draw(st.booleans())
-    task = layer_task(w, topo, warm, counts="free", duplicates=dup or E < S, time_limit=5,
-                      bound=-1.0)  # no known bound: CP-SAT must prove optimality itself
-    res = solve_layer(task)
+    pb = LayerProblem(
+        w, topo, warm, counts="free", duplicates=dup or E < S, deterministic_time=5, bound=-1.0
+    )  # no known bound: CP-SAT must prove it
+    res = solve_layer(pb)
     opt = brute_even(w, G, S, duplicates=dup or E < S)
-    assert res["method"] == "cpsat"
-    assert res["objective"] == pytest.approx(opt, rel=1e-9, abs=1e-9)
-    assert res["status"] == "optimal"
-    assert res["bound"] <= opt * (1 + 1e-9) + 1e-9
-    assert np.bincount(res["slots"], minlength=E).min() >= 1
+    assert res.method == "cpsat"
+    assert res.objective == pytest.approx(opt, rel=1e-9, abs=1e-9)
+    assert res.status == "optimal"
+    assert res.bound <= opt * (1 + 1e-9) + 1e-9
+    assert np.bincount(res.slots, minlength=E).min() >= 1
 
 
 # ------------------------------------------------------------------------- hierarchical
 
 
-README_LOAD = np.array([
-    [90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
-    [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27],
-], dtype=float)
+README_LOAD = np.array(
+    [
+        [90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+        [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27],
+    ],
+    dtype=float,
+)
 
 
 def test_hierarchical_exact_on_deepseeks_readme_example():

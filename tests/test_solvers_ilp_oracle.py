@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import solvers
 from eplb import Topology
-from solvers.ilp import layer_task, solve_layer
+from solvers.ilp_model import LayerProblem, solve_layer
 from tests import brute_force as bf
 
 LAMBDA = 3.0  # traffic weight of the traffic models
@@ -32,7 +32,10 @@ def _size(E, N, gpn, S, ordered):
 # (E, N, gpn, S) small enough to enumerate, ordered GPUs too (migration models)
 CONFIGS = [
     (E, N, gpn, S)
-    for N in (1, 2) for gpn in (1, 2, 3) for S in (1, 2, 3) for E in range(2, 6)
+    for N in (1, 2)
+    for gpn in (1, 2, 3)
+    for S in (1, 2, 3)
+    for E in range(2, 6)
     if E <= N * gpn * S and N * gpn >= 2 and _size(E, N, gpn, S, True) <= 4000
 ]
 
@@ -62,8 +65,13 @@ def instances(draw, model: str):
     if kind == "ties":
         w = draw(st.lists(st.sampled_from([0, 5, 10]), min_size=E, max_size=E))
     elif kind == "float":
-        w = draw(st.lists(st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 2)),
-                          min_size=E, max_size=E))
+        w = draw(
+            st.lists(
+                st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 2)),
+                min_size=E,
+                max_size=E,
+            )
+        )
     else:
         w = draw(st.lists(st.integers(0, 60), min_size=E, max_size=E))
     w = np.array(w, dtype=float)
@@ -84,11 +92,19 @@ def _truth(model, w, topo, groups, previous):
     o = MODELS[model]
     N, gpn, S = topo.num_nodes, topo.gpus_per_node, topo.slots_per_gpu
     dup = o.get("duplicates", True) or w.size < S
-    opt = bf.optimum(w, N, gpn, S, weighted=o.get("weighted", False),
-                     rdma_weight=o.get("rdma_weight", 0.0),
-                     num_groups=groups if o.get("hierarchical") else None, duplicates=dup,
-                     migration_weight=o.get("migration_weight", 0.0),
-                     migration_budget=o.get("migration_budget"), previous=previous)
+    opt = bf.optimum(
+        w,
+        N,
+        gpn,
+        S,
+        weighted=o.get("weighted", False),
+        rdma_weight=o.get("rdma_weight", 0.0),
+        num_groups=groups if o.get("hierarchical") else None,
+        duplicates=dup,
+        migration_weight=o.get("migration_weight", 0.0),
+        migration_budget=o.get("migration_budget"),
+        previous=previous,
+    )
     return opt, dup
 
 
@@ -106,9 +122,16 @@ def _check(model, w, topo, groups, previous, slots, share, objective, bound, sta
     if o.get("migration_budget") is not None:
         assert bf.moved(tab, previous, w.size, S)[0] <= o["migration_budget"]
     # the reported objective is the exact objective of the returned slots (shares optimal)
-    exact = bf.objective(w, tab, N, S, weighted=o.get("weighted", False),
-                         rdma_weight=o.get("rdma_weight", 0.0),
-                         migration_weight=o.get("migration_weight", 0.0), previous=previous)[0]
+    exact = bf.objective(
+        w,
+        tab,
+        N,
+        S,
+        weighted=o.get("weighted", False),
+        rdma_weight=o.get("rdma_weight", 0.0),
+        migration_weight=o.get("migration_weight", 0.0),
+        previous=previous,
+    )[0]
     if o.get("weighted"):  # the shares reach the best max load of the table
         G = topo.num_gpus
         share = np.asarray(share)
@@ -128,11 +151,14 @@ def _check(model, w, topo, groups, previous, slots, share, objective, bound, sta
 def _solve(model, w, topo, groups, previous):
     from eplb import Placement
 
-    kw = dict(MODELS[model], workers=1, time_limit=2)
+    kw = dict(MODELS[model], workers=1)
+    name = "ilp_weighted" if kw.pop("weighted", False) else "ilp"
+    if name == "ilp":
+        kw["deterministic_time"] = 2
     prev = None
     if previous is not None:
         prev = Placement(previous[None], w.size, topo)
-    p = solvers.solve("ilp", w[None], topo, num_groups=groups, previous=prev, **kw)
+    p = solvers.solve(name, w[None], topo, num_groups=groups, previous=prev, **kw)
     info = p.meta["solver"]
     share = None if p.replica_share is None else p.replica_share[0]
     return p.phy2log[0], share, info["objective"][0], info["bound"][0], info["status"][0]
@@ -144,13 +170,6 @@ def _solve_model(model, w, topo, groups, previous):
     warm = np.arange(topo.num_slots) % w.size
     if previous is not None:
         warm = previous
-    task = layer_task(
-        w, topo, warm, bound=0.0, hierarchical=o.get("hierarchical", False),
-        num_groups=groups, weighted=o.get("weighted", False),
-        rdma_weight=o.get("rdma_weight", 0.0),
-        duplicates=o.get("duplicates", True) or w.size < topo.slots_per_gpu,
-        counts=o.get("counts", "free"), migration_weight=o.get("migration_weight", 0.0),
-        migration_budget=o.get("migration_budget"), previous=previous, time_limit=2)
     if o.get("hierarchical"):  # a warm start that keeps the contract: groups round robin
         M = w.size // groups
         node = np.arange(groups) % topo.num_nodes
@@ -159,13 +178,31 @@ def _solve_model(model, w, topo, groups, previous):
         for n in range(topo.num_nodes):
             mine = np.concatenate([np.arange(k * M, (k + 1) * M) for k in np.nonzero(node == n)[0]])
             slots.append(np.resize(mine, per_node))
-        task["warm"] = np.concatenate(slots)
+        warm = np.concatenate(slots)
+    share = None
     if o.get("weighted"):
         from solvers.shares import optimal_shares
 
-        task["warm_share"] = optimal_shares(w[None], task["warm"][None], topo)[0][0]
-    res = solve_layer(task)
-    return res["slots"], res["share"], res["objective"], res["bound"], res["status"]
+        share = optimal_shares(w[None], warm[None], topo)[0][0]
+    pb = LayerProblem(
+        w,
+        topo,
+        warm,
+        warm_share=share,
+        bound=0.0,
+        hierarchical=o.get("hierarchical", False),
+        num_groups=groups,
+        weighted=o.get("weighted", False),
+        rdma_weight=o.get("rdma_weight", 0.0),
+        duplicates=o.get("duplicates", True) or w.size < topo.slots_per_gpu,
+        counts=o.get("counts", "free"),
+        migration_weight=o.get("migration_weight", 0.0),
+        migration_budget=o.get("migration_budget"),
+        previous=previous,
+        deterministic_time=2,
+    )
+    res = solve_layer(pb)
+    return res.slots, res.share, res.objective, res.bound, res.status
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -188,8 +225,9 @@ def test_ilp_models_against_brute_force(model, data):
 def test_hierarchical_weighted_counterexample(w):
     topo = Topology(2, 2, 3)
     for weighted in (True, False):
-        p = solvers.solve("ilp", w[None], topo, num_groups=4, hierarchical=True,
-                          weighted=weighted, workers=1, time_limit=5)
+        p = solvers.solve(
+            "ilp", w[None], topo, num_groups=4, hierarchical=True, weighted=weighted, workers=1
+        )
         info = p.meta["solver"]
         assert p.gpu_load(w[None]).max() <= 544.5 + 1e-9
         assert info["bound"][0] <= 544.5 + 1e-9
@@ -202,7 +240,7 @@ def test_two_slot_certificate_models():
     for _ in range(6):
         w = rng.integers(0, 60, size=5).astype(float)
         topo = Topology(1, 3, 2)
-        p = solvers.solve("ilp", w[None], topo, workers=1, time_limit=5)
+        p = solvers.solve("ilp", w[None], topo, workers=1, deterministic_time=5)
         info = p.meta["solver"]
         opt = bf.optimum(w, 1, 3, 2)
         assert info["objective"][0] == pytest.approx(opt, rel=1e-9)
