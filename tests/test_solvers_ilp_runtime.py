@@ -58,8 +58,9 @@ def test_progress_lines_when_not_a_terminal(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("ilp layers: 10/12 layers")
     assert err[-1].startswith("ilp layers: 12/12 layers")
-    solvers.solve("ilp", load, HARD, workers=1, deterministic_time=0.01, counts="fixed",
-                  progress=False)
+    solvers.solve(
+        "ilp", load, HARD, workers=1, deterministic_time=0.01, counts="fixed", progress=False
+    )
     assert capsys.readouterr().err == ""
 
 
@@ -116,8 +117,13 @@ def _alive(pid: int) -> bool:
 
 def _start() -> tuple[subprocess.Popen, list[int]]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     kids: list[int] = []
     while time.monotonic() < deadline and len(kids) < 2:
