@@ -81,7 +81,8 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
         )
     f = np.maximum(res.x[:n], 0.0)
     tot = np.bincount(col, weights=f, minlength=experts.size)
-    share[idx] = f / tot[col]  # renormalise away solver round-off
+    ok = tot[col] > 0  # loads below the LP's tolerance may come back as zero flow: even split
+    share[idx[ok]] = f[ok] / tot[col][ok]  # renormalise away solver round-off
     loads = fixed + np.bincount(rows_g, weights=w[slots][idx] * share[idx], minlength=G)
     return share, float(loads.max())
 
