@@ -68,11 +68,21 @@ def _pack_pairs(load, counts, cap, present, budget) -> packing.Packed:
         ok = (ds <= cap).all(1)
         take = ok & (pairing.pair_objective(load, ds) < pairing.pair_objective(load, counts))
         start = np.where(take[:, None], ds, counts)
-    improved = pairing.improve_counts(load, start, cap, present=present, budget=budget)
+    # two searches in one call (rows stacked): one keeping the pairing free of duplicates,
+    # one ignoring them (its pairing is used where it puts no expert twice on a GPU)
+    X = load.shape[0]
+    both = pairing.improve_counts(
+        np.concatenate([load, load]),
+        np.concatenate([start, start]),
+        np.concatenate([np.broadcast_to(cap, (X, 1))] * 2),
+        budget=budget,
+        present=np.concatenate([present, present]),
+        distinct=np.repeat([True, False], X),
+        load_id=np.tile(np.arange(X), 2),
+    )
+    improved, free = both[:X], both[X:]
     packed = _layout_pairs(load, improved, budget)
-    # candidates: the start itself, and a search that ignores duplicates (its pairing is used
-    # where it puts no expert twice on a GPU); the best duplicate-free layout per row wins
-    free = pairing.improve_counts(load, start, cap, present=present, budget=budget, distinct=False)
+    # candidates: the start itself and the free search; the best duplicate-free layout wins
     for c in (start, free):
         alt = _layout_pairs(load, c, budget)
         packed.assign(alt, _key(alt) < _key(packed))
@@ -101,13 +111,31 @@ def _layout_pairs(load, counts, budget) -> packing.Packed:
     return packed
 
 
-def deepseek_candidates(load: np.ndarray, topology, num_groups: int | None) -> list[np.ndarray]:
-    """DeepSeek's placements ``[int64[L, P], ...]``: global, and hierarchical too when
-    ``num_groups`` makes DeepSeek hierarchical (``num_groups % N == 0``)."""
-    out = [placement_table(load, topology, None)[0]]
+def deepseek_candidates(
+    load: np.ndarray, topology, num_groups: int | None, best: np.ndarray | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """DeepSeek's placements as ``[(layers: int64[k], phy2log: int64[k, P]), ...]``: global,
+    and hierarchical too when ``num_groups`` makes DeepSeek hierarchical (``num_groups % N ==
+    0``). With ``best: float64[L]`` (max GPU loads to beat) the global placement is built only
+    for layers where it could be strictly better: its replica counts bound its max GPU load
+    from below (the largest replica and the average; for two slots per GPU the sorted pairing
+    of its replicas, the best pairing of those counts)."""
+    L, E = load.shape
+    G, S, P = topology.num_gpus, topology.slots_per_gpu, topology.num_slots
+    rows = np.arange(L)
+    if best is not None:
+        _, _, counts = replicate(load.astype(np.float32), P)
+        if S == 2:
+            lb = pairing.pair_objective(load, counts)
+        else:
+            lb = np.maximum((load / counts).max(1), load.sum(1) / G)
+        rows = np.nonzero(better(lb, best))[0]
+    out = []
+    if rows.size:
+        out.append((rows, placement_table(load[rows], topology, None)[0]))
     N = topology.num_nodes
-    if num_groups is not None and num_groups % N == 0 and load.shape[1] % num_groups == 0:
-        out.append(placement_table(load, topology, num_groups)[0])
+    if num_groups is not None and num_groups % N == 0 and E % num_groups == 0:
+        out.append((np.arange(L), placement_table(load, topology, num_groups)[0]))
     return out
 
 
@@ -123,10 +151,10 @@ def place_even(
     phy2log = pack_even(load, G, S, budget=budget).phy2log()
     best = max_load(load, phy2log, S)
     taken = np.zeros(L, dtype=bool)
-    for alt in deepseek_candidates(load, topology, num_groups):
-        val = max_load(load, alt, S)
-        take = better(val, best)
-        phy2log = np.where(take[:, None], alt, phy2log)
-        best = np.where(take, val, best)
-        taken |= take
+    for rows, alt in deepseek_candidates(load, topology, num_groups, best):
+        val = max_load(load[rows], alt, S)
+        take = better(val, best[rows])
+        phy2log[rows[take]] = alt[take]
+        best[rows[take]] = val[take]
+        taken[rows[take]] = True
     return phy2log, np.nonzero(taken)[0]

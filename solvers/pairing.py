@@ -37,7 +37,8 @@ def improve_counts(
     receivers: int = 16,
     light_receivers: int = 4,
     present: np.ndarray | None = None,
-    distinct: bool = True,
+    distinct: bool | np.ndarray = True,
+    load_id: np.ndarray | None = None,
 ) -> np.ndarray:
     """Local search over counts for ``S = 2``: move one replica between experts while the
     pair objective strictly drops (best move per step). Vectorised over rows
@@ -45,29 +46,38 @@ def improve_counts(
 
     Receivers tried per step: the experts of the critical (largest) pair, the ``receivers``
     experts with the largest replicas and the ``light_receivers`` experts with the smallest
-    next replica; donors: every expert with two or more replicas. A move is evaluated by
-    merging the changed replicas into the sorted list (no re-sort). ``cap``: int or
+    next replica; donors: every expert with two or more replicas. Each move's objective is
+    computed exactly without rebuilding the sorted list (`moved_objectives`). ``cap``: int or
     ``int[X, 1]`` replica limit; ``present: bool[X, E]`` experts that exist (default all).
-    ``distinct``: reject moves whose two middle replicas are equal (the sign that the sorted
-    pairing puts two replicas of one expert on a GPU), for placements without duplicates.
+    ``distinct`` (per row with ``bool[X]``): reject moves whose two middle replicas are equal
+    (the sign that the sorted pairing puts two replicas of one expert on a GPU), for
+    placements without duplicates. ``load_id: int[X]``: rows with equal ids have equal
+    ``load``, ``cap`` and ``present`` (e.g. the same layer searched with and without
+    ``distinct``); while their counts agree their moves are evaluated once.
     """
     counts = counts.copy()
     X, E = counts.shape
     cap_all = np.broadcast_to(np.asarray(cap), (X, 1))
     present = np.ones((X, E), dtype=bool) if present is None else present
+    distinct_all = np.broadcast_to(np.asarray(distinct, dtype=bool), (X,))
     P = int(counts[0].sum())
     best = pair_objective(load, counts)
     active = np.arange(X)
+    experts = np.arange(E)
+    load_id = np.arange(X) if load_id is None else np.asarray(load_id)
+    mix = np.random.default_rng(0).integers(1, 2**62, size=E)  # fixed hash of a count row
     for _ in range(budget):
         if not active.size:
             break
-        w, c = load[active], counts[active]
-        n = active.size
+        # rows in the same state (same load, same counts) share one evaluation
+        rep, back = _same_state(load_id[active], counts[active], mix)
+        ids = active[rep]
+        w, c = load[ids], counts[ids]
+        n = ids.size
         r = np.arange(n)
-        cap = cap_all[active]
-        room = present[active] & (c < cap)
+        room = present[ids] & (c < cap_all[ids])
         size = per_replica(w, c)
-        items_e = np.repeat(np.broadcast_to(np.arange(E), (n, E)).ravel(), c.ravel()).reshape(n, P)
+        items_e = np.repeat(np.broadcast_to(experts, (n, E)).ravel(), c.ravel()).reshape(n, P)
         items_s = np.take_along_axis(size, items_e, 1)
         order = np.argsort(items_s, axis=1, kind="stable")
         xe = np.take_along_axis(items_e, order, 1)
@@ -82,7 +92,7 @@ def improve_counts(
         D = int((c >= 2).sum(1).max(initial=0))
         if D == 0:
             break
-        donors = np.sort(np.where(c >= 2, np.arange(E), E), axis=1)[:, :D]  # [n, D], E = none
+        donors = np.sort(np.where(c >= 2, experts, E), axis=1)[:, :D]  # [n, D], E = none
         R = recv.shape[1]
         ri = np.repeat(recv, D, axis=1)  # [n, R*D]
         di = np.tile(donors, (1, R))
@@ -95,20 +105,35 @@ def improve_counts(
         sb = wb / (cb + 1)
         floor = np.minimum(xs[:, :1], sb)  # the smallest replica after the move is >= floor
         valid = (di < E) & (di != ri) & np.take_along_axis(room, ri, 1)
-        valid &= sa + floor < best[active][:, None]
-        obj = np.full(valid.shape, np.inf)
+        valid &= sa + floor < best[ids][:, None]
         rows, cols = np.nonzero(valid)
-        obj[rows, cols] = _moved_objective(
-            xs[rows],
-            xe[rows],
+        # first sorted position of each expert (its replicas are adjacent: equal sizes, and
+        # the stable sort keeps equal sizes in expert order)
+        run = np.ones((n, P), dtype=bool)
+        run[:, 1:] = xe[:, 1:] != xe[:, :-1]
+        rr_, jj_ = np.nonzero(run)
+        first = np.full((n, E), P, dtype=np.int64)
+        first[rr_, xe[rr_, jj_]] = jj_
+        val, tie = moved_objectives(
+            xs,
+            first,
+            rows,
             di[rows, cols],
             ri[rows, cols],
             ca[rows, cols],
             cb[rows, cols],
             sa[rows, cols],
             sb[rows, cols],
-            distinct,
+            best[ids][rows],
         )
+        obj0 = np.full(valid.shape, np.inf)
+        obj0[rows, cols] = val
+        ties = np.zeros(valid.shape, dtype=bool)
+        ties[rows, cols] = tie
+        # back to the active rows; distinct rows reject moves with equal middle replicas
+        obj = np.where(distinct_all[active][:, None] & ties[back], np.inf, obj0[back])
+        di, ri = di[back], ri[back]
+        r = np.arange(active.size)
         j = obj.argmin(1)
         gain = better(obj[r, j], best[active])
         g = r[gain]
@@ -119,12 +144,173 @@ def improve_counts(
     return counts
 
 
-def _moved_objective(xs, xe, a, b, ca, cb, sa, sb, distinct, chunk: int = 1 << 21) -> np.ndarray:
-    """Pair objective after moving one replica from expert ``a`` to ``b`` (``[K]`` moves).
+def _same_state(
+    load_id: np.ndarray, counts: np.ndarray, mix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rep, back)``: representative rows of the distinct (load, counts) states and the
+    state of every row (``counts[rep][back] == counts``); rows are merged only when their
+    counts are verified equal, so a hash collision just keeps them apart."""
+    with np.errstate(over="ignore"):
+        key = counts @ mix + load_id * np.int64(0x9E3779B97F4A7C15 - 2**64)
+    _, rep, back = np.unique(key, return_index=True, return_inverse=True)
+    back = back.ravel()
+    if (load_id[rep][back] != load_id).any() or (counts[rep][back] != counts).any():
+        n = counts.shape[0]
+        return np.arange(n), np.arange(n)
+    return rep, back
 
-    ``xs, xe: [K, P]`` sorted replica sizes and experts before the move; ``ca, cb`` the
-    counts before; ``sa = w_a / (ca - 1)``, ``sb = w_b / (cb + 1)`` the new replica sizes.
+
+def moved_objectives(
+    xs, first, row, a, b, ca, cb, sa, sb, bound=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact pair objective after moving one replica from expert ``a`` to ``b``, for ``K``
+    moves on the sorted rows ``xs: float64[n, P]`` (``first: int64[n, E]`` the first position
+    of each expert's run in its row; ``row, a, b, ca, cb, sa, sb: [K]``: the move's row
+    (ascending), experts, counts before, and new replica sizes ``w_a / (ca - 1)`` and
+    ``w_b / (cb + 1)``). Returns ``float64[K]`` objectives and ``bool[K]``: the two middle
+    replicas of the new list are equal (the sorted pairing then puts two replicas of one
+    expert on a GPU). ``bound: float64[K]``: moves whose objective is provably not below it
+    (not `tolerance.better`), by the pairs of the two new blocks' first replicas, are
+    returned as ``inf`` without the full evaluation.
+
+    Without rebuilding the list: the new sorted list is the kept replicas (the row without
+    ``a``'s and ``b``'s runs), each shifted by a constant on at most five pieces, with the
+    ``ca - 1`` new replicas of ``a`` and ``cb + 1`` of ``b`` inserted as two blocks. Pairing
+    rank ``r`` with ``P - 1 - r`` cuts the ranks into at most 14 segments on which both sides
+    come from one piece or block; a segment of two kept pieces with shifts ``t`` and ``u`` is
+    a range of ``x_j + x_{P-1-(t+u)-j}``, whose maximum a sparse table gives in O(1), and a
+    segment touching a block is the block's value plus the largest kept value facing it. The
+    sums are the same floating-point additions as in the rebuilt list, so the result is
+    bit-identical (tested against re-sorting).
     """
+    n, P = xs.shape
+    K = row.size
+    if K == 0:
+        return np.empty(0), np.zeros(0, dtype=bool)
+    pa, pb = first[row, a], first[row, b]
+    oa, ob = xs[row, pa], xs[row, pb]
+    na, nb = ca - 1, cb + 1
+    le_a = np.empty(K, dtype=np.int64)  # replicas <= sa in the row (before the move)
+    le_b = np.empty(K, dtype=np.int64)
+    bounds = np.searchsorted(row, np.arange(n + 1))  # rows come sorted (np.nonzero)
+    for x in range(n):
+        sel = slice(bounds[x], bounds[x + 1])
+        le_a[sel] = np.searchsorted(xs[x], sa[sel], "right")
+        le_b[sel] = np.searchsorted(xs[x], sb[sel], "right")
+    m_a = le_a - ca * (oa <= sa) - cb * (ob <= sa)  # kept replicas <= sa
+    m_b = le_b - ca * (oa <= sb) - cb * (ob <= sb)
+    a_first = pa < pb
+    p1 = np.where(a_first, pa, pb)
+    c1 = np.where(a_first, ca, cb)
+    c2 = np.where(a_first, cb, ca)
+    p2 = np.where(a_first, pb, pa)
+    kept = P - ca - cb
+    # kept pieces in kept-index space: shifts change at the removed runs and the blocks
+    q = np.sort(np.stack([p1, p2 - c1, m_a, m_b], 1), 1)
+    q = np.minimum(np.maximum(q, 0), kept[:, None])
+    bnd = np.concatenate([np.zeros((K, 1), dtype=np.int64), q, kept[:, None]], 1)  # [K, 6]
+    m = bnd[:, :5]
+    offset = c1[:, None] * (m >= p1[:, None]) + c2[:, None] * (m >= (p2 - c1)[:, None])
+    shift = na[:, None] * (m >= m_a[:, None]) + nb[:, None] * (m >= m_b[:, None])
+    delta = shift - offset  # new rank minus old position, per kept piece   [K, 5]
+    start = np.empty((K, 7), dtype=np.int64)  # 5 kept pieces, block a, block b (new ranks)
+    end = np.empty((K, 7), dtype=np.int64)
+    start[:, :5], end[:, :5] = bnd[:, :5] + shift, bnd[:, 1:] + shift
+    start[:, 5] = m_a + nb * (sb < sa)
+    start[:, 6] = m_b + na * (sa <= sb)
+    end[:, 5], end[:, 6] = start[:, 5] + na, start[:, 6] + nb
+    empty = start >= end
+    shift7 = np.zeros((K, 7), dtype=np.int64)  # per interval: shift of a kept piece
+    shift7[:, :5] = delta
+    value7 = np.zeros((K, 7))  # value of a block
+    value7[:, 5], value7[:, 6] = sa, sb
+    H = P // 2
+    out = np.full(K, np.inf)
+    tie = np.zeros(K, dtype=bool)
+    live = np.arange(K)
+
+    def value_at(q, at):  # the replica at new rank q of the moves ``live[at]``
+        k = ((start[at] <= q[:, None]) & (q[:, None] < end[at])).argmax(1)
+        kept_val = xs[row[at], np.clip(q - shift7[at, k], 0, P - 1)]
+        return np.where(k >= 5, value7[at, k], kept_val)
+
+    if bound is not None:  # actual pairs of the new list bound its objective: those at the
+        # ranks of the row's three largest pairs and those of each block's first replica;
+        # a move whose bound is not below ``bound`` is dropped (checks cheapest-first)
+        sums = xs[:, :H] + xs[:, ::-1][:, :H]
+        top = np.argsort(-sums, axis=1, kind="stable")[:, :3]
+        checks = [("pair", c) for c in range(top.shape[1])] + [("block", 5), ("block", 6)]
+        for kind, c in checks:
+            if kind == "pair":
+                q = top[row[live], c]
+                lb = value_at(q, live) + value_at(P - 1 - q, live)
+            else:
+                lb = value7[live, c] + value_at(P - 1 - start[live, c], live)
+            live = live[better(lb, bound[live])]
+            if not live.size:
+                return out, tie
+    tie[live] = value_at(np.full(live.size, H - 1), live) == value_at(np.full(live.size, H), live)
+    start, end, empty, shift7, value7 = (v[live] for v in (start, end, empty, shift7, value7))
+    row = row[live]
+    K = live.size
+    # segments: ranks where the interval of r or of its partner P - 1 - r changes
+    pts_a = np.where(empty, P, start)
+    pts_b = np.where(empty, P, P - end)
+    allp = np.concatenate([pts_a, pts_b], 1)  # [K, 14]
+    srt = np.argsort(allp, axis=1, kind="stable")
+    base = np.arange(K)[:, None]
+    lo = allp[base, srt]
+    hi = np.empty_like(lo)
+    hi[:, :-1] = lo[:, 1:]
+    hi[:, -1] = P
+    seg = lo < hi
+    from_a = srt < 7
+    ta = np.cumsum(from_a, 1) - 1
+    tb = np.arange(1, 15) - ta - 2
+    t = np.argsort(pts_a, axis=1, kind="stable")[base, np.maximum(ta, 0)]
+    u = np.argsort(pts_b, axis=1, kind="stable")[base, np.maximum(tb, 0)]
+    # per interval: shift (kept pieces) or value (blocks); flat lookups
+    t_block, u_block = t >= 5, u >= 5
+    flat_t, flat_u = base * 7 + t, base * 7 + u
+    dt, du = shift7.ravel()[flat_t], shift7.ravel()[flat_u]
+    rr = row[:, None]
+    left = np.where(t_block, value7.ravel()[flat_t], xs[rr, np.clip(hi - 1 - dt, 0, P - 1)])
+    right = np.where(u_block, value7.ravel()[flat_u], xs[rr, np.clip(P - 1 - lo - du, 0, P - 1)])
+    best = np.where(seg, left + right, -np.inf)
+    both = seg & ~t_block & ~u_block  # two kept pieces: a range maximum of shifted pair sums
+    if both.any():
+        kk, ss = np.nonzero(both)
+        d = dt[kk, ss] + du[kk, ss]
+        lo_j, hi_j = lo[kk, ss] - dt[kk, ss], hi[kk, ss] - dt[kk, ss]
+        key, which = np.unique(row[kk] * (2 * P + 1) + (d + P), return_inverse=True)
+        lev = np.floor(np.log2(hi_j - lo_j)).astype(np.int64)
+        tab = _pair_tables(xs, key // (2 * P + 1), key % (2 * P + 1) - P, int(lev.max()) + 1)
+        best[kk, ss] = np.maximum(tab[lev, which, lo_j], tab[lev, which, hi_j - (1 << lev)])
+    out[live] = best.max(1)
+    return out, tie
+
+
+def _pair_tables(xs: np.ndarray, rows: np.ndarray, ds: np.ndarray, levels: int) -> np.ndarray:
+    """``float64[levels, U, P]``: for each (row, shift ``d``) the maxima of ``x_j +
+    x_{P-1-d-j}`` over ``j .. j + 2**k - 1`` at level ``k`` (a sparse table; ``-inf`` where
+    the partner falls outside the row)."""
+    P = xs.shape[1]
+    j = np.arange(P)
+    k = P - 1 - ds[:, None] - j[None, :]  # [U, P]
+    ok = (k >= 0) & (k < P)
+    out = np.empty((levels, len(ds), P))
+    g = xs[rows] + np.take_along_axis(xs[rows], np.clip(k, 0, P - 1), 1)
+    out[0] = np.where(ok, g, -np.inf)
+    for lev in range(1, levels):
+        h = 1 << (lev - 1)
+        np.maximum(out[lev - 1, :, : P - h], out[lev - 1, :, h:], out=out[lev, :, : P - h])
+        out[lev, :, P - h :] = -np.inf
+    return out
+
+
+def _moved_objective(xs, xe, a, b, ca, cb, sa, sb, distinct, chunk: int = 1 << 21) -> np.ndarray:
+    """Reference for `moved_objectives`: rebuilds the sorted list of every move (``xs, xe:
+    [K, P]`` sorted sizes and experts before each move). O(P) per move; tests only."""
     K, P = xs.shape
     out = np.empty(K)
     step = max(1, chunk // max(P, 1))

@@ -15,6 +15,7 @@ from eplb import Topology
 from solvers import pairing, pairing_exact
 from solvers.bounds import lower_bound
 from solvers.shares import optimal_shares
+from solvers.tolerance import better
 from tests import brute_force as bf
 
 # ------------------------------------------------------------------------- brute force
@@ -235,36 +236,66 @@ def test_two_slot_certificate_matches_brute_force(E, G, raw):
     assert cert.bound >= opt * (1 - 2e-9) - 1e-12  # tight: the certificate is the optimum
 
 
-@settings(max_examples=30, deadline=None)
-@given(raw=st.lists(st.integers(0, 40), min_size=6, max_size=6), seed=st.integers(0, 100))
-def test_moved_objective_equals_resorting(raw, seed):
+@settings(max_examples=40, deadline=None)
+@given(
+    E=st.integers(2, 9), extra=st.integers(0, 9), integer=st.booleans(), seed=st.integers(0, 10_000)
+)
+def test_moved_objectives_equal_resorting(E, extra, integer, seed):
+    """The O(1) move evaluation of the S = 2 count search is bit-identical to sorting the
+    replicas after the move (ties, zeros and equal replica sizes included), and a move it
+    prunes with a bound really is not below the bound."""
     rng = np.random.default_rng(seed)
-    w = np.array(raw, dtype=float)
-    counts = 1 + rng.multinomial(6, np.ones(6) / 6)  # 12 slots
+    P = 2 * ((E + extra + 1) // 2)
+    w = rng.integers(0, 12, size=E).astype(float) if integer else rng.random(E) * 10
+    counts = 1 + rng.multinomial(P - E, np.ones(E) / E)
     size = w / counts
-    items = np.repeat(np.arange(6), counts)
+    items = np.repeat(np.arange(E), counts)
     order = np.argsort(size[items], kind="stable")
     xe, xs = items[order], size[items][order]
-    donors = np.nonzero(counts >= 2)[0]
-    for a in donors:
-        for b in range(6):
-            if a == b:
-                continue
-            got = pairing._moved_objective(
-                xs[None],
-                xe[None],
-                np.array([a]),
-                np.array([b]),
-                counts[[a]],
-                counts[[b]],
-                np.array([w[a] / (counts[a] - 1)]),
-                np.array([w[b] / (counts[b] + 1)]),
-                False,
-            )
-            c = counts.copy()
-            c[a] -= 1
-            c[b] += 1
-            assert got[0] == pytest.approx(pairing.pair_objective(w[None], c[None])[0])
+    first = np.array([np.argmax(xe == e) for e in range(E)])[None]
+    moves = [(a, b) for a in np.nonzero(counts >= 2)[0] for b in range(E) if a != b]
+    assume(moves)
+    a, b = (np.array(v) for v in zip(*moves, strict=True))
+    ca, cb = counts[a], counts[b]
+    sa, sb = w[a] / (ca - 1), w[b] / (cb + 1)
+    row = np.zeros(a.size, dtype=np.int64)
+    truth = []
+    for k in range(a.size):  # re-sort after the move
+        c = counts.copy()
+        c[a[k]] -= 1
+        c[b[k]] += 1
+        y = np.sort(np.repeat(w / np.maximum(c, 1), c))
+        truth.append((float((y + y[::-1]).max()), y[P // 2 - 1] == y[P // 2]))
+    exact = np.array([t[0] for t in truth])
+    val, tie = pairing.moved_objectives(xs[None], first, row, a, b, ca, cb, sa, sb)
+    assert np.array_equal(val, exact)
+    assert np.array_equal(tie, [t[1] for t in truth])
+    ref = pairing._moved_objective(
+        np.repeat(xs[None], a.size, 0), np.repeat(xe[None], a.size, 0), a, b, ca, cb, sa, sb, False
+    )
+    assert np.array_equal(ref, exact)
+    bound = exact * rng.uniform(0.9, 1.1, size=a.size)
+    cut, _ = pairing.moved_objectives(xs[None], first, row, a, b, ca, cb, sa, sb, bound)
+    kept = np.isfinite(cut)
+    assert np.array_equal(cut[kept], exact[kept])
+    assert not better(exact[~kept], bound[~kept]).any()
+
+
+def test_stacked_searches_equal_separate_ones():
+    """improve_counts over stacked rows sharing loads (load_id) equals separate calls."""
+    rng = np.random.default_rng(3)
+    load = rng.zipf(1.5, size=(6, 24)).astype(float)
+    start = np.stack([1 + rng.multinomial(24, np.ones(24) / 24) for _ in range(6)])
+    one = pairing.improve_counts(load, start, 12, distinct=True)
+    two = pairing.improve_counts(load, start, 12, distinct=False)
+    both = pairing.improve_counts(
+        np.concatenate([load, load]),
+        np.concatenate([start, start]),
+        12,
+        distinct=np.repeat([True, False], 6),
+        load_id=np.tile(np.arange(6), 2),
+    )
+    assert np.array_equal(both[:6], one) and np.array_equal(both[6:], two)
 
 
 @settings(max_examples=12, deadline=None)
