@@ -143,7 +143,7 @@ def lower_bound(
     load = check_solver_load(load)
     if not isinstance(topology, Topology):
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
-    if lp not in (True, False, "auto") or isinstance(lp, (int, float)) and not isinstance(lp, bool):
+    if not (isinstance(lp, (bool, np.bool_)) or (isinstance(lp, str) and lp == "auto")):
         raise InputError(f"lp must be True, False or 'auto', got {lp!r}")
     for name, flag in (("hierarchical", hierarchical), ("weighted", weighted)):
         if not isinstance(flag, (bool, np.bool_)):

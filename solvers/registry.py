@@ -265,7 +265,7 @@ def solve(
     if previous is not None:  # relabeling is part of the solve: timed with it
         if not info.get("relabeled"):
             start = time.perf_counter()
-            placement = relabel(placement, previous)
+            placement = relabel(placement, previous).validate()
             seconds += time.perf_counter() - start
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
@@ -283,7 +283,7 @@ def solve(
         placement.replica_share,
         {**placement.meta, "solver": info},
         ids if ids is not None else None,
-    ).validate()
+    )  # the tables were validated above; only meta and layer ids are new
 
 
 def _as_placement(out, name: str, num_experts: int, topology: Topology) -> Placement:

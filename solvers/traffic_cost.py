@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.validation import check_solver_load
 
 
 def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
@@ -56,7 +56,7 @@ def expected_rdma(placement_or_phy2log, load, topology: Topology | None = None) 
         phy2log = np.asarray(placement_or_phy2log)
         if topology is None:
             raise InputError("expected_rdma needs a topology when given a phy2log table")
-    load = check_load(load)
+    load = check_solver_load(load)
     if phy2log.ndim != 2 or phy2log.shape[0] != load.shape[0]:
         raise InputError(f"phy2log has shape {phy2log.shape} but load has {load.shape[0]} layers")
     if phy2log.shape[1] != topology.num_slots:

@@ -169,3 +169,62 @@ def test_plain_function_solvers():
 def test_register_twice_is_refused():
     with pytest.raises(InputError, match="already registered"):
         solvers.register("greedy")(lambda load, topology: None)
+
+
+# ------------------------------------------------------------------ junk at the public API
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from solvers.bounds import lower_bound  # noqa: E402
+from solvers.migration import relabel, replicas_moved  # noqa: E402
+from solvers.traffic_cost import expected_rdma  # noqa: E402
+
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=True),
+    st.complex_numbers(), st.text(max_size=5), st.binary(max_size=5),
+    st.lists(st.integers(-5, 5), max_size=4), st.dictionaries(st.text(max_size=2), st.integers()),
+    st.just(object()), st.just(np.ones((2, 2, 2))), st.just(np.array([["a", "b"]])),
+    st.just(np.full((1, 8), 1e308)), st.just(-np.ones((1, 8))), st.just(np.ones((0, 8))),
+)
+GOOD = {"load": np.ones((1, 8)), "topology": TOPO}
+
+
+def _only_eplb_errors(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except EplbError:
+        pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(junk=JUNK, where=st.sampled_from(["load", "topology", "num_groups", "previous", "seed",
+                                         "time_limit", "layer_ids", "budget", "name"]))
+def test_solve_refuses_junk_with_eplb_errors(junk, where):
+    """Issue 13: no TypeError, IndexError, OverflowError... from solve, whatever the input."""
+    kw = {"num_groups": None, "seed": 0}
+    args = dict(GOOD)
+    name = "greedy"
+    if where in args:
+        args[where] = junk
+    elif where == "name":
+        name = junk
+    else:
+        kw[where] = junk
+    _only_eplb_errors(solvers.solve, name, args["load"], args["topology"], **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(junk=JUNK, where=st.integers(0, 5))
+def test_bounds_and_helpers_refuse_junk(junk, where):
+    args = [np.ones((1, 8)), TOPO, None, False, False, "auto"]
+    args[where] = junk
+    load, topo, groups, hier, weighted, lp = args
+    _only_eplb_errors(lower_bound, load, topo, num_groups=groups, hierarchical=hier,
+                      weighted=weighted, lp=lp)
+    p = solvers.solve("greedy", np.ones((1, 8)), TOPO)
+    _only_eplb_errors(replicas_moved, p, junk)
+    _only_eplb_errors(relabel, junk, p)
+    _only_eplb_errors(expected_rdma, junk, np.ones((1, 8)), TOPO)
+    _only_eplb_errors(expected_rdma, p, junk)
+    _only_eplb_errors(solvers.options, junk)
+    _only_eplb_errors(solvers.check_options, "greedy", {"budget": junk})
