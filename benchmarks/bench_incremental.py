@@ -1,5 +1,6 @@
-"""Benchmark: incremental repair (greedy ``tolerance`` / ``migration_budget`` with ``previous=``)
-against fresh greedy + relabel, run in the same process.
+"""Benchmark: incremental repair (the ``repair`` policy; old spelling: greedy with
+``tolerance`` / ``migration_budget`` and ``previous=``) against fresh greedy + relabel, run in
+the same process.
 
 1. Replay of the bundled ``traces/data/deepseek-v3-calibrated.npz`` (4 x 8 GPUs, 288 slots,
    rebalance every ``--interval`` windows from the last ``--history``): mean step max/mean
@@ -91,7 +92,8 @@ def bench_real(topo: Topology, noise: float, seed: int, *, files: int | None = N
                          "", "", ""))
             for mode, opts in MODES:
                 t = time.perf_counter()
-                p = solvers.solve("greedy", new, topo, previous=live, **opts)
+                p = solvers.solve("repair" if opts else "greedy", new, topo, previous=live,
+                                  **opts)
                 sec = time.perf_counter() - t
                 gpu = p.gpu_load(new)
                 mx = gpu.max(1)
