@@ -180,11 +180,21 @@ from solvers.migration import relabel, replicas_moved  # noqa: E402
 from solvers.traffic_cost import expected_rdma  # noqa: E402
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=True),
-    st.complex_numbers(), st.text(max_size=5), st.binary(max_size=5),
-    st.lists(st.integers(-5, 5), max_size=4), st.dictionaries(st.text(max_size=2), st.integers()),
-    st.just(object()), st.just(np.ones((2, 2, 2))), st.just(np.array([["a", "b"]])),
-    st.just(np.full((1, 8), 1e308)), st.just(-np.ones((1, 8))), st.just(np.ones((0, 8))),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True),
+    st.complex_numbers(),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(-5, 5), max_size=4),
+    st.dictionaries(st.text(max_size=2), st.integers()),
+    st.just(object()),
+    st.just(np.ones((2, 2, 2))),
+    st.just(np.array([["a", "b"]])),
+    st.just(np.full((1, 8), 1e308)),
+    st.just(-np.ones((1, 8))),
+    st.just(np.ones((0, 8))),
 )
 GOOD = {"load": np.ones((1, 8)), "topology": TOPO}
 
@@ -197,8 +207,22 @@ def _only_eplb_errors(fn, *args, **kwargs):
 
 
 @settings(max_examples=60, deadline=None)
-@given(junk=JUNK, where=st.sampled_from(["load", "topology", "num_groups", "previous", "seed",
-                                         "time_limit", "layer_ids", "budget", "name"]))
+@given(
+    junk=JUNK,
+    where=st.sampled_from(
+        [
+            "load",
+            "topology",
+            "num_groups",
+            "previous",
+            "seed",
+            "time_limit",
+            "layer_ids",
+            "budget",
+            "name",
+        ]
+    ),
+)
 def test_solve_refuses_junk_with_eplb_errors(junk, where):
     """Issue 13: no TypeError, IndexError, OverflowError... from solve, whatever the input."""
     kw = {"num_groups": None, "seed": 0}
@@ -219,8 +243,9 @@ def test_bounds_and_helpers_refuse_junk(junk, where):
     args = [np.ones((1, 8)), TOPO, None, False, False, "auto"]
     args[where] = junk
     load, topo, groups, hier, weighted, lp = args
-    _only_eplb_errors(lower_bound, load, topo, num_groups=groups, hierarchical=hier,
-                      weighted=weighted, lp=lp)
+    _only_eplb_errors(
+        lower_bound, load, topo, num_groups=groups, hierarchical=hier, weighted=weighted, lp=lp
+    )
     p = solvers.solve("greedy", np.ones((1, 8)), TOPO)
     _only_eplb_errors(replicas_moved, p, junk)
     _only_eplb_errors(relabel, junk, p)
