@@ -10,6 +10,8 @@ re-import the main module, which then needs that guard). Guarantees:
   parent dies, even by SIGKILL), and a watchdog thread exits when the parent process is gone
   (other platforms, or a parent that died before the signal was armed);
 - workers ignore SIGINT (Ctrl-C goes to the parent, which stops them);
+- inside a daemonic process (e.g. a ``multiprocessing.Pool`` worker), which may not start
+  processes, the tasks run inline;
 - on any exception in the parent (KeyboardInterrupt, SystemExit, an error in a task) every
   worker is killed at once and joined for at most `KILL_WAIT` seconds, and the queues are
   closed without waiting for data to flush, so a second Ctrl-C cannot hang at exit;
@@ -72,6 +74,8 @@ def run(
     global _CONTEXT
     tasks = list(tasks)
     workers = max(1, min(int(workers), len(tasks)))
+    if multiprocessing.current_process().daemon:  # daemons may not start processes: inline
+        workers = 1
     if workers == 1:
         previous, _CONTEXT = _CONTEXT, context
         try:

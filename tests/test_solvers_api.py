@@ -29,7 +29,7 @@ def test_trace_input_carries_model_layer_ids(name):
     if name.startswith("ilp"):
         kw["workers"] = 1
     if name == "ilp":
-        kw["deterministic_time"] = 0.3
+        kw["deterministic_time"] = 0.05
     if name == "repair":
         kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO)
     p = solvers.solve(name, tr, TOPO, **kw)

@@ -77,6 +77,17 @@ def _boom(x):
     return x * x
 
 
+def _nested(x):
+    return workers.run(_boom, [x, x + 1], workers=2)  # inside a daemon: runs inline
+
+
+def test_daemonic_callers_run_inline():
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as p:  # Pool workers are daemons
+        assert p.map(_nested, [0]) == [[0, 1]]
+
+
 def test_worker_errors_reach_the_parent_and_stop_the_pool():
     assert workers.run(_boom, [0, 1, 2], workers=2) == [0, 1, 4]
     with pytest.raises(InputError, match="task 3 failed"):
