@@ -30,7 +30,7 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
-from solvers.legacy import route
+from solvers.legacy import LEGACY, route
 from solvers.migration import relabel, replicas_moved
 from solvers.validation import (
     check_layer_ids,
@@ -157,9 +157,11 @@ def check_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         else:
             accepted = ", ".join(spec.options) if spec.options else "none"
+            old = ", ".join(LEGACY.get(name, ()))
             raise InputError(
                 f"solver {name!r} has no option {key!r}; its options: {accepted} "
                 f"(besides num_groups, previous, seed, time_limit)"
+                + (f"; older spellings still accepted: {old}" if old else "")
             )
     return out
 

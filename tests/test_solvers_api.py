@@ -144,7 +144,7 @@ def test_bad_loads_raise_eplb_errors(name, load, match):
 
 
 def test_absurd_sizes_are_refused_before_allocating():
-    topo = Topology(1000, 1000, 1000)
+    topo = Topology(256, 256, 16)  # within Topology's own caps, but 58 x 256 x 65,536 entries
     with pytest.raises(InputError, match="problem too large"):
         solvers.solve("greedy", np.ones((58, 256)), topo)
 
