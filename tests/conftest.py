@@ -58,3 +58,13 @@ def shared_requests() -> Path:
         pytest.skip(f"request traces not found at {SHARED_REQUESTS} (they live outside the repo; "
                     "set EPLB_REQUESTS=DIR, see docs/data.md)")
     return SHARED_REQUESTS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkout_stays_clean():
+    """Tests write only to temporary folders: fail the run if the repository's top level
+    gained entries (a relative output path in a test lands in the working directory)."""
+    before = set(os.listdir(REPO))
+    yield
+    new = sorted(set(os.listdir(REPO)) - before - {".pytest_cache", ".hypothesis"})
+    assert not new, f"tests wrote into the checkout: {new}"

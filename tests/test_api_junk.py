@@ -6,6 +6,8 @@ TypeError, IndexError, OverflowError, AttributeError or a numpy warning turned e
 
 from __future__ import annotations
 
+import os
+
 import warnings
 
 import numpy as np
@@ -351,10 +353,18 @@ def _cases(tmp):
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
+    """The baseline calls, run from a scratch working directory: junk strings drawn for
+    output paths (``"0"``, ``"abc"``) are relative paths and must not land in the checkout."""
     tmp = tmp_path_factory.mktemp("junk")
     traces.write(TRACE, tmp / "t.npz")
     pio.write_placement(PLACEMENT, tmp / "ok.json")
-    return tmp, _cases(tmp)
+    cwd = os.getcwd()
+    scratch = tmp_path_factory.mktemp("junk-cwd")
+    os.chdir(scratch)
+    try:
+        yield tmp, _cases(tmp)
+    finally:
+        os.chdir(cwd)
 
 
 NAMES = list(_cases(__import__("pathlib").Path("/nonexistent")))
