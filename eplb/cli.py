@@ -15,7 +15,7 @@ from eplb import __version__
 from eplb.errors import EplbError
 
 # verb modules under eplb.commands, each with add_parser(subparsers)
-COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload")
+COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
