@@ -149,8 +149,7 @@ class _Sim:
         self.retries = np.zeros(n, dtype=np.int64)
         self.gen = np.zeros(n, dtype=np.int64)  # output tokens produced so far
         self.p_len = self.inp.copy()  # tokens the (latest) prefill covers
-        self.p_blocks = np.zeros(n)  # prefill RankState increments of the request
-        self.p_att = np.zeros(n)
+        self.p_blocks = np.zeros(n)  # KV blocks the request adds to its prefill rank's state
         self.d_kv = self.inp + self.out  # KV reserved on the decode rank
         self.d_k0 = np.zeros(n, dtype=np.int64)  # decode step the request joined at
         self.d_need = np.zeros(n, dtype=np.int64)  # tokens to emit in decode
@@ -371,7 +370,6 @@ class _Sim:
             self.p_unit[i], self.p_rank[i] = u, r
             u_new = Lj - c
             self.p_blocks[i] = -(-Lj // self.bs)
-            self.p_att[i] = u_new * (c + u_new / 2)
             self.units["prefill"][u].queues[r].append([i, u_new, 0, c, ready])
             started.add(u)
         # the waiting queue keeps its order: drop the routed among the offered old ones
@@ -409,12 +407,22 @@ class _Sim:
         unit.inflight = chunks
         unit.wake_at = math.inf
         done_in = 0
-        for _, e, n in chunks:
+        state = self.p_state
+        g0 = unit.index * self.Gp
+        for r, e, n in chunks:
+            # the chunk leaves the balancer's view (queued tokens and attention not yet run):
+            # the ranks step together, so the balancer fills the next step
+            state.queued_tokens[g0 + r] -= n
+            state.attention_cost[g0 + r] -= n * (e[3] + e[2]) + n * n / 2
             if n == e[1]:
                 done_in += int(self.p_len[e[0]])
+        np.maximum(state.queued_tokens, 0.0, out=state.queued_tokens)
+        np.maximum(state.attention_cost, 0.0, out=state.attention_cost)
+        self.p_version += 1
         self._record_step(unit, t, st, tokens, len(chunks), 0.0, float(done_in), 0.0)
         self._util(unit, t, dur, batch.tokens / unit.budget)
         self._push(t + dur, _P_END, unit.index)
+        self._route_prefill(t)
 
     def _end_prefill(self, unit: PrefillUnit, t: float) -> None:
         unit.busy = False
@@ -426,21 +434,14 @@ class _Sim:
             g = g0 + r
             e[1] -= n
             e[2] += n
-            state.queued_tokens[g] -= n
             if e[1] == 0:
                 unit.queues[r].remove(e)
                 i = e[0]
                 completed.append(i)
                 state.num_requests[g] -= 1
                 state.kv_blocks_used[g] -= self.p_blocks[i]
-                state.attention_cost[g] -= self.p_att[i]
         unit.inflight = []
-        for arr in (
-            state.queued_tokens,
-            state.kv_blocks_used,
-            state.attention_cost,
-            state.num_requests,
-        ):
+        for arr in (state.kv_blocks_used, state.num_requests):
             np.maximum(arr, 0.0, out=arr)
         self.p_version += 1
         if completed:
