@@ -4,7 +4,8 @@ Frames (one row each):
 
 - ``requests``: per request that arrived before the end: ``request_id``, ``arrival_s``,
   ``routed_s`` (placed on a prefill rank, last attempt), ``first_token_s`` (its prefill
-  finished: the first output token), ``finish_s`` (last token), ``input_tokens``,
+  finished: the first output token), ``decode_start_s`` (its first decode step began; NaN
+  for one-token outputs), ``finish_s`` (last token), ``input_tokens``,
   ``cached_tokens`` (prompt tokens served by the store or the rank's cache, last attempt),
   ``store_loaded_tokens`` (of those, loaded from the external store), ``output_tokens``,
   ``prefill_unit``, ``prefill_rank``, ``decode_unit``, ``decode_rank`` (-1: none),
@@ -118,6 +119,7 @@ class SimResult:
                 "arrival_s": sim.arrival,
                 "routed_s": sim.routed_s,
                 "first_token_s": sim.first_token_s,
+                "decode_start_s": sim.decode_start_s,
                 "finish_s": sim.finish_s,
                 "input_tokens": sim.inp,
                 "cached_tokens": sim.cached,

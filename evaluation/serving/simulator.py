@@ -151,6 +151,7 @@ class _Sim:
         self.p_len = self.inp.copy()  # tokens the (latest) prefill covers
         self.p_blocks = np.zeros(n)  # KV blocks the request adds to its prefill rank's state
         self.d_kv = self.inp + self.out  # KV reserved on the decode rank
+        self.decode_start_s = np.full(n, np.nan)  # its first decode step began (last attempt)
         self.d_k0 = np.zeros(n, dtype=np.int64)  # decode step the request joined at
         self.d_need = np.zeros(n, dtype=np.int64)  # tokens to emit in decode
         self.d_final = np.zeros(n)  # its context at the end (taken off the rank's kv sum)
@@ -283,6 +284,8 @@ class _Sim:
         heapq.heappush(self.heap, (t, self._seq, kind, arg))
 
     def _finish(self, i: int, t: float) -> None:
+        if not math.isnan(self.finish_s[i]):  # pragma: no cover - a simulator bug
+            raise AssertionError(f"request {i} finished twice")
         self.finish_s[i] = t
         self.gen[i] = self.out[i]
         self.done += 1
@@ -409,13 +412,21 @@ class _Sim:
         done_in = 0
         state = self.p_state
         g0 = unit.index * self.Gp
+        att = 0.0
         for r, e, n in chunks:
-            # the chunk leaves the balancer's view (queued tokens and attention not yet run):
-            # the ranks step together, so the balancer fills the next step
+            # the chunk leaves its rank's queue (the balancer fills the next step) ...
+            a = n * (e[3] + e[2]) + n * n / 2
             state.queued_tokens[g0 + r] -= n
-            state.attention_cost[g0 + r] -= n * (e[3] + e[2]) + n * n / 2
+            state.attention_cost[g0 + r] -= a
+            att += a
             if n == e[1]:
                 done_in += int(self.p_len[e[0]])
+        # ... and the step's work is charged evenly to the unit's ranks until it ends: they
+        # all wait for it, so it tells units apart without unbalancing the next step
+        sl = slice(g0, g0 + self.Gp)
+        unit.charged = (tokens / self.Gp, att / self.Gp)
+        state.running_tokens[sl] += unit.charged[0]
+        state.attention_cost[sl] += unit.charged[1]
         np.maximum(state.queued_tokens, 0.0, out=state.queued_tokens)
         np.maximum(state.attention_cost, 0.0, out=state.attention_cost)
         self.p_version += 1
@@ -429,6 +440,10 @@ class _Sim:
         unit.k += 1
         state = self.p_state
         g0 = unit.index * self.Gp
+        sl = slice(g0, g0 + self.Gp)
+        state.running_tokens[sl] -= unit.charged[0]
+        state.attention_cost[sl] -= unit.charged[1]
+        unit.charged = (0.0, 0.0)
         completed = []
         for r, e, n in unit.inflight:
             g = g0 + r
@@ -441,7 +456,12 @@ class _Sim:
                 state.num_requests[g] -= 1
                 state.kv_blocks_used[g] -= self.p_blocks[i]
         unit.inflight = []
-        for arr in (state.kv_blocks_used, state.num_requests):
+        for arr in (
+            state.kv_blocks_used,
+            state.num_requests,
+            state.running_tokens,
+            state.attention_cost,
+        ):
             np.maximum(arr, 0.0, out=arr)
         self.p_version += 1
         if completed:
@@ -527,6 +547,7 @@ class _Sim:
             kf = jf - 1
             self.d_k0[i] = k0
             self.d_need[i] = need
+            self.decode_start_s[i] = t
             start_ctx = float(self.p_len[i] + 1)
             self.d_final[i] = start_ctx + (cum(jf, x) - base)
             unit.finish_at.setdefault(kf, []).append(i)

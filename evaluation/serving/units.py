@@ -122,6 +122,7 @@ class PrefillUnit(_Unit):
         self.budget = int(token_budget)
         self.queues: list[list[list]] = [[] for _ in range(self.G)]
         self.inflight: list[tuple[int, list, int]] = []
+        self.charged = (0.0, 0.0)  # running step's tokens and attention per rank (balancer view)
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
