@@ -12,10 +12,12 @@ from). Sources (`RoutingConfig.source`):
 - ``trace``: the windows of a trace file (``routing.path``, any `traces.read` format; token-level
   traces replay their counts), window ``w`` is ``counts[w mod T]``.
 
-Dynamics (calibrated and uniform): ``drift`` is the share of a layer's experts that trade
-popularity each window (a cyclic shift of their shares among a random subset, as
-`traces.synth.drift` trades ranks), generated forward from window 0 and, with its own stream,
-backward for negative windows; ``burst`` is the probability that a (window, layer) bursts:
+Dynamics (calibrated and uniform): ``drift`` is the expected share of a layer's experts whose
+popularity changes each window: ``Poisson(drift * E / 2)`` swaps per (window, layer), each
+exchanging the shares of two random experts (as `traces.synth.drift` trades ranks; a swap can
+move a hot expert's share onto a cold one, so this drift is abrupt rather than gradual),
+generated forward from window 0 and, with its own stream, backward for negative windows;
+``burst`` is the probability that a (window, layer) bursts:
 ``burst_experts`` random experts get ``burst_factor`` times their share for that window
 (`traces.synth.bursty`). Both depend on the seed and the phase only (not on the unit or the
 config), so paired runs see the same popularity.
@@ -122,7 +124,6 @@ class Popularity:
         self._fwd = self._rng(_FORWARD)
         self._bwd = self._rng(_BACKWARD)
         self._cache: dict[int, np.ndarray] = {}
-        self._k_drift = int(round(config.drift * E))
 
     def _rng(self, purpose: int, *extra: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, 1, self._pid, purpose, *extra])
@@ -139,7 +140,7 @@ class Popularity:
         if self._trace is not None:
             counts = self._trace[w % len(self._trace)]
             out = _cap(np.where(counts.sum(-1, keepdims=True) > 0, counts, 1.0), K)
-        elif self._k_drift < 2 and self.config.burst == 0:
+        elif self.config.drift <= 0 and self.config.burst == 0:
             out = self._base
         else:
             p = self._drifted(w)
@@ -153,26 +154,27 @@ class Popularity:
         return out
 
     def _drifted(self, w: int) -> np.ndarray:
-        if self._k_drift < 2:
+        if self.config.drift <= 0:
             return self._state[0]
-        L = self.model.moe_layers
-        rows = np.arange(L)[:, None]
         while self._hi < w:
             p = self._state[self._hi].copy()
-            self._shift(p, self._fwd, rows)
+            self._shift(p, self._fwd)
             self._hi += 1
             self._state[self._hi] = p
         while self._lo > w:
             p = self._state[self._lo].copy()
-            self._shift(p, self._bwd, rows)
+            self._shift(p, self._bwd)
             self._lo -= 1
             self._state[self._lo] = p
         return self._state[w]
 
-    def _shift(self, p: np.ndarray, rng: np.random.Generator, rows: np.ndarray) -> None:
+    def _shift(self, p: np.ndarray, rng: np.random.Generator) -> None:
         L, E = p.shape
-        chosen = np.argsort(rng.random((L, E)), axis=1)[:, : self._k_drift]
-        p[rows, chosen] = p[rows, np.roll(chosen, -1, axis=1)]
+        swaps = rng.poisson(self.config.drift * E / 2, size=L)
+        for layer in np.flatnonzero(swaps):
+            for _ in range(int(swaps[layer])):
+                a, b = rng.choice(E, size=2, replace=False)
+                p[layer, a], p[layer, b] = p[layer, b], p[layer, a]
 
     def _bursts(self, w: int, p: np.ndarray) -> np.ndarray:
         L, E = p.shape

@@ -253,6 +253,7 @@ class _Sim:
         self.d_wait: deque[int] = deque()
         self.p_version = self.p_offered = 0
         self.d_version = self.d_offered = 0
+        self.d_new = self.d_freed = 0  # joined the decode queue / finished since the last offer
         self.heap: list = []
         self._seq = 0
         self.arrive_at = math.inf
@@ -483,14 +484,19 @@ class _Sim:
                 self._finish(i, t)
             else:
                 self.d_wait.append(i)
+                self.d_new += 1
         self._route_decode(t, fresh=True)
 
     # ------------------------------------------------------------------ decode routing
     def _route_decode(self, t: float, fresh: bool = False) -> None:
+        """Offer the head of the decode queue (FIFO) to the decode balancer: as many requests
+        as joined it plus twice as many as finished since the last offer (what can have room
+        now), so a long queue costs nothing per step while nothing frees up."""
         if not self.d_wait or (not fresh and self.d_version == self.d_offered):
             return
         self.d_offered = self.d_version
-        m = min(len(self.d_wait), _OFFER_CAP * 4)
+        m = min(len(self.d_wait), _OFFER_CAP * 4, self.d_new + 2 * self.d_freed + 8)
+        self.d_new = self.d_freed = 0
         offer = [self.d_wait[j] for j in range(m)]
         idx = np.fromiter(offer, dtype=np.int64, count=m)
         batch = RequestBatch(
@@ -610,6 +616,7 @@ class _Sim:
                 state.attention_cost[g] -= kv
                 self._finish(i, t)
             self.d_version += 1
+            self.d_freed += len(fin)
             self._route_decode(t)
         self._start_decode(unit, t)
 
