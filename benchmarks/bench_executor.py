@@ -1,16 +1,24 @@
-"""Benchmark: reference executor dispatch + combine vs a per-token Python loop (same process).
+"""Benchmark: reference executor dispatch + combine against a warm ``np.take`` of the same rows.
 
-Workload (issue 5): 16,384 tokens x top-8 on 32 simulated ranks (4 nodes x 8 GPUs x 9 slots,
-256 experts + 32 redundant), hidden 1024, float32, ``even`` dispatch. Experts are the identity
-(the expert output of a pick is its received row), so only the data movement is timed:
-``dispatch_layout`` + ``dispatch`` + ``combine`` from `eplb.executor.kernels`, against
-`loop_dispatch_combine` below, which does the same work (same receive buffers, per-node RDMA
-dedup, rail-peer forwarding, three-stage combine) one token at a time.
+Workload: top-8 routing on 32 simulated ranks (4 nodes x 8 GPUs x 9 slots, 256 experts + 32
+redundant), float32, ``even`` dispatch, at hidden 1024 (16,384 tokens) and 7168 (4,096
+tokens: about the same bytes). Experts are the identity (the expert output of a pick is its
+received row), so only the data movement is timed: ``dispatch`` + ``combine`` from
+`eplb.executor.kernels` with a reused ``kernels.Buffer`` (``dispatch_layout`` and combine's
+reduction plans, index math a runtime computes once per routing, are reported apart).
 
-Both results are checked against each other and against the closed form of identity experts,
-``out[n] = sum_k w[n, k] * x[n]``, before any number is printed.
+Baseline, measured in the same process, interleaved with the kernels (best of ``--repeat``):
+one warm ``np.take`` of the same ``M + R`` rows (every receive and RDMA row) from the
+activations into a reused buffer. Dispatch writes those rows and combine reads them back, so
+dispatch + combine move ``2 (M + R)`` rows where the take moves ``M + R``; the ratio of
+bandwidths is ``2 t_take / (t_dispatch + t_combine)`` (1.0 = each phase as fast as one
+gather of its rows; target >= 0.70).
 
-    python benchmarks/bench_executor.py [--tokens 16384] [--hidden 1024] [--repeat 5]
+Results are checked against the closed form of identity experts, ``out[n] = sum_k w[n, k] *
+x[n]``, before any number is printed; ``--loop`` also runs `loop_dispatch_combine`, the same
+work one token at a time (receive buffers bit-equal), and prints the speed-up over it.
+
+    python benchmarks/bench_executor.py [--hidden 1024,7168] [--tokens N] [--repeat 7] [--loop]
 """
 
 from __future__ import annotations
@@ -130,77 +138,80 @@ def loop_layout(slots, token_rank, topo):
     return per_rank, per_node, pick_row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--top-k", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+def measure(tokens: int, hidden: int, top_k: int, repeat: int, seed: int, loop: bool) -> dict:
     topo = Topology(4, 8, 9)
-    N, H, K = args.tokens, args.hidden, args.top_k
-    x, w, slots, token_rank = workload(N, H, K, topo, 256, args.seed)
-    print(f"workload: {N} tokens x top-{K}, hidden {H} float32, {topo.num_gpus} ranks "
-          f"({topo}), even dispatch")
-
-    def timed(buffer):
-        best: dict[str, float] = {}
-        for _ in range(args.repeat):
-            out, recv, _, t = vectorised(x, w, slots, token_rank, topo, identity_experts, buffer)
-            for key, val in t.items():
-                best[key] = min(best.get(key, np.inf), val)
-            del out, recv
-        return best
-
-    # fresh arrays per call (first-touch page faults every time) vs one reused kernels.Buffer
-    # (as ReferenceExecutor and DeepEP's Buffer keep their receive buffers between calls)
-    fresh = timed(None)
-    best = timed(kernels.Buffer())
-    out, recv, layout, _ = vectorised(x, w, slots, token_rank, topo, identity_experts)
-    vec = best["layout"] + best["dispatch"] + best["combine"]
-    vec_fresh = fresh["layout"] + fresh["dispatch"] + fresh["combine"]
-    print(f"receive rows M={layout.num_recv} ({layout.num_recv / N:.2f} GPUs per token), "
-          f"RDMA rows R={layout.num_rdma}, NVLink copies {layout.num_nvlink}; "
-          f"recv buffers {layout.num_recv * H * 4 / 1e6:.0f} MB")
-
-    y = identity_experts(recv, layout)
-    pick_pos = np.empty(N * K, dtype=np.int64)
-    pick_pos[layout.pick_order] = np.arange(N * K)
+    N, H, K = tokens, hidden, top_k
+    x, w, slots, token_rank = workload(N, H, K, topo, 256, seed)
+    buffer = kernels.Buffer()
     t0 = time.perf_counter()
-    ref, buffers, order = loop_dispatch_combine(x, w, slots, token_rank, topo, y, pick_pos)
-    loop = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    per_rank, per_node, pick_row = loop_layout(slots, token_rank, topo)
-    loop_lay = time.perf_counter() - t0
-    assert np.array_equal(pick_row, layout.pick_row)
-    assert np.array_equal(np.concatenate(per_node), layout.rdma_token)
-
+    layout = kernels.dispatch_layout(slots, token_rank, topo)
+    _ = layout.combine_plan  # combine's reduction plans: index math, once per routing
+    t_layout = time.perf_counter() - t0
+    M, R = layout.num_recv, layout.num_rdma
+    recv, _ = kernels.dispatch(x, layout, buffer=buffer)
+    y = identity_experts(recv, layout)  # fresh array: the buffer's recv is reused below
+    kernels.combine(y, w, layout, buffer=buffer)  # warm: the buffer's pages are touched
+    rows = np.concatenate([layout.rdma_token, layout.recv_token])  # the same M + R rows of x
+    taken = np.empty((M + R, H), dtype=x.dtype)
+    best = {"take": np.inf, "dispatch": np.inf, "combine": np.inf}
+    for _ in range(repeat):  # interleaved, so background load hits all three alike
+        t0 = time.perf_counter()
+        np.take(x, rows, axis=0, out=taken, mode="clip")
+        t1 = time.perf_counter()
+        kernels.dispatch(x, layout, buffer=buffer)
+        t2 = time.perf_counter()
+        out = kernels.combine(y, w, layout, buffer=buffer)
+        t3 = time.perf_counter()
+        for key, val in (("take", t1 - t0), ("dispatch", t2 - t1), ("combine", t3 - t2)):
+            best[key] = min(best[key], val)
     closed = w.sum(1, keepdims=True) * x
     np.testing.assert_allclose(out, closed, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ref, closed, rtol=1e-5, atol=1e-5)
-    for g in range(topo.num_gpus):
-        a, b = layout.rank_offsets[g], layout.rank_offsets[g + 1]
-        assert np.array_equal(layout.recv_token[a:b], order[g])
-        assert np.array_equal(recv[a:b], buffers[g])
-    print("check: vectorised == loop (receive buffers bit-equal, outputs within 1e-5) == "
-          "closed form")
+    res = {"N": N, "H": H, "M": M, "R": R, "layout": t_layout, **best}
+    res["ratio"] = 2 * best["take"] / (best["dispatch"] + best["combine"])
+    if loop:
+        pick_pos = np.empty(N * K, dtype=np.int64)
+        pick_pos[layout.pick_order] = np.arange(N * K)
+        t0 = time.perf_counter()
+        ref, buffers, order = loop_dispatch_combine(x, w, slots, token_rank, topo, y, pick_pos)
+        res["loop"] = time.perf_counter() - t0
+        np.testing.assert_allclose(ref, closed, rtol=1e-5, atol=1e-5)
+        recv, _ = kernels.dispatch(x, layout, buffer=buffer)
+        for g in range(topo.num_gpus):
+            a, b = layout.rank_offsets[g], layout.rank_offsets[g + 1]
+            assert np.array_equal(layout.recv_token[a:b], order[g])
+            assert np.array_equal(recv[a:b], buffers[g])
+    return res
 
-    print(f"\n{'stage':<34}{'seconds':>10}{'tokens/s':>14}")
-    for key in ("layout", "dispatch", "combine"):
-        print(f"{'vectorised ' + key:<34}{best[key]:>10.4f}{N / best[key]:>14,.0f}")
-    print(f"{'vectorised total':<34}{vec:>10.4f}{N / vec:>14,.0f}")
-    print(f"{'vectorised total, fresh buffers':<34}{vec_fresh:>10.4f}{N / vec_fresh:>14,.0f}")
-    print(f"{'per-token Python loop':<34}{loop:>10.4f}{N / loop:>14,.0f}")
-    print(f"{'per-token loop, layout':<34}{loop_lay:>10.4f}{N / loop_lay:>14,.0f}")
-    print(f"\nspeed-up vs loop, dispatch + combine: {loop / vec:.1f}x with a reused Buffer, "
-          f"{loop / vec_fresh:.1f}x with fresh buffers (target >= 100x)")
-    print(f"speed-up vs loop, layout (index math only): {loop_lay / best['layout']:.1f}x")
-    moved = (layout.num_recv + layout.num_rdma) * H * 4 * 2 / 1e9
-    print(f"dispatch + combine move >= {moved:.2f} GB of activations (receive and RDMA rows, "
-          f"each written once in dispatch and read once in combine): "
-          f"{moved / vec:.1f} GB/s vectorised")
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hidden", default="1024,7168", help="hidden sizes (default 1024,7168)")
+    ap.add_argument("--tokens", type=int,
+                    help="tokens (default 16384 at hidden 1024, scaled to the same bytes)")
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--loop", action="store_true", help="also time the per-token Python loop")
+    args = ap.parse_args()
+    print("dispatch + combine vs one warm np.take of the same M + R rows (best of "
+          f"{args.repeat}, interleaved); 32 ranks (4x8x9), top-{args.top_k}, float32")
+    print(f"\n{'hidden':>6} {'tokens':>7} {'M':>7} {'R':>6} {'take ms':>8} {'disp ms':>8} "
+          f"{'comb ms':>8} {'take GB/s':>9} {'d+c GB/s':>9} {'ratio':>6}  layout ms")
+    for H in (int(h) for h in args.hidden.split(",")):
+        N = args.tokens or max(1024, 16384 * 1024 // H)
+        r = measure(N, H, args.top_k, args.repeat, args.seed, args.loop)
+        row = H * 4
+        bw_take = (r["M"] + r["R"]) * row / r["take"] / 1e9
+        bw_dc = 2 * (r["M"] + r["R"]) * row / (r["dispatch"] + r["combine"]) / 1e9
+        print(f"{H:>6} {N:>7} {r['M']:>7} {r['R']:>6} {r['take'] * 1e3:>8.1f} "
+              f"{r['dispatch'] * 1e3:>8.1f} {r['combine'] * 1e3:>8.1f} {bw_take:>9.2f} "
+              f"{bw_dc:>9.2f} {r['ratio']:>6.2f}  {r['layout'] * 1e3:.1f}")
+        if "loop" in r:
+            print(f"{'':>6} per-token loop {r['loop']:.2f} s: dispatch + combine "
+                  f"{r['loop'] / (r['dispatch'] + r['combine']):.1f}x faster (receive buffers "
+                  "bit-equal)")
+    print("\nratio = 2 t_take / (t_dispatch + t_combine): dispatch + combine move every "
+          "receive/RDMA row twice (written, read back), the take once; target >= 0.70")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ The same comparison from the CLI (without the Qwen top_k note and the single-tra
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,11 +43,12 @@ import traces
 from eplb.atomic import atomic_write_text
 from eplb.errors import EplbError
 from evaluation import plots
-from evaluation.compare import _slug, compare, parse_topologies
+from evaluation.compare import compare, parse_topologies
 from evaluation.pareto import sweep
-from evaluation.tables import markdown, write_csv
+from evaluation.tables import markdown, slug, write_csv
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = (Path(os.environ["EPLB_DATA"]) if os.environ.get("EPLB_DATA")
+          else Path(__file__).resolve().parents[2] / "shared" / "traces")
 
 
 def load_traces(root: Path) -> dict[str, traces.Trace]:
@@ -105,7 +107,7 @@ def main() -> None:
             df = sweep(trace.load(), topo, num_groups=8, topk_groups=4, top_k=8,
                        ilp_time_limit=args.ilp_limit or None, progress=True,
                        ilp_weights=[float(w) for w in args.ilp_weights.split(",")])
-            stem = _slug(f"{args.pareto_trace}_{spec.text}")
+            stem = slug(f"{args.pareto_trace}_{spec.text}")
             files.append(plots.pareto_front(df, args.out / "plots" / f"pareto_{stem}.png",
                                             title=f"{args.pareto_trace} on {spec.text}"))
             frames.append(df.assign(trace=args.pareto_trace, topology=spec.text))

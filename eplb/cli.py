@@ -1,25 +1,65 @@
 """The ``eplb`` command: thin argument parsing over the library; one module per verb.
 
-Errors the toolkit raises on purpose (`EplbError`) print one line and exit 2.
+Errors the toolkit raises on purpose (`EplbError`) print one line and exit 2; so do the OS
+errors of files named on the command line and memory exhaustion. SIGTERM becomes a
+`eplb.atomic.Terminated` exception while a verb runs, so unfinished atomic writes remove their
+temporary files (exit 143, like a shell's 128 + 15).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from eplb import __version__
+from eplb.atomic import Terminated
 from eplb.errors import EplbError
 
-# verb modules under eplb.commands, each with add_parser(subparsers)
+# verb modules under eplb.commands, each with add_parser(subparsers); add a verb by name here
 COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate")
 
 
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def sigterm_as_exception() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` in the main thread (cleanups run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the toolkit's error format: one ``eplb: error:`` line, exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"eplb: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        # a verb may set ``lazy_epilog`` (a function) to list things that need heavy imports
+        # (the solvers and their options) only when --help is asked for
+        lazy = getattr(self, "lazy_epilog", None)
+        if lazy is not None:
+            self.epilog = lazy()
+            self.lazy_epilog = None
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="eplb",
         description="Expert-parallel load balancing for MoE inference: solve placements, "
         "read and synthesise traces, evaluate, compare and execute placements.",
@@ -44,9 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with sigterm_as_exception():
+            return int(args.func(args) or 0)
     except EplbError as exc:
-        print(f"eplb: error: {exc}", file=sys.stderr)
+        print(f"eplb: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
         print(f"eplb: error: {exc.filename or exc}: no such file", file=sys.stderr)
@@ -54,13 +95,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PermissionError as exc:
         print(f"eplb: error: {exc.filename or exc}: permission denied", file=sys.stderr)
         return 2
+    except IsADirectoryError as exc:
+        print(f"eplb: error: {exc.filename or exc}: is a directory; give a file",
+              file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("eplb: error: out of memory; the input or the requested sizes are too large "
+              "for this machine (use fewer windows, tokens or layers)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("eplb: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("eplb: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split("\n")).strip() or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -9,6 +9,12 @@
 - ``trtllm``: TensorRT-LLM MoE load-balancer YAML ``{num_slots, initial_global_assignments:
   {layer_id: [expert per slot]}}``.
 
+Both exports index rows by *model* layer id (``Placement.layer_ids``). A placement whose ids are
+the default ``0..L-1`` is refused for them unless ``layer_ids_are_model_ids=True``: solved from
+a bare load matrix, its rows would land on the wrong layers of a model with dense layers
+first (DeepSeek-V3's MoE layers are 3..60). Solve from the `traces.Trace` (its ``layer_ids``
+are carried over) or label the rows with ``evaluation.align.with_layers``.
+
 Every write is atomic (temporary file, then rename); every read raises `PlacementError` or
 `InputError` naming the file and field, never a numpy traceback.
 """
@@ -18,15 +24,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eplb.atomic import atomic_write_bytes, atomic_write_text
+from eplb.atomic import atomic_write_bytes, atomic_write_text, check_output_path
 from eplb.errors import InputError, PlacementError, TopologyError
 from eplb.placement import Placement
+from eplb.safeload import ZIP_MAGIC, read_npz
 from eplb.topology import Topology
 
 FORMATS = ("native", "npz", "sglang", "trtllm")
@@ -53,10 +59,16 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _check_path(path, what: str = "placement file") -> None:
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"{what} path must be a file name (str or os.PathLike), got {path!r}")
+
+
 def format_for(path: str | os.PathLike, format: str | None = None) -> str:
     """The placement format to use for ``path``: explicit ``format`` or its suffix."""
+    _check_path(path)
     if format is not None:
-        if format not in FORMATS:
+        if not isinstance(format, str) or format not in FORMATS:
             raise InputError(
                 f"unknown placement format {format!r}; use one of {', '.join(FORMATS)}"
             )
@@ -114,14 +126,51 @@ def dumps_native(p: Placement) -> str:
     return json.dumps({k: head[k] for k in order}, indent=1) + "\n"
 
 
+def _default_ids(p: Placement) -> bool:
+    return bool(np.array_equal(p.layer_ids, np.arange(p.num_layers)))
+
+
+def check_model_layer_ids(p: Placement, target: str, layer_ids_are_model_ids: bool) -> None:
+    """Refuse exporting rows labelled 0..L-1 (the default) unless the caller vouches for them."""
+    if not isinstance(layer_ids_are_model_ids, (bool, np.bool_)):
+        raise InputError(f"layer_ids_are_model_ids must be True or False, got "
+                         f"{layer_ids_are_model_ids!r}")
+    if layer_ids_are_model_ids or not _default_ids(p):
+        return
+    top = p.num_layers - 1
+    raise PlacementError(
+        f"the placement's layer_ids are the default 0..{top}, but {target} files are indexed by "
+        f"model layer id (DeepSeek-V3's MoE layers are 3..60). Solve from the trace "
+        f"(solvers.solve(name, trace, ...)) or label the rows (evaluation.align.with_layers("
+        f"placement, trace.layer_ids)); if 0..{top} are the model's layer ids, pass "
+        f"layer_ids_are_model_ids=True"
+    )
+
+
+def _check_num_model_layers(num_model_layers) -> None:
+    if num_model_layers is None:
+        return
+    if isinstance(num_model_layers, bool) or not isinstance(num_model_layers,
+                                                            (int, np.integer)):
+        raise InputError(f"num_model_layers must be an integer, got {num_model_layers!r}")
+    if not 1 <= num_model_layers <= 100_000:
+        raise InputError(f"num_model_layers must be in 1..100000, got {num_model_layers}")
+
+
 def sglang_map(p: Placement, num_model_layers: int | None = None) -> np.ndarray:
     """int64[num_model_layers, P]: SGLang's ``physical_to_logical_map`` for every model layer."""
+    if not isinstance(p, Placement):
+        raise InputError(f"placement must be an eplb.Placement, got {type(p).__name__}")
+    _check_num_model_layers(num_model_layers)
+    if p.layer_ids.min() < 0:
+        raise InputError("layer ids must be >= 0 for an SGLang export")
     need = int(p.layer_ids.max()) + 1
     rows = need if num_model_layers is None else int(num_model_layers)
     if rows < need:
         raise InputError(f"num_model_layers {rows} is below the largest layer id {need - 1} + 1")
-    if p.layer_ids.min() < 0:
-        raise InputError("layer ids must be >= 0 for an SGLang export")
+    if rows > 100_000:
+        raise InputError(f"layer id {need - 1} would make {rows} SGLang rows; layer ids must be "
+                         "the model's (a few hundred at most)")
     out = np.tile(np.arange(p.num_slots, dtype=np.int64) % p.num_experts, (rows, 1))
     out[p.layer_ids] = p.phy2log
     return out
@@ -133,14 +182,25 @@ def write_placement(
     format: str | None = None,
     *,
     num_model_layers: int | None = None,
+    layer_ids_are_model_ids: bool = False,
 ) -> str:
     """Write ``placement`` atomically; returns the format written.
 
     ``num_model_layers`` (SGLang only) sets the row count of the map; default is the largest
-    layer id + 1.
+    layer id + 1. SGLang and TensorRT-LLM exports refuse a placement whose ``layer_ids`` are
+    the default ``0..L-1`` unless ``layer_ids_are_model_ids=True`` (see the module docstring).
     """
+    if not isinstance(placement, Placement):
+        raise InputError(f"placement must be an eplb.Placement, got {type(placement).__name__}")
     fmt = format_for(path, format)
+    check_output_path(path, "placement")
+    _check_num_model_layers(num_model_layers)
+    if num_model_layers is not None and fmt != "sglang":
+        raise InputError(f"num_model_layers applies to the sglang format only, not {fmt}")
     p = placement
+    if fmt in ("sglang", "trtllm"):
+        check_model_layer_ids(p, {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[fmt],
+                              layer_ids_are_model_ids)
     if fmt == "native":
         atomic_write_text(path, dumps_native(p))
     elif fmt == "npz":
@@ -191,9 +251,18 @@ def _read_json(path) -> Any:
         raise InputError(f"cannot read placement file {str(path)!r}: {exc}") from None
     if not text.strip():
         raise _fail(path, "file is empty")
+    return _parse_json(path, text)
+
+
+def _parse_json(path, text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(path, "JSON is nested too deeply (thousands of levels); a placement is "
+                    "a list of lists") from None
+    except ValueError as exc:  # e.g. an integer with more than 4300 digits
         raise _fail(path, f"not valid JSON ({exc})") from None
 
 
@@ -205,7 +274,12 @@ def _int_table(path, name: str, rows) -> np.ndarray:
         raise _fail(path, f"{name} is ragged: rows have lengths {sorted(widths)}")
     if not all(isinstance(v, int) and not isinstance(v, bool) for r in rows for v in r):
         raise _fail(path, f"{name} must hold integers only")
-    return np.asarray(rows, dtype=np.int64)
+    try:
+        return np.asarray(rows, dtype=np.int64)
+    except OverflowError:
+        big = next(v for r in rows for v in r if abs(v) >= 2**63)
+        raise _fail(path, f"{name} holds {str(big)[:30]}..., beyond 64-bit integers; expert "
+                    "ids are small non-negative integers") from None
 
 
 def _from_header(path, head: dict, phy2log, share, layer_ids) -> Placement:
@@ -244,38 +318,33 @@ def _read_native(path, doc: Any = None) -> Placement:
     if share is not None:
         try:
             share = np.asarray(share, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise _fail(path, "replica_share must be a table of numbers") from None
+    if share is not None:
+        if share.dtype == object or share.ndim != 2:
+            raise _fail(path, "replica_share must be a table of numbers [layers][slots]")
     ids = doc["layer_ids"]
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise _fail(path, "layer_ids must be a list of integers")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            and abs(i) < 2**62 for i in ids):
+        raise _fail(path, "layer_ids must be a list of (model layer id) integers")
     return _from_header(path, doc, phy2log, share, np.asarray(ids, dtype=np.int64))
 
 
 def _read_npz(path) -> Placement:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            names = set(z.files)
-            for key in ("phy2log", "layer_ids", "header"):
-                if key not in names:
-                    raise _fail(path, f"missing array {key!r}")
-            head = json.loads(str(z["header"][()]))
-            phy2log = z["phy2log"]
-            ids = z["layer_ids"]
-            share = z["replica_share"] if "replica_share" in names else None
-    except FileNotFoundError:
-        raise InputError(f"placement file {str(path)!r} does not exist") from None
-    except PlacementError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise _fail(path, "contains pickled objects, which are refused") from None
-        raise _fail(path, f"not a readable npz ({exc})") from None
-    except (zipfile.BadZipFile, EOFError, OSError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"truncated or not an npz file ({exc})") from None
+    z = read_npz(path, lambda msg: _fail(path, msg),
+                 names=("phy2log", "layer_ids", "header", "replica_share"))
+    for key in ("phy2log", "layer_ids", "header"):
+        if key not in z:
+            raise _fail(path, f"missing array {key!r}")
+    if z["header"].dtype.kind not in "SU" or z["header"].ndim != 0:
+        raise _fail(path, "header must be a JSON string")
+    head = _parse_json(path, str(z["header"][()]))
     if not isinstance(head, dict):
         raise _fail(path, "header must be a JSON object")
-    return _from_header(path, head, phy2log, share, ids)
+    for key in ("phy2log", "layer_ids"):
+        if z[key].dtype.kind not in "iu":
+            raise _fail(path, f"{key} holds {z[key].dtype}, expected integers")
+    return _from_header(path, head, z["phy2log"], z.get("replica_share"), z["layer_ids"])
 
 
 def _need_topology(path, fmt: str, topology: Topology | None) -> Topology:
@@ -312,14 +381,17 @@ def _read_trtllm(path, topology, num_experts) -> Placement:
     except FileNotFoundError:
         raise InputError(f"placement file {str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _fail(path, f"not readable YAML ({exc})") from None
+        raise _fail(path, f"not readable YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise _fail(path, "YAML is nested too deeply") from None
     if not isinstance(doc, dict) or "initial_global_assignments" not in doc:
         raise _fail(path, "expected a mapping with 'initial_global_assignments'")
     assign = doc["initial_global_assignments"]
     if not isinstance(assign, dict) or not assign:
         raise _fail(path, "initial_global_assignments must map layer ids to slot lists")
-    if not all(isinstance(k, int) for k in assign):
-        raise _fail(path, "initial_global_assignments keys must be integer layer ids")
+    if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**31
+               for k in assign):
+        raise _fail(path, "initial_global_assignments keys must be integer layer ids >= 0")
     topo = _need_topology(path, "trtllm", topology)
     ids = sorted(assign)
     phy2log = _int_table(path, "initial_global_assignments", [assign[i] for i in ids])
@@ -344,8 +416,24 @@ def read_placement(
     when it has ``physical_to_logical_map``.
     """
     fmt = format_for(path, format)
-    if not Path(path).exists():
+    if topology is not None and not isinstance(topology, Topology):
+        raise InputError(f"topology must be an eplb.Topology, got {type(topology).__name__}")
+    if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(
+            num_experts, (int, np.integer)) or num_experts < 1):
+        raise InputError(f"num_experts must be a positive integer, got {num_experts!r}")
+    p = Path(path)
+    if not p.exists():
         raise InputError(f"placement file {str(path)!r} does not exist")
+    if p.is_dir():
+        raise InputError(f"placement file {str(path)!r} is a directory; give a file")
+    if not p.is_file():
+        raise InputError(f"placement file {str(path)!r} is not a regular file (a FIFO, device "
+                         "or socket); eplb reads regular files only")
+    if fmt != "npz":
+        with open(p, "rb") as fh:
+            if fh.read(4) == ZIP_MAGIC:
+                raise _fail(path, f"is a zip/npz archive, not a {fmt} file; name it .npz or "
+                            "pass format='npz' (CLI: the .npz suffix)")
     doc = None
     if fmt in ("native", "sglang"):
         doc = _read_json(path)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import PlacementError
-from eplb.loads import check_load
+from eplb.loads import as_real_array, check_load
 from eplb.topology import Topology
 
 SHARE_TOL = 1e-9
@@ -53,12 +53,13 @@ class Placement:
             raise PlacementError(f"topology must be a Topology, got {type(self.topology).__name__}")
         try:
             raw = np.asarray(self.phy2log)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise PlacementError(f"phy2log is not an array: {exc}") from None
         if raw.ndim != 2:
             raise PlacementError(f"phy2log must be 2-D [layers, slots], got shape {raw.shape}")
-        if raw.size and not np.issubdtype(raw.dtype, np.integer):
-            if not np.issubdtype(raw.dtype, np.number) or not np.all(raw == np.round(raw)):
+        if raw.size and not np.issubdtype(raw.dtype, np.integer) or raw.dtype.kind == "b":
+            if raw.dtype.kind not in "fiu" or not np.all(np.isfinite(raw)) or not np.all(
+                    raw == np.round(raw)) or np.abs(raw).max() >= 2**62:
                 raise PlacementError(f"phy2log must hold integer expert ids, got dtype {raw.dtype}")
         object.__setattr__(self, "phy2log", _readonly(raw.astype(np.int64, copy=True)))
         if isinstance(self.num_experts, bool) or not isinstance(
@@ -69,14 +70,21 @@ class Placement:
             raise PlacementError(f"num_experts must be >= 1, got {self.num_experts}")
         object.__setattr__(self, "num_experts", int(self.num_experts))
         if self.replica_share is not None:
-            share = np.asarray(self.replica_share, dtype=np.float64)
+            share = as_real_array(self.replica_share, "replica_share", error=PlacementError)
             object.__setattr__(self, "replica_share", _readonly(share.copy()))
         L = raw.shape[0]
-        ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
+        try:
+            ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise PlacementError(f"layer_ids must be {L} integers: {exc}") from None
         if ids.shape != (L,):
             raise PlacementError(
                 f"layer_ids must have one id per layer ({L}), got shape {ids.shape}"
             )
+        if ids.size and (ids.dtype.kind not in "iu" or np.abs(ids).max() >= 2**62):
+            raise PlacementError(f"layer_ids must be integers (model layer ids), got {ids!r}")
+        if not isinstance(self.meta, Mapping):
+            raise PlacementError(f"meta must be a mapping (dict), got {type(self.meta).__name__}")
         object.__setattr__(self, "layer_ids", _readonly(ids.astype(np.int64, copy=True)))
         object.__setattr__(self, "meta", dict(self.meta))
 

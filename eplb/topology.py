@@ -17,6 +17,11 @@ from eplb.errors import TopologyError
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*(?:[xX*]\s*(\d+)\s*)?$")
 
+# sanity limits: far beyond any cluster (DeepSeek-V3 decode: 18 x 8 GPUs, 288 slots), small
+# enough that per-slot tables of a model's layers fit in memory
+MAX_GPUS = 2**16
+MAX_SLOTS = 2**20
+
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -48,6 +53,16 @@ class Topology:
             if not np.isfinite(value) or value <= 0:
                 raise TopologyError(f"{name} must be a positive bandwidth in GB/s, got {value}")
             object.__setattr__(self, name, value)
+        if self.num_gpus > MAX_GPUS:
+            raise TopologyError(
+                f"{self.num_nodes} nodes x {self.gpus_per_node} GPUs = {self.num_gpus} GPUs "
+                f"exceeds the limit of {MAX_GPUS} GPUs"
+            )
+        if self.num_slots > MAX_SLOTS:
+            raise TopologyError(
+                f"{self.num_gpus} GPUs x {self.slots_per_gpu} slots = {self.num_slots} slots per "
+                f"layer exceeds the limit of {MAX_SLOTS}"
+            )
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -136,12 +151,20 @@ class Topology:
         *,
         nvlink_gbps: float = 160.0,
         rdma_gbps: float = 50.0,
+        min_slots: int | None = None,
     ) -> Topology:
         """Parse ``"NODESxGPUS"`` (then ``slots`` = total slots P) or ``"NODESxGPUSxSLOTS"``.
 
         ``Topology.parse("4x8", slots=288)`` is 4 nodes x 8 GPUs x 9 slots per GPU.
+        ``min_slots`` (e.g. the expert count E) is checked too (``P >= min_slots``), and the
+        fix a message suggests satisfies it: ``--slots 200`` for 256 experts on 32 GPUs says
+        "use 256", not a multiple of 32 that still cannot hold the experts.
         """
-        m = _SHAPE.match(str(text))
+        if not isinstance(text, str):
+            raise TopologyError(f"topology must be a string like '4x8', got {text!r}")
+        if min_slots is not None:
+            min_slots = _positive_int("min_slots", min_slots)
+        m = _SHAPE.match(text)
         if not m:
             raise TopologyError(
                 f"topology {text!r} is not NODESxGPUS (e.g. '4x8') or NODESxGPUSxSLOTS_PER_GPU"
@@ -150,6 +173,18 @@ class Topology:
         if nodes < 1 or gpus < 1:
             raise TopologyError(f"topology {text!r} needs at least one node and one GPU per node")
         num_gpus = nodes * gpus
+        if num_gpus > MAX_GPUS:
+            raise TopologyError(f"topology {text!r} has {num_gpus} GPUs, over the limit of "
+                                f"{MAX_GPUS}")
+        need = min_slots or 1
+
+        def fix(at_least: int) -> int:  # smallest multiple of the GPUs >= at_least and >= need
+            return -(-max(at_least, need) // num_gpus) * num_gpus
+
+        if slots is not None and (
+            isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1
+        ):
+            raise TopologyError(f"slots must be a positive integer, got {slots!r}")
         if m.group(3) is not None:
             per = int(m.group(3))
             if slots is not None and slots != per * num_gpus:
@@ -160,16 +195,23 @@ class Topology:
             if slots is None:
                 raise TopologyError(
                     f"topology {text!r} gives no slot count; pass slots (e.g. --slots "
-                    f"{num_gpus * 9}) or write NODESxGPUSxSLOTS_PER_GPU"
+                    f"{fix(num_gpus * 9)}) or write NODESxGPUSxSLOTS_PER_GPU"
                 )
-            if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
-                raise TopologyError(f"slots must be a positive integer, got {slots!r}")
+            if slots > MAX_SLOTS:
+                raise TopologyError(f"slots {slots} exceeds the limit of {MAX_SLOTS} slots per "
+                                    "layer")
             if slots % num_gpus:
-                fix = (slots // num_gpus + 1) * num_gpus
+                why = (f" (the smallest multiple of {num_gpus} that holds {need} experts)"
+                       if need > slots else "")
                 raise TopologyError(
-                    f"slots {slots} is not a multiple of {num_gpus} GPUs; use {fix}"
+                    f"slots {slots} is not a multiple of {num_gpus} GPUs; use {fix(slots)}{why}"
                 )
             per = slots // num_gpus
+        if per * num_gpus < need:
+            raise TopologyError(
+                f"{per * num_gpus} slots cannot hold {need} experts (every expert needs a "
+                f"slot); use {fix(need)}"
+            )
         return cls(nodes, gpus, per, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps)
 
     def __str__(self) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.errors import PlacementError, TraceError
+from eplb.args import as_int_array, check_opt_int, check_type
+from eplb.errors import InputError, PlacementError, TraceError
 from eplb.placement import Placement
 
 
@@ -18,11 +19,34 @@ def _ids(ids: np.ndarray, limit: int = 8) -> str:
     return text + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
 
 
+def check_placement(placement, name: str = "placement") -> Placement:
+    """``placement`` if it is a `Placement`, else an `InputError` naming the argument."""
+    return check_type(name, placement, Placement, "an eplb.Placement")
+
+
+def check_trace(trace, name: str = "trace"):
+    """``trace`` if it is a `traces.Trace`, else an `InputError` naming the argument."""
+    from traces.model import Trace
+
+    return check_type(name, trace, Trace, "a traces.Trace (traces.read(path))")
+
+
+def check_num_groups(num_groups, num_experts: int, name: str = "num_groups") -> int | None:
+    """``None``, or a positive integer dividing ``num_experts``."""
+    num_groups = check_opt_int(name, num_groups, 1)
+    if num_groups is not None and num_experts % num_groups:
+        raise InputError(f"{name} {num_groups} does not divide the {num_experts} experts "
+                         "(groups are equal blocks of experts)")
+    return num_groups
+
+
 def align(placement: Placement, trace) -> Placement:
     """The rows of ``placement`` for ``trace.layer_ids``, or a `PlacementError` naming the mismatch.
 
-    ``trace`` is a `traces.Trace` (anything with ``layer_ids``, ``num_experts``, ``num_windows``).
+    ``trace`` is a `traces.Trace`.
     """
+    check_placement(placement)
+    check_trace(trace)
     if trace.num_windows < 1:
         raise TraceError("the trace has no windows; it needs at least one window of counts")
     if placement.num_experts != trace.num_experts:
@@ -65,5 +89,7 @@ def check_load_shape(placement: Placement, load: np.ndarray, name: str = "load")
 
 def with_layers(placement: Placement, layer_ids) -> Placement:
     """``placement`` with its rows labelled by ``layer_ids`` (solvers number rows 0..L-1)."""
+    check_placement(placement)
+    ids = as_int_array("layer_ids", layer_ids, error=PlacementError)
     return Placement(placement.phy2log, placement.num_experts, placement.topology,
-                     placement.replica_share, placement.meta, np.asarray(layer_ids))
+                     placement.replica_share, placement.meta, ids)

@@ -94,11 +94,52 @@ class TopologySpec:
 
 def parse_topologies(text: str | Sequence[str]) -> list[TopologySpec]:
     """``"4x8:288,18x8:288"`` (or a list of specs) -> `TopologySpec` list."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    specs = [TopologySpec.parse(t) for t in items if str(t).strip()]
+    if isinstance(text, str):
+        items = text.split(",")
+    elif isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text):
+        items = list(text)
+    else:
+        raise TopologyError(f"topologies must be a string like '4x8:288,18x8:288' or a list of "
+                            f"such strings, got {str(text)[:40]}")
+    specs = [TopologySpec.parse(t) for t in items if t.strip()]
     if not specs:
         raise TopologyError("no topology given; e.g. --topologies 4x8:288,18x8:288")
     return specs
+
+
+# what each summary column means (compare --help, docs/evaluation.md); per-layer figures are
+# over the layers of the scored windows, traffic from `evaluation.traffic` (counts mode)
+SUMMARY_COLUMNS = {
+    "max_over_bound_mean": "max GPU load / lower bound, mean over layers (1 = provably optimal; "
+                           "the bound is solvers.bounds.lower_bound)",
+    "max_over_bound_worst": "max GPU load / lower bound, worst layer",
+    "step_max_over_mean": "step max/mean GPU load: sum over layers of the max GPU load / sum of "
+                          "the mean (layers run one after another, so the slowest GPU of each "
+                          "layer adds up; 1 = perfect balance, not always reachable)",
+    "balancedness_mean": "mean/max GPU load, mean over layers (as vLLM and SGLang log it)",
+    "balancedness_min": "mean/max GPU load, worst layer",
+    "max_over_mean_mean": "max/mean GPU load, mean over layers",
+    "max_over_mean_worst": "max/mean GPU load, worst layer",
+    "imbalance_mean": "(max - mean)/mean GPU load, mean over layers (TensorRT-LLM's)",
+    "node_max_over_mean_mean": "max/mean node load, mean over layers",
+    "tokens_per_layer": "tokens through each layer in the scored windows (picks / top-k)",
+    "rdma_bytes_per_token_layer": "RDMA bytes per token per layer, dispatch + combine",
+    "nvlink_bytes_per_token_layer": "NVLink bytes per token per layer, dispatch + combine",
+    "rdma_bytes_per_token": "RDMA bytes per token summed over all layers, dispatch + combine",
+    "alltoall_us_per_1k_tokens_layer": "modelled all-to-all microseconds per 1,000 tokens per "
+                                       "layer (bandwidth bound, slowest GPU)",
+    "rdma_bytes": "RDMA bytes in all: every scored token, all layers, dispatch + combine",
+    "nvlink_bytes": "NVLink bytes in all: every scored token, all layers, dispatch + combine",
+    "alltoall_seconds": "modelled all-to-all seconds in all (every scored token, all layers)",
+    "solve_seconds": "solver wall seconds",
+}
+# the printed tables, in order
+TABLES = {
+    "max_over_bound_mean": "max GPU load / lower bound, mean over layers (1 = optimal)",
+    "step_max_over_mean": "step max/mean GPU load (sum of layer maxima / sum of layer means)",
+    "rdma_bytes_per_token_layer": "RDMA bytes per token per layer (dispatch + combine)",
+    "solve_seconds": "solve wall seconds",
+}
 
 
 # -------------------------------------------------------------------------- tasks
@@ -171,9 +212,15 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         row.update(nodes=topo.num_nodes, gpus=topo.num_gpus, slots=topo.num_slots,
                    redundant=topo.num_slots - E)
         start = time.perf_counter()
-        placement = solvers.solve(task["solver"], task["fit_load"], topo,
-                                  num_groups=task["num_groups"], seed=task["seed"],
-                                  time_limit=task["time_limit"], **task["options"])
+        try:
+            placement = solvers.solve(task["solver"], task["fit_load"], topo,
+                                      num_groups=task["num_groups"], seed=task["seed"],
+                                      time_limit=task["time_limit"], **task["options"])
+        except (TypeError, ValueError) as exc:  # a bad solver option: a failed run, not a crash
+            if isinstance(exc, EplbError):
+                raise
+            raise InputError(f"solver {task['solver']} rejected its options "
+                             f"{task['options']}: {exc}") from None
         wall = time.perf_counter() - start
         placement = with_layers(placement, task["layer_ids"])
         info = placement.meta.get("solver", {})
@@ -191,8 +238,13 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         else:
             rep, row["traffic_source"] = simulate(placement, load=task["eval_load"], **kw), "even"
         row.update(rep.summary())
-        picks = float(task["eval_load"].sum() / len(task["layer_ids"]))
-        row["rdma_bytes_per_token"] = row["rdma_bytes"] / max(picks / rep.meta["top_k"], 1e-12)
+        L = len(task["layer_ids"])
+        tokens = max(float(task["eval_load"].sum() / L) / rep.meta["top_k"], 1e-12)  # per layer
+        row["tokens_per_layer"] = tokens
+        row["rdma_bytes_per_token"] = row["rdma_bytes"] / tokens
+        row["rdma_bytes_per_token_layer"] = row["rdma_bytes"] / tokens / L
+        row["nvlink_bytes_per_token_layer"] = row["nvlink_bytes"] / tokens / L
+        row["alltoall_us_per_1k_tokens_layer"] = row["alltoall_seconds"] / tokens / L * 1e9
         row["status"] = "ok"
         gpu = placement.gpu_load(task["eval_load"])
     except EplbError as exc:
@@ -213,13 +265,13 @@ def _progress(total: int, enabled: bool, desc: str):
 
 def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
     """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
-    from evaluation.metrics import _bound
+    from evaluation.metrics import layer_bound
 
     spec: TopologySpec = task["spec"]
     E = task["eval_load"].shape[1]
     try:
         topo = spec.resolve(E)
-        return _bound(task["eval_load"], topo, task["num_groups"])
+        return layer_bound(task["eval_load"], topo, task["num_groups"])
     except EplbError:
         return np.full(task["eval_load"].shape[0], np.nan)
 
@@ -284,19 +336,26 @@ class CompareResult:
     layers: pd.DataFrame
     gpu_loads: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
 
-    def tables(self, value: str = "step_max_over_mean") -> str:
-        """Markdown: one pivot table (trace x solver) per topology for ``value``, plus RDMA GB."""
+    def tables(self, values: Sequence[str] | str | None = None) -> str:
+        """Markdown: one pivot table (trace x solver) per topology for each of ``values``
+        (default `TABLES`: ratio to the lower bound first, then step max/mean, RDMA bytes per
+        token per layer, solve seconds); each table's heading says what its cells are."""
         from evaluation.tables import markdown
 
+        if values is None:
+            values = list(TABLES)
+        elif isinstance(values, str):
+            values = [values]
         ok = self.summary[self.summary["status"] == "ok"]
         parts = []
         for topo, part in ok.groupby("topology", sort=False):
-            for col, scale, label in ((value, 1.0, value),
-                                      ("rdma_bytes_per_token", 1e-3, "RDMA KB per token"),
-                                      ("solve_seconds", 1.0, "solve seconds")):
+            for col in values:
+                if col not in part:
+                    continue
+                label = TABLES.get(col, SUMMARY_COLUMNS.get(col, col))
                 pivot = part.pivot_table(index="trace", columns="solver", values=col,
-                                         aggfunc="mean") * scale
-                parts.append(f"### {topo}: {label}\n\n{markdown(pivot)}")
+                                         aggfunc="mean")
+                parts.append(f"### {topo}: `{col}`, {label}\n\n{markdown(pivot)}")
         failed = self.summary[self.summary["status"] != "ok"]
         if len(failed):
             cols = ["trace", "topology", "solver", "status"]
@@ -319,6 +378,7 @@ class CompareResult:
         """Per-layer balance and GPU-load heatmaps per (trace, topology), summary bars and a
         balance-vs-RDMA scatter per topology. Returns the files written."""
         from evaluation import plots
+        from evaluation.tables import slug
 
         out_dir = Path(directory)
         if out_dir.exists() and not out_dir.is_dir():
@@ -329,7 +389,7 @@ class CompareResult:
         if not len(self.layers):
             return written
         for (tname, topo), part in self.layers.groupby(["trace", "topology"], sort=False):
-            stem = _slug(f"{tname}_{topo}")
+            stem = slug(f"{tname}_{topo}")
             frames = {s: f for s, f in part.groupby("solver", sort=False)}
             written.append(plots.layer_balance(frames, out_dir / f"balance_{stem}.png",
                                                title=f"{tname} on {topo}"))
@@ -340,18 +400,15 @@ class CompareResult:
                 written.append(plots.gpu_heatmap(loads, out_dir / f"heatmap_{stem}.png",
                                                  layer_ids=ids, title=f"{tname} on {topo}"))
         for topo, part in ok.groupby("topology", sort=False):
-            stem = _slug(topo)
+            stem = slug(topo)
             written.append(plots.summary_bars(part, out_dir / f"summary_{stem}.png",
-                                              title=f"step max/mean GPU load on {topo}"))
-            pts = part.assign(label=part["solver"])
+                                              title=f"max GPU load / lower bound on {topo}",
+                                              value="max_over_bound_mean"))
+            pts = part.assign(label=part["solver"])  # colour per solver, marker per trace
             written.append(plots.pareto_front(pts, out_dir / f"balance_vs_rdma_{stem}.png",
                                               title=f"each trace and solver on {topo}",
-                                              x="rdma_bytes_per_token"))
+                                              x="rdma_bytes_per_token_layer"))
         return written
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")
 
 
 def compare(
@@ -386,18 +443,46 @@ def compare(
     """
     import solvers as registry
     import traces as trace_io
+    from eplb.args import (
+        check_bool,
+        check_int,
+        check_mapping,
+        check_number,
+        check_opt_int,
+        check_opt_number,
+        check_seed,
+    )
     from eplb.executor.routing import check_policy
+    from evaluation.align import check_trace
 
     check_policy(policy)
     for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):
         Topology(1, 1, 1, **{name: value})  # raises TopologyError on a bad bandwidth
-    if not (0 <= holdout < 1):
-        raise InputError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InputError(f"workers must be a positive integer, got {workers!r}")
-    if not isinstance(traces, Mapping):
+    holdout = check_number("holdout", holdout, 0, 1, hi_open=True)
+    workers = check_int("workers", workers, 1, 1024)
+    seed = check_seed("seed", seed)
+    progress = check_bool("progress", progress)
+    time_limit = check_opt_number("time_limit", time_limit, 0, 86400, lo_open=True)
+    num_groups = check_opt_int("num_groups", num_groups, 1)
+    topk_groups = check_opt_int("topk_groups", topk_groups, 1)
+    traffic = check_mapping("traffic", traffic)
+    solver_options = check_mapping("solver_options", solver_options)
+    for key, opts in solver_options.items():
+        check_mapping(f"solver_options[{key!r}]", opts)
+    if solvers is not None and (isinstance(solvers, (str, bytes)) or not isinstance(
+            solvers, (list, tuple)) or not all(isinstance(n, str) for n in solvers)):
+        raise InputError(f"solvers must be a list of solver names, got {str(solvers)[:40]}")
+    if isinstance(traces, Mapping):
+        for name, trace in traces.items():
+            check_trace(trace, f"traces[{name!r}]")
+    elif isinstance(traces, (str, bytes, os.PathLike)) or not isinstance(traces, (list, tuple)):
+        raise InputError(f"traces must be a {{name: Trace}} mapping or a list of paths, got "
+                         f"{str(traces)[:40]}")
+    else:
         named: dict[str, Any] = {}
         for path in traces:
+            if not isinstance(path, (str, os.PathLike)):
+                raise InputError(f"traces must be paths (str), got {str(path)[:40]}")
             stem = Path(path).stem or Path(path).name
             name = stem if stem not in named else str(path)
             named[name] = trace_io.read(path)
@@ -407,6 +492,9 @@ def compare(
     for name, trace in traces.items():
         if trace.num_windows < 1:
             raise InputError(f"trace {name!r} has no windows")
+        if num_groups is not None and trace.num_experts % num_groups:
+            raise InputError(f"num_groups {num_groups} does not divide trace {name!r}'s "
+                             f"{trace.num_experts} experts")
     names = list(solvers) if solvers else registry.available()
     for name in names:
         registry.get(name)  # unknown names fail before any work

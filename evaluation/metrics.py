@@ -19,15 +19,35 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from eplb.args import as_int_array, check_bool, check_int, check_type
 from eplb.errors import InputError
-from eplb.loads import check_load
+from eplb.loads import MAX_COUNT, as_real_array, check_load
 from eplb.placement import Placement
-from evaluation.align import check_load_shape
+from eplb.topology import Topology
+from evaluation.align import (
+    align,
+    check_load_shape,
+    check_num_groups,
+    check_placement,
+    check_trace,
+    with_layers,
+)
+
+
+def check_gpu_load(gpu_load, name: str = "gpu_load") -> np.ndarray:
+    """``gpu_load: float[..., G]`` as float64: finite, >= 0, at least one GPU."""
+    arr = as_real_array(gpu_load, name)
+    if arr.ndim < 1 or arr.shape[-1] == 0:
+        raise InputError(f"{name} must be float[..., G] with at least one GPU, got shape "
+                         f"{arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr > MAX_COUNT * 2**10).any():
+        raise InputError(f"{name} must hold finite loads >= 0")
+    return arr
 
 
 def balancedness(gpu_load: np.ndarray) -> np.ndarray:
     """``float64[L]`` mean/max over GPUs of ``gpu_load: float[L, G]`` (1.0 for an idle layer)."""
-    gpu_load = np.asarray(gpu_load, dtype=np.float64)
+    gpu_load = check_gpu_load(gpu_load)
     mx = gpu_load.max(axis=-1)
     mean = gpu_load.mean(axis=-1)
     return np.divide(mean, mx, out=np.ones_like(mx), where=mx > 0)
@@ -35,7 +55,7 @@ def balancedness(gpu_load: np.ndarray) -> np.ndarray:
 
 def max_over_mean(gpu_load: np.ndarray) -> np.ndarray:
     """``float64[L]`` max/mean over GPUs of ``gpu_load: float[L, G]`` (1.0 for an idle layer)."""
-    gpu_load = np.asarray(gpu_load, dtype=np.float64)
+    gpu_load = check_gpu_load(gpu_load)
     mx = gpu_load.max(axis=-1)
     mean = gpu_load.mean(axis=-1)
     return np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)
@@ -51,6 +71,7 @@ def gpu_matrix(placement: Placement) -> np.ndarray:
 
     Honours ``replica_share`` (even split without shares); rows sum to 1 over ``G``.
     """
+    check_placement(placement)
     topo = placement.topology
     L, P = placement.phy2log.shape
     E, G = placement.num_experts, topo.num_gpus
@@ -65,8 +86,13 @@ def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
     One gather of every slot's expert count per block of ``chunk`` windows, times the shares,
     summed over each GPU's slots.
     """
-    counts = np.asarray(counts, dtype=np.float64)
+    check_placement(placement)
+    counts = as_real_array(counts, "counts")
+    if counts.ndim < 2:
+        raise InputError(f"counts must be float[..., L, E], got shape {counts.shape}")
+    check_load(counts.reshape(-1, counts.shape[-1]) if counts.size else counts, name="counts")
     check_load_shape(placement, counts, "counts")
+    chunk = check_int("chunk", chunk, 1)
     topo = placement.topology
     L, E = placement.num_layers, placement.num_experts
     G, S = topo.num_gpus, topo.slots_per_gpu
@@ -81,8 +107,12 @@ def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
     return out.reshape(*lead, L, G)
 
 
-def _bound(load: np.ndarray, topology, num_groups: int | None) -> np.ndarray:
-    """``float64[L]`` lower bound on max GPU load, NaN when `solvers.bounds` is not available."""
+def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
+    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`),
+    NaN when the solvers package is not installed."""
+    load = check_load(load)
+    check_type("topology", topology, Topology, "an eplb.Topology")
+    num_groups = check_num_groups(num_groups, load.shape[1])
     try:
         from solvers.bounds import lower_bound
     except ModuleNotFoundError as exc:
@@ -116,7 +146,9 @@ def _load_columns(gpu: np.ndarray, node: np.ndarray) -> dict[str, np.ndarray]:
 def score(
     placement: Placement, load, *, num_groups: int | None = None, bound=True
 ) -> pd.DataFrame:
-    """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert).
+    """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert) or on a
+    `traces.Trace` (its summed load, scored on the trace's layers: the ``layer`` column holds
+    the trace's model layer ids; a placement still numbered ``0..L-1`` is labelled with them).
 
     Columns: ``layer`` (model layer id), ``tokens``, ``gpu_max``/``gpu_mean``/``gpu_min``
     (tokens per GPU), ``balancedness``, ``max_over_mean``, ``imbalance``, ``lower_bound``
@@ -126,18 +158,32 @@ def score(
     expert), ``replicas_mean`` (``P / E``), ``experts_replicated`` (experts with >= 2
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
     """
+    check_placement(placement)
+    from traces.model import Trace
+
+    if isinstance(load, Trace):
+        default = np.array_equal(placement.layer_ids, np.arange(placement.num_layers))
+        if default and placement.num_layers == load.num_layers and placement.num_experts == \
+                load.num_experts:
+            placement = with_layers(placement, load.layer_ids)
+        placement = align(placement, load)
+        load = load.load()
     load = check_load(load)
     check_load_shape(placement, load)
+    num_groups = check_num_groups(num_groups, placement.num_experts)
     topo = placement.topology
     gpu = placement.gpu_load(load)  # [L, G]
     node = gpu.reshape(gpu.shape[0], topo.num_nodes, topo.gpus_per_node).sum(-1)
     cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, node)}
     if isinstance(bound, (bool, np.bool_)):
-        lb = _bound(load, placement.topology, num_groups) if bound else np.full(len(load), np.nan)
+        bound = check_bool("bound", bound)
+        lb = (layer_bound(load, placement.topology, num_groups) if bound
+              else np.full(len(load), np.nan))
     else:
-        lb = np.asarray(bound, dtype=np.float64)
+        lb = as_real_array(bound, "bound")
         if lb.shape != (load.shape[0],):
-            raise InputError(f"bound must be float[{load.shape[0]}], got shape {lb.shape}")
+            raise InputError(f"bound must be True, False or float[{load.shape[0]}], got shape "
+                             f"{lb.shape}")
     cols["lower_bound"] = lb
     cols["max_over_bound"] = np.divide(
         cols["gpu_max"], lb, out=np.full_like(lb, np.nan), where=np.isfinite(lb) & (lb > 0)
@@ -161,29 +207,27 @@ def score_windows(
     load columns of `score` (``tokens`` ... ``node_balancedness``). No lower bound here: it is
     per-layer work; use `score` on the windows that matter.
     """
-    counts = np.asarray(counts, dtype=np.float64)
-    if counts.ndim != 3:
-        raise InputError(f"counts must be float[T, L, E], got shape {counts.shape}")
+    check_placement(placement)
+    counts = check_load(counts, name="counts", ndim=3)
     check_load_shape(placement, counts, "counts")
     topo = placement.topology
     T, L = counts.shape[:2]
     gpu = gpu_loads(placement, counts, chunk=chunk)  # [T, L, G]
     node = gpu.reshape(T, L, topo.num_nodes, topo.gpus_per_node).sum(-1)
     cols = {k: v.ravel() for k, v in _load_columns(gpu, node).items()}
-    labels = np.arange(T) if windows is None else np.asarray(windows)
+    labels = np.arange(T) if windows is None else as_int_array("windows", windows)
+    if labels.shape != (T,):
+        raise InputError(f"windows must label the {T} windows (int[{T}]), got shape "
+                         f"{labels.shape}")
     frame = {"window": np.repeat(labels, L), "layer": np.tile(placement.layer_ids, T)}
     return pd.DataFrame({**frame, **cols})
 
 
 def score_trace(placement: Placement, trace, *, windows=None) -> pd.DataFrame:
     """`score_windows` of ``trace.counts`` (or the chosen ``windows``) after `align`."""
-    from evaluation.align import align
-
+    check_trace(trace)
     placement = align(placement, trace)
-    idx = np.arange(trace.num_windows)
-    if windows is not None:
-        idx = idx[windows]
-    idx = np.atleast_1d(idx)
+    idx = trace.window_index(windows)
     return score_windows(placement, trace.counts[idx], windows=idx)
 
 
@@ -194,7 +238,16 @@ def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Seri
     ``balancedness_mean``/``_min``, ``max_over_mean_mean``/``_worst``, ``imbalance_mean``,
     ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst``.
     """
+    check_type("frame", frame, pd.DataFrame, "a pandas DataFrame (from score)")
+    missing = [c for c in ("gpu_max", "gpu_mean", "balancedness", "max_over_mean", "imbalance",
+                           "node_max_over_mean") if c not in frame]
+    if missing:
+        raise InputError(f"frame lacks columns {', '.join(missing)}; pass a score() frame")
     if by is not None:
+        keys = [by] if isinstance(by, str) else by
+        if not isinstance(keys, (list, tuple)) or not keys or not all(
+                isinstance(k, str) and k in frame for k in keys):
+            raise InputError(f"by must be a column name or a list of them, got {str(by)[:40]}")
         parts = {key: summarize(group) for key, group in frame.groupby(by, sort=True)}
         out = pd.DataFrame(parts).T
         out.index.names = [by] if isinstance(by, str) else by

@@ -26,7 +26,14 @@ WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
 def front(x, y) -> np.ndarray:
     """``bool[n]``: points not dominated (another point <= on both and < on one)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    from eplb.loads import as_real_array
+
+    x, y = as_real_array(x, "x"), as_real_array(y, "y")
+    if x.ndim != 1 or x.shape != y.shape:
+        raise InputError(f"x and y must be 1-D arrays of the same length, got shapes {x.shape} "
+                         f"and {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise InputError("x and y must be finite")
     le = (x[None, :] <= x[:, None]) & (y[None, :] <= y[:, None])
     lt = (x[None, :] < x[:, None]) | (y[None, :] < y[:, None])
     return ~(le & lt).any(axis=1)
@@ -79,12 +86,27 @@ def sweep(
     ``alltoall_seconds``, ``solve_seconds``, ``status``, ``on_front``.
     """
     import solvers
+    from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
     from eplb.executor.routing import check_policy
+    from eplb.loads import check_load
+    from evaluation.align import check_num_groups
 
     check_policy(policy)
-    ws = [float(w) for w in weights]
-    if any(not np.isfinite(w) or w < 0 for w in ws):
-        raise InputError(f"rdma weights must be finite and >= 0, got {list(weights)}")
+    load = check_load(load)
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be an eplb.Topology, got {type(topology).__name__}")
+    num_groups = check_num_groups(num_groups, load.shape[1])
+    seed = check_seed("seed", seed)
+    progress = check_bool("progress", progress)
+    ilp_options = check_mapping("ilp_options", ilp_options)
+    ilp_time_limit = check_opt_number("ilp_time_limit", ilp_time_limit, 0, 86400)
+    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__iter__"):
+        raise InputError(f"weights must be a list of numbers, got {str(weights)[:40]}")
+    ws = [check_number("weights[]", w, 0, 1e6) for w in weights]
+    if ilp_weights is not None:
+        if isinstance(ilp_weights, (str, bytes)) or not hasattr(ilp_weights, "__iter__"):
+            raise InputError(f"ilp_weights must be a list of numbers, got {str(ilp_weights)[:40]}")
+        ilp_weights = [check_number("ilp_weights[]", w, 0, 1e6) for w in ilp_weights]
     have = set(solvers.available())
     traffic = {"num_groups": num_groups, "topk_groups": topk_groups, **traffic}
     runs: list[tuple[str, str, float | None, dict[str, Any]]] = []
@@ -111,7 +133,7 @@ def sweep(
                                "rdma_weight": np.nan if w is None else w}
         try:
             placement = solvers.solve(name, load, topology, seed=seed, **kw)
-        except EplbError as exc:
+        except (EplbError, TypeError, ValueError) as exc:  # bad ilp_options: a failed row
             rows.append({**row, "status": f"{type(exc).__name__}: {exc}"})
             continue
         row["solve_seconds"] = float(placement.meta["solver"]["seconds"])

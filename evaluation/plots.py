@@ -31,6 +31,34 @@ def _plt():
     return plt
 
 
+def _check_common(path, title) -> None:
+    from eplb.atomic import check_output_path
+    from eplb.errors import InputError
+
+    check_output_path(path, "plot")
+    if not isinstance(title, str):
+        raise InputError(f"title must be a string, got {type(title).__name__}")
+
+
+def _frames(frames, columns) -> dict:
+    from eplb.errors import InputError
+
+    if not isinstance(frames, Mapping) or not frames:
+        raise InputError("frames must be a non-empty {name: DataFrame} mapping")
+    for name, frame in frames.items():
+        if not isinstance(frame, pd.DataFrame) or any(c not in frame for c in columns):
+            raise InputError(f"frames[{str(name)[:30]!r}] must be a DataFrame with columns "
+                             f"{', '.join(columns)}")
+    return dict(frames)
+
+
+def _short(title: str, limit: int = 90) -> str:
+    """One-line title: long paths cut to their file names, then to ``limit`` characters."""
+    words = [Path(w).name if ("/" in w and len(w) > 20) else w for w in str(title).split(" ")]
+    text = " ".join(words)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _save(fig, path) -> Path:
     plt = _plt()
     buf = io.BytesIO()
@@ -46,6 +74,12 @@ def layer_balance(
     column: str = "max_over_mean",
 ) -> Path:
     """Line per solver: ``column`` of `evaluation.metrics.score` frames against model layer."""
+    _check_common(path, title)
+    if not isinstance(column, str):
+        from eplb.errors import InputError
+
+        raise InputError(f"column must be a column name, got {str(column)[:30]}")
+    frames = _frames(frames, ("layer", column))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
     for name, frame in frames.items():
@@ -53,7 +87,7 @@ def layer_balance(
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("model layer")
     ax.set_ylabel("max / mean GPU load" if column == "max_over_mean" else column)
-    ax.set_title(title or "per-layer balance")
+    ax.set_title(_short(title) or "per-layer balance")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -61,8 +95,28 @@ def layer_balance(
 
 def gpu_heatmap(
     loads: Mapping[str, np.ndarray], path: str | os.PathLike, *, layer_ids=None, title: str = "",
+    gpus_per_node: int | None = None,
 ) -> Path:
-    """One panel per placement: ``gpu_load: float[L, G]`` divided by its layer mean."""
+    """One panel per placement: ``gpu_load: float[L, G]`` divided by its layer mean.
+
+    ``gpus_per_node`` draws a line at every node boundary. Keep ``title`` short (file names,
+    not paths): it is drawn above the panels, in one line.
+    """
+    from eplb.args import as_int_array, check_opt_int
+    from eplb.errors import InputError
+    from evaluation.metrics import check_gpu_load
+
+    _check_common(path, title)
+    if not isinstance(loads, Mapping) or not loads:
+        raise InputError("loads must be a non-empty {name: float[L, G]} mapping")
+    loads = {str(k): check_gpu_load(v, f"loads[{str(k)[:20]!r}]") for k, v in loads.items()}
+    if any(v.ndim != 2 for v in loads.values()):
+        raise InputError("every load must be float[L, G]")
+    gpus_per_node = check_opt_int("gpus_per_node", gpus_per_node, 1)
+    if layer_ids is not None:
+        layer_ids = as_int_array("layer_ids", layer_ids, ndim=1)
+        if any(len(layer_ids) != v.shape[0] for v in loads.values()):
+            raise InputError("layer_ids must have one id per row of the loads")
     plt = _plt()
     n = len(loads)
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 1, 4.5), squeeze=False, sharey=True)
@@ -74,7 +128,11 @@ def gpu_heatmap(
         im = ax.imshow(rel, aspect="auto", cmap="magma", vmin=0, vmax=max(vmax, 1.0),
                        interpolation="nearest")
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("GPU")
+        ax.set_xlabel("GPU" + (" (lines: node boundaries)" if gpus_per_node else ""))
+        G = gpu.shape[1]
+        if gpus_per_node and G > gpus_per_node:
+            for edge in range(gpus_per_node, G, gpus_per_node):
+                ax.axvline(edge - 0.5, color="cyan", lw=0.8)
     axes[0][0].set_ylabel("layer row")
     if layer_ids is not None and len(layer_ids):
         ticks = np.linspace(0, len(layer_ids) - 1, min(8, len(layer_ids))).astype(int)
@@ -82,7 +140,7 @@ def gpu_heatmap(
         axes[0][0].set_ylabel("model layer")
     if im is not None:
         fig.colorbar(im, ax=axes[0].tolist(), label="GPU load / layer mean")
-    fig.suptitle(title or "GPU load")
+    fig.suptitle(_short(title) or "GPU load", fontsize=10)
     return _save(fig, path)
 
 
@@ -104,7 +162,7 @@ def replay_curve(frames: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | 
                 color=line.get_color(), label=name)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_ylabel("max / mean GPU load (step)")
-    ax.set_title(title or "replay: placement live before each window")
+    ax.set_title(_short(title) or "replay: placement live before each window")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     ax2.set_ylabel("GB moved")
@@ -115,7 +173,8 @@ def replay_curve(frames: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | 
 
 _X_AXES = {
     "rdma_bytes": (1e-9, "RDMA GB (traffic model, scored windows)"),
-    "rdma_bytes_per_token": (1e-3, "RDMA KB per token (traffic model)"),
+    "rdma_bytes_per_token": (1e-3, "RDMA KB per token, all layers (traffic model)"),
+    "rdma_bytes_per_token_layer": (1.0, "RDMA bytes per token per layer (traffic model)"),
 }
 
 
@@ -126,17 +185,30 @@ def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "
     plt = _plt()
     scale, xlabel = _X_AXES.get(x, (1.0, x))
     fig, ax = plt.subplots(figsize=(7, 5))
+    # one colour per label (solver); with a ``trace`` column, one marker per trace
+    traces_ = list(dict.fromkeys(frame["trace"])) if "trace" in frame else [None]
+    markers = dict(zip(traces_, "osD^v<>pPX*h", strict=False))
+    colours = {}
     for label, part in frame.groupby("label", sort=False):
-        part = part.sort_values(x)
-        sweep = "rdma_weight" in part and part["rdma_weight"].notna().sum() > 1
-        ax.plot(part[x] * scale, part[y], marker="o" if sweep else "s", ms=5 if sweep else 8,
-                lw=1 if sweep else 0, label=label)
+        for tname, sub in (part.groupby("trace", sort=False) if "trace" in part
+                           else [(None, part)]):
+            sub = sub.sort_values(x)
+            sweep = "rdma_weight" in sub and sub["rdma_weight"].notna().sum() > 1
+            marker = markers.get(tname) or ("o" if sweep else "s")
+            line = ax.plot(sub[x] * scale, sub[y], marker=marker, ms=5 if sweep else 8,
+                           lw=1 if sweep else 0, color=colours.get(label),
+                           label=label if label not in colours else None)[0]
+            colours.setdefault(label, line.get_color())
+    if len(traces_) > 1:
+        for tname in traces_:
+            ax.plot([], [], ls="", marker=markers.get(tname, "o"), color="grey",
+                     label=f"trace {tname}")
     if "on_front" in frame:
         front = frame[frame["on_front"]].sort_values(x)
         ax.plot(front[x] * scale, front[y], color="black", lw=0.8, ls="--", label="Pareto front")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("max / mean GPU load (step)")
-    ax.set_title(title or "balance vs cross-node traffic")
+    ax.set_title(_short(title) or "balance vs cross-node traffic")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -158,7 +230,7 @@ def summary_bars(summary: pd.DataFrame, path: str | os.PathLike, *, title: str =
     low = float(np.nanmin(table.to_numpy())) if table.size else 1.0
     ax.set_ylim(min(1.0, low) - 0.01, None)
     ax.set_ylabel(value.replace("_", " "))
-    ax.set_title(title or value)
+    ax.set_title(_short(title) or value)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)

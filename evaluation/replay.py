@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eplb.errors import InputError, TraceError
+from eplb.errors import EplbError, InputError, TraceError
 from eplb.placement import Placement
 from eplb.topology import Topology
 from evaluation.align import with_layers
@@ -36,15 +36,21 @@ def _positive_int(name: str, value, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
+        raise InputError(f"{name} must be a positive integer, got {str(value)[:40]}")
     return int(value)
 
 
 def _solve(solver, load, topology, *, layer_ids, previous, num_groups, seed, time_limit, options):
     import solvers
 
-    placement = solvers.solve(solver, load, topology, num_groups=num_groups, previous=previous,
-                              seed=seed, time_limit=time_limit, **options)
+    try:
+        placement = solvers.solve(solver, load, topology, num_groups=num_groups,
+                                  previous=previous, seed=seed, time_limit=time_limit, **options)
+    except EplbError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # a bad option or seed
+        raise InputError(f"solver {solver} rejected its arguments (seed={seed!r}, "
+                         f"time_limit={time_limit!r}, options {options}): {exc}") from None
     return with_layers(placement, layer_ids)
 
 
@@ -84,6 +90,13 @@ def replay(
     ``nvlink_bytes``, ``rdma_bytes``, ``alltoall_seconds``; with ``oracle``
     ``oracle_step_max_over_mean``.
     """
+    from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
+    from evaluation.align import check_num_groups, check_trace
+
+    check_trace(trace)
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be an eplb.Topology, got {type(topology).__name__}")
+    check_str("solver", solver)
     T = trace.num_windows
     if T < 1:
         raise TraceError("the trace has no windows; replay needs at least 2 windows of counts")
@@ -93,13 +106,14 @@ def replay(
         )
     interval = _positive_int("interval", interval)
     history = _positive_int("history", history, allow_none=True)
-    if ema is not None and not (isinstance(ema, (int, float)) and 0 < ema <= 1):
-        raise InputError(f"ema must be in (0, 1], got {ema!r}")
-    if not isinstance(expert_bytes, (int, float, np.integer, np.floating)) or expert_bytes < 0:
-        raise InputError(f"expert_bytes must be a number of bytes >= 0, got {expert_bytes!r}")
+    ema = check_opt_number("ema", ema, 0, 1, lo_open=True)
+    expert_bytes = check_number("expert_bytes", expert_bytes, 0)
+    oracle = check_bool("oracle", oracle)
+    progress = check_bool("progress", progress)
     if num_groups is None:
         num_groups = trace.meta.get("num_groups")
-    options = dict(solver_options or {})
+    num_groups = check_num_groups(num_groups, trace.num_experts)
+    options = check_mapping("solver_options", solver_options)
     if policy is not None:
         from eplb.executor.routing import check_policy
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,11 @@ def _cell(value, digits: int) -> str:
 
 def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str:
     """A GitHub-flavoured Markdown table of ``frame`` (index included unless ``index=False``)."""
+    from eplb.args import check_bool, check_int, check_type
+
+    check_type("frame", frame, pd.DataFrame, "a pandas DataFrame")
+    digits = check_int("digits", digits, 0, 17)
+    index = check_bool("index", index)
     df = frame.reset_index() if index and not isinstance(frame.index, pd.RangeIndex) else frame
     header = [str(c) for c in df.columns]
     rows = [[_cell(v, digits) for v in rec] for rec in df.itertuples(index=False)]
@@ -34,4 +40,15 @@ def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str
 
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """``frame`` as CSV (no index), written atomically."""
+    from eplb.args import check_type
+
+    check_type("frame", frame, pd.DataFrame, "a pandas DataFrame")
     atomic_write_text(path, frame.to_csv(index=False))
+
+
+def slug(text: str) -> str:
+    """``text`` as a file-name stem: runs of anything but letters, digits and ``._+-`` -> ``_``."""
+    from eplb.args import check_str
+
+    check_str("text", text)
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")

@@ -83,12 +83,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb.args import (
+    as_int_array,
+    check_bool,
+    check_int,
+    check_number,
+    check_opt_int,
+    check_seed,
+    check_str,
+)
 from eplb.errors import InputError, TopologyError
 from eplb.executor.routing import check_policy, dispatch_table, route
 from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.align import check_load_shape
+from evaluation.align import check_load_shape, check_placement
 
 DEFAULT_TOP_K = 8  # DeepSeek-V3; used in counts mode when the caller gives no top_k
 
@@ -208,27 +217,45 @@ class TrafficReport:
 
 # ----------------------------------------------------------------------- helpers
 def _check_sizes(hidden, dispatch_bytes, combine_bytes) -> None:
-    for name, value in (("hidden", hidden), ("dispatch_bytes", dispatch_bytes),
-                        ("combine_bytes", combine_bytes)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise InputError(f"{name} must be a positive number, got {value!r}")
-        if not np.isfinite(value) or value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
+    check_number("hidden", hidden, 0, 2**31, lo_open=True)
+    check_number("dispatch_bytes", dispatch_bytes, 0, 64, lo_open=True)
+    check_number("combine_bytes", combine_bytes, 0, 64, lo_open=True)
 
 
-def _check_top_k(top_k) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-        raise InputError(f"top_k must be a positive integer (experts per token), got {top_k!r}")
-    return int(top_k)
+def _check_top_k(top_k, num_experts: int) -> int:
+    top_k = check_int("top_k", top_k, 1)
+    if top_k > num_experts:
+        raise InputError(f"top_k {top_k} exceeds the {num_experts} experts; a token picks "
+                         "distinct experts")
+    return top_k
+
+
+PICK_SLACK = 1.5  # sampled (synthetic) counts may exceed the 1/top_k cap by noise; not by 50%
+
+
+def _check_picks(load: np.ndarray, top_k: int) -> None:
+    """Refuse a ``top_k`` the counts cannot come from: a token picks an expert at most once,
+    so no expert gets more than 1/top_k of a layer's picks (beyond sampling noise: more than
+    `PICK_SLACK` times that is refused; smaller excesses are clipped and counted in
+    ``meta["clipped_inclusions"]``)."""
+    total = load.sum(-1)  # [L]
+    share = np.divide(load.max(-1), total, out=np.zeros_like(total), where=total > 0)
+    worst = int(np.argmax(share))
+    if share[worst] * top_k > PICK_SLACK:
+        raise InputError(
+            f"top_k {top_k} is impossible for these counts: layer row {worst}'s hottest expert "
+            f"has {share[worst]:.1%} of the picks, but with top-{top_k} routing no expert can "
+            f"have more than {1 / top_k:.1%} (a token picks an expert once); give the top_k "
+            f"the counts were recorded with (at most {int(1 / share[worst] + 1e-9)})"
+        )
 
 
 def _check_groups(num_groups, topk_groups, num_experts: int) -> tuple[int, int] | None:
     """``(num_groups, topk_groups)`` of the group-limited model, or ``None`` (no groups)."""
+    num_groups = check_opt_int("num_groups", num_groups, 1)
+    topk_groups = check_opt_int("topk_groups", topk_groups, 1)
     if num_groups is None or topk_groups is None:
         return None
-    for name, v in (("num_groups", num_groups), ("topk_groups", topk_groups)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
     if num_experts % num_groups:
         raise InputError(
             f"num_groups {num_groups} does not divide the {num_experts} experts; give the "
@@ -445,13 +472,18 @@ def simulate(
 
     ``policy``: ``even``, ``random``, ``local_first``, ``weighted`` (`eplb.executor.routing`).
     ``hidden`` elements per token vector; ``dispatch_bytes``/``combine_bytes`` per element
-    (FP8 dispatch, BF16 combine by default). ``top_k`` (counts mode; default 8) converts picks to
-    tokens; ``num_groups`` + ``topk_groups`` (counts mode) switch to the group-limited
+    (FP8 dispatch, BF16 combine by default). ``top_k`` (counts mode; default min(8, E))
+    converts picks to tokens and must be one the counts can come from (no expert above 1/top_k
+    of a layer's picks); ``num_groups`` + ``topk_groups`` (counts mode) switch to the group-limited
     co-occurrence model. ``seed`` drives the ``random``/``weighted`` policies. See the module
     docstring for the accounting, the time model and the counts-mode assumptions.
     """
+    check_placement(placement)
     check_policy(policy)
     _check_sizes(hidden, dispatch_bytes, combine_bytes)
+    seed = check_seed("seed", seed)
+    keep_slots = check_bool("keep_slots", keep_slots)
+    progress = check_bool("progress", progress)
     given = [n for n, v in (("topk_ids", topk_ids), ("source_counts", source_counts),
                             ("load", load)) if v is not None]
     if len(given) != 1:
@@ -489,7 +521,11 @@ def simulate(
             )
     else:
         src, label = _sources(placement, source_counts, load)
-        K = DEFAULT_TOP_K if top_k is None else _check_top_k(top_k)
+        if top_k is None:  # the default (DeepSeek-V3's 8) never exceeds the experts
+            K = min(DEFAULT_TOP_K, placement.num_experts)
+        else:  # a given top_k must be one the counts can come from
+            K = _check_top_k(top_k, placement.num_experts)
+            _check_picks(src.sum(1), K)
         groups = _check_groups(num_groups, topk_groups, placement.num_experts)
         # layers in chunks so the [layers, G, groups, G] scratch stays near 32 MB
         step = max(1, int(4e6 // (G * (groups or (1,))[0] * G)))
@@ -531,11 +567,11 @@ def simulate(
 def _check_tokens(placement: Placement, topk_ids, token_rank) -> tuple[np.ndarray, np.ndarray]:
     if token_rank is None:
         raise InputError("topk_ids needs token_rank (the source GPU of each token)")
-    ids = np.asarray(topk_ids)
-    rank = np.asarray(token_rank)
+    ids = as_int_array("topk_ids", topk_ids)
+    rank = as_int_array("token_rank", token_rank)
     L, E, G = placement.num_layers, placement.num_experts, placement.topology.num_gpus
-    if ids.ndim != 3 or not np.issubdtype(ids.dtype, np.integer):
-        raise InputError(f"topk_ids must be int[N, L, K], got {ids.dtype}{ids.shape}")
+    if ids.ndim != 3:
+        raise InputError(f"topk_ids must be int[N, L, K], got shape {ids.shape}")
     if ids.shape[1] != L:
         raise InputError(
             f"topk_ids has {ids.shape[1]} layers but the placement has {L}; use a placement "
@@ -543,8 +579,8 @@ def _check_tokens(placement: Placement, topk_ids, token_rank) -> tuple[np.ndarra
         )
     if ids.size and (ids.min() < 0 or ids.max() >= E):
         raise InputError(f"topk_ids must hold expert ids in 0..{E - 1} (the placement's experts)")
-    if rank.shape != (ids.shape[0],) or not np.issubdtype(rank.dtype, np.integer):
-        raise InputError(f"token_rank must be int[{ids.shape[0]}], got {rank.dtype}{rank.shape}")
+    if rank.shape != (ids.shape[0],):
+        raise InputError(f"token_rank must be int[{ids.shape[0]}], got shape {rank.shape}")
     if rank.size and (rank.min() < 0 or rank.max() >= G):
         raise InputError(
             f"token_rank holds source rank {int(rank.max())} but the topology has {G} GPUs "
@@ -588,6 +624,9 @@ def simulate_trace(
     from evaluation.align import align
 
     placement = align(placement, trace)
+    check_str("source", source, ("auto", "tokens", "source_counts", "load"))
+    if windows is not None:
+        windows = trace.window_index(windows)
     G = placement.topology.num_gpus
     R = trace_ranks(trace)
     fits = R > 0 and G % R == 0

@@ -2,18 +2,31 @@
 
 Run from the repository root: ``python paper/build.py`` (a few minutes on 2 cores).
 Inputs: the six DeepSeek-V3 expert-count files SGLang published (``--data``, default
-``../shared/traces/deepseek-v3-sglang``) and the traces bundled in ``traces/data``.
-Outputs: ``paper/results.json``, ``paper/tables/*.md``, ``paper/figures/*.png`` and
-``paper/paper.md`` rendered from ``paper/paper.in.md`` (``$name`` placeholders are filled
-from ``results.json``; a placeholder without a value fails the build).
+``$EPLB_DATA/deepseek-v3-sglang`` when the environment variable is set, else
+``../shared/traces/deepseek-v3-sglang``; docs/data.md says where to get them) and the traces
+bundled in ``traces/data``.
+Outputs (in ``--out``, default ``paper/``): ``results.json``, ``tables/*.md``,
+``figures/*.png`` and ``paper.md`` rendered from ``paper/paper.in.md`` (``$name``
+placeholders are filled from ``results.json``; a placeholder without a value fails the build).
+
+All or nothing: every stage writes into a temporary folder beside ``--out``; only when the
+whole build succeeded are ``tables/`` and ``figures/`` swapped in and ``results.json`` and
+``paper.md`` renamed over the old ones. A failed, interrupted (Ctrl-C, SIGTERM) or killed
+build leaves the previous set untouched (a killed one leaves a ``.paper-build-*`` folder,
+which the next build removes). Each stage prints a line when it starts and ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
+import signal
 import string
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +36,8 @@ from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+OUT = HERE  # where the stages write; main() points it at a temporary folder
+PUBLISHED = ("tables", "figures", "results.json", "paper.md")
 sys.path.insert(0, str(REPO))
 
 import solvers  # noqa: E402
@@ -108,13 +123,13 @@ def balance_table(files: list[Path], out: dict) -> pd.DataFrame:
                   for f in files]
         out[f"group_bound_{label}"] = fmt(float(np.mean(np.concatenate(ratios))))
         out[f"group_bound_{label}_worst"] = fmt(float(np.max(np.concatenate(ratios))))
-    atomic_write_text(HERE / "tables" / "balance.md", markdown(agg, digits=4, index=False))
-    atomic_write_text(HERE / "tables" / "balance_per_trace.md", markdown(df, digits=4, index=False))
+    atomic_write_text(OUT / "tables" / "balance.md", markdown(agg, digits=4, index=False))
+    atomic_write_text(OUT / "tables" / "balance_per_trace.md", markdown(df, digits=4, index=False))
     # figure: per-layer max/bound on one prefill file
     ref = files[0].stem
     frames = {label: pd.DataFrame({"layer": np.arange(len(v)), "max_over_bound": v})
               for (stem, s, label), v in per_layer.items() if stem == ref and s == "prefill"}
-    _line_plot(frames, "layer", "max_over_bound", HERE / "figures" / "per_layer_prefill.png",
+    _line_plot(frames, "layer", "max_over_bound", OUT / "figures" / "per_layer_prefill.png",
                f"max GPU load / lower bound per MoE layer, {ref}, 4x8 GPUs, 288 slots")
     out["per_layer_trace"] = ref
     return agg
@@ -180,9 +195,9 @@ def redundancy_sweep(path: Path, out: dict) -> None:
                          "step_max_over_mean": gpu.max(-1).sum() / gpu.mean(-1).sum()})
     df = pd.DataFrame(rows)
     table = df.pivot(index="redundant", columns="policy", values="step_max_over_mean")
-    atomic_write_text(HERE / "tables" / "redundancy.md", markdown(table, digits=4))
+    atomic_write_text(OUT / "tables" / "redundancy.md", markdown(table, digits=4))
     frames = {label: part for label, part in df.groupby("policy", sort=False)}
-    _line_plot(frames, "redundant", "step_max_over_mean", HERE / "figures" / "redundancy.png",
+    _line_plot(frames, "redundant", "step_max_over_mean", OUT / "figures" / "redundancy.png",
                f"step max/mean GPU load vs redundant slots, {path.stem}, 4x8 GPUs")
     for r in df.itertuples():
         out[f"red{r.redundant}_{r.policy.replace(' ', '_')}"] = fmt(r.step_max_over_mean)
@@ -227,8 +242,8 @@ def replay_study(out: dict) -> None:
     out["moved_repaired"] = str(int(replicas_moved(p0, repaired).sum()))
     out["slots_total"] = str(trace.num_layers * topo.num_slots)
     df = pd.DataFrame(rows)
-    atomic_write_text(HERE / "tables" / "replay.md", markdown(df, digits=4, index=False))
-    plots.replay_curve(frames, HERE / "figures" / "replay.png",
+    atomic_write_text(OUT / "tables" / "replay.md", markdown(df, digits=4, index=False))
+    plots.replay_curve(frames, OUT / "figures" / "replay.png",
                        title="drifting trace, 4x8 GPUs, 288 slots")
     for i, r in enumerate(df.itertuples()):
         out[f"replay{i}_step"] = fmt(r.step_max_over_mean)
@@ -257,7 +272,7 @@ def traffic_study(path: Path, out: dict) -> None:
                          "alltoall_us_per_1k_tokens": np.mean(rep.alltoall_seconds / tokens)
                          * 1e9})
     df = pd.DataFrame(rows)
-    atomic_write_text(HERE / "tables" / "traffic.md", markdown(df, digits=3, index=False))
+    atomic_write_text(OUT / "tables" / "traffic.md", markdown(df, digits=3, index=False))
     for r in df.itertuples():
         key = f"tr_{r.policy.replace(' ', '_')}_{r.dispatch}"
         out[f"{key}_rdma"] = fmt(r.rdma_bytes_per_token, 0)
@@ -267,9 +282,9 @@ def traffic_study(path: Path, out: dict) -> None:
 
     front = pareto.sweep(load, topo, num_groups=groups, topk_groups=4, policy="local_first",
                          ilp_time_limit=None, top_k=8)
-    plots.pareto_front(front, HERE / "figures" / "pareto.png",
+    plots.pareto_front(front, OUT / "figures" / "pareto.png",
                        title=f"balance vs RDMA, {path.stem}, 4x8 GPUs, local_first dispatch")
-    atomic_write_text(HERE / "tables" / "pareto.md", markdown(front, digits=4, index=False))
+    atomic_write_text(OUT / "tables" / "pareto.md", markdown(front, digits=4, index=False))
 
 
 # --------------------------------------------------------------------------- E5
@@ -297,33 +312,131 @@ def executor_check(out: dict) -> None:
     out["exec_traffic_equal"] = "equal" if same else "NOT equal"
 
 
+def default_data() -> Path:
+    root = os.environ.get("EPLB_DATA")
+    base = Path(root).expanduser() if root else REPO.parent / "shared" / "traces"
+    return base / "deepseek-v3-sglang"
+
+
+def publish(staging: Path, out: Path) -> None:
+    """Move a finished build from ``staging`` into ``out``: ``tables/`` and ``figures/`` are
+    swapped whole (files the new build no longer makes go too), then ``results.json`` and
+    ``paper.md`` are renamed over the old ones. Only renames: nothing is half-written."""
+    out.mkdir(parents=True, exist_ok=True)
+    missing = [name for name in PUBLISHED if not (staging / name).exists()]
+    if missing:
+        raise RuntimeError(f"build incomplete, {', '.join(missing)} missing; nothing published")
+    trash = staging / ".old"
+    trash.mkdir()
+    for name in ("tables", "figures"):
+        if (out / name).exists():
+            os.replace(out / name, trash / name)
+        os.replace(staging / name, out / name)
+    for name in ("results.json", "paper.md"):
+        os.replace(staging / name, out / name)
+
+
+def _clean_stale(parent: Path) -> None:
+    """Remove staging folders of builds whose process is gone (killed with SIGKILL)."""
+    for d in parent.glob(".paper-build-*"):
+        pid = d.name[len(".paper-build-"):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+                continue
+            except ProcessLookupError:
+                shutil.rmtree(d, ignore_errors=True)
+            except (PermissionError, OverflowError):
+                continue
+
+
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def staging_dir(out: Path):
+    """A temporary folder beside ``out`` (same filesystem, so publishing is renames),
+    removed on any failure or interrupt."""
+    out.mkdir(parents=True, exist_ok=True)
+    _clean_stale(out)
+    path = Path(tempfile.mkdtemp(prefix=f".paper-build-{os.getpid()}-", dir=out))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_stages(stages, out: Path, render) -> dict:
+    """Run ``stages`` ((label, function of ``results``)) into a staging folder, render, then
+    publish into ``out``; returns the results. Nothing in ``out`` changes unless every stage
+    and the rendering succeed."""
+    global OUT
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    saved = OUT
+    try:
+        with staging_dir(out) as staging:
+            OUT = staging
+            (staging / "tables").mkdir()
+            (staging / "figures").mkdir()
+            results: dict[str, str] = {}
+            start = time.perf_counter()
+            for i, (label, stage) in enumerate(stages, 1):
+                t0 = time.perf_counter()
+                print(f"[{i}/{len(stages)}] {label} ...", file=sys.stderr, flush=True)
+                stage(results)
+                print(f"[{i}/{len(stages)}] {label} done in {time.perf_counter() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
+            results["build_seconds"] = fmt(time.perf_counter() - start, 0)
+            render(staging, results)
+            publish(staging, out)
+            return results
+    finally:
+        OUT = saved
+        signal.signal(signal.SIGTERM, previous)
+
+
+def render_paper(staging: Path, results: dict) -> None:
+    atomic_write_text(staging / "results.json", json.dumps(results, indent=1, sort_keys=True)
+                      + "\n")
+    template = string.Template((HERE / "paper.in.md").read_text())
+    atomic_write_text(staging / "paper.md", template.substitute(results))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path,
-                    default=REPO.parent / "shared" / "traces" / "deepseek-v3-sglang")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="folder of the DeepSeek-V3 SGLang count files (*.json); default "
+                    "$EPLB_DATA/deepseek-v3-sglang or ../shared/traces/deepseek-v3-sglang")
+    ap.add_argument("--out", type=Path, default=HERE,
+                    help="folder to publish results.json, paper.md, tables/ and figures/ into "
+                    "(default paper/)")
     ap.add_argument("--exact-layers", type=int, default=6,
                     help="layers solved by the exact ilp per setting (default 6)")
     args = ap.parse_args()
-    files = sorted(args.data.glob("*.json"))
+    data = args.data or default_data()
+    files = sorted(data.glob("*.json"))
     if not files:
-        sys.exit(f"no DeepSeek-V3 count files (*.json) under {args.data}; pass --data DIR")
+        sys.exit(f"no DeepSeek-V3 count files (*.json) under {data}; pass --data DIR or set "
+                 "EPLB_DATA (see docs/data.md)")
+    if args.out.exists() and not args.out.is_dir():
+        sys.exit(f"--out {args.out} exists and is not a folder")
     files = sorted(files, key=lambda f: (not f.stem.startswith("prefill_in1024"), f.stem))
-    (HERE / "tables").mkdir(exist_ok=True)
-    (HERE / "figures").mkdir(exist_ok=True)
-    out: dict[str, str] = {"num_files": str(len(files))}
-    start = time.perf_counter()
-    balance_table(files, out)
-    exact_study(files, out, args.exact_layers)
-    redundancy_sweep(files[0], out)
-    replay_study(out)
-    traffic_study(files[0], out)
-    executor_check(out)
-    out["build_seconds"] = fmt(time.perf_counter() - start, 0)
-    atomic_write_text(HERE / "results.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
-    template = string.Template((HERE / "paper.in.md").read_text())
-    atomic_write_text(HERE / "paper.md", template.substitute(out))
-    print(f"wrote {HERE / 'paper.md'} in {out['build_seconds']} s")
+    stages = [
+        ("E1 balance against the lower bound", lambda out: balance_table(files, out)),
+        ("E1b certified optima (ilp)", lambda out: exact_study(files, out, args.exact_layers)),
+        ("E2 redundancy sweep", lambda out: redundancy_sweep(files[0], out)),
+        ("E3 replay", replay_study),
+        ("E4 traffic and Pareto front", lambda out: traffic_study(files[0], out)),
+        ("E5 executor cross-check", executor_check),
+    ]
+    try:
+        results = run_stages(stages, args.out, lambda staging, out: render_paper(
+            staging, {"num_files": str(len(files)), **out}))
+    except KeyboardInterrupt:
+        sys.exit(f"interrupted: nothing in {args.out} was changed")
+    print(f"wrote {args.out / 'paper.md'} in {results['build_seconds']} s")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Shared test fixtures: paths to the real traces (skipped when absent), hypothesis profile."""
+"""Shared test fixtures: paths to the real traces (skipped when absent), hypothesis profile.
+
+Real traces are looked up in ``$EPLB_DATA`` when set (a directory holding
+``deepseek-v3-sglang/*.json``, ``qwen1.5-moe-harmoeny/`` ... as ``../shared/traces`` does),
+else in ``../shared/traces`` next to the repository. See docs/data.md for where to get them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+SHARED_TRACES = (Path(os.environ["EPLB_DATA"]).expanduser() if os.environ.get("EPLB_DATA")
+                 else REPO.parent / "shared" / "traces")
 BUNDLED = REPO / "traces" / "data"
 
 settings.register_profile(
@@ -27,7 +33,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def shared_traces() -> Path:
     """``../shared/traces`` next to the repository; skips the test when it is absent."""
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live outside the repo)")
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live outside the repo; "
+                    "set EPLB_DATA=DIR, see docs/data.md)")
     return SHARED_TRACES
 
 
@@ -39,13 +46,15 @@ def deepseek_jsons(shared_traces: Path) -> list[Path]:
     return files
 
 
-# EPLB_SHARED overrides the shared data folder (e.g. from a git worktree elsewhere)
-SHARED_REQUESTS = Path(os.environ.get("EPLB_SHARED", REPO.parent / "shared")) / "requests"
+# request traces (Mooncake, Azure): $EPLB_REQUESTS when set, else ../shared/requests
+SHARED_REQUESTS = (Path(os.environ["EPLB_REQUESTS"]).expanduser() if os.environ.get("EPLB_REQUESTS")
+                   else REPO.parent / "shared" / "requests")
 
 
 @pytest.fixture(scope="session")
 def shared_requests() -> Path:
     """``../shared/requests`` (Mooncake and Azure request traces); skips when absent."""
     if not SHARED_REQUESTS.is_dir():
-        pytest.skip(f"request traces not found at {SHARED_REQUESTS} (they live outside the repo)")
+        pytest.skip(f"request traces not found at {SHARED_REQUESTS} (they live outside the repo; "
+                    "set EPLB_REQUESTS=DIR, see docs/data.md)")
     return SHARED_REQUESTS

@@ -97,7 +97,7 @@ def test_summary_reports_the_numbers_it_wrote(tmp_path):
         (["--topology", "4x8", "--slots", "224"], "224 slots cannot hold 256 experts"),
         (
             ["--topology", "4x8", "--slots", "288", "--groups", "12"],
-            "num_groups 12 does not divide 256",
+            "--groups 12 does not divide the 256 experts",
         ),
         (["--topology", "4x8", "--slots", "288", "--solver", "magic"], "unknown solver 'magic'"),
         (["--topology", "4by8", "--slots", "288"], "not NODESxGPUS"),

@@ -99,7 +99,8 @@ def test_tables_and_plots(tmp_path):
     back = pd.read_csv(tmp_path / "r.csv")
     assert len(back) == len(res.summary)
     md = (tmp_path / "r.md").read_text()
-    assert "### 2x2:16: step_max_over_mean" in md and "### failed tasks" in md
+    assert "### 2x2:16: `max_over_bound_mean`" in md and "### failed tasks" in md
+    assert md.index("`max_over_bound_mean`") < md.index("`step_max_over_mean`")
     assert "| a |" in md
     files = res.plot(tmp_path / "plots")
     assert files and all(f.read_bytes().startswith(PNG) for f in files)
@@ -155,3 +156,14 @@ def test_pareto_sweep(tmp_path):
     assert got == pytest.approx(rep.rdma_bytes.sum())
     out = pareto_front(df, tmp_path / "front.png")
     assert out.read_bytes().startswith(PNG)
+
+
+def test_every_summary_column_is_defined_in_the_docs():
+    from evaluation.compare import SUMMARY_COLUMNS, TABLES
+    from tests.conftest import REPO
+
+    doc = (REPO / "docs" / "evaluation.md").read_text()
+    missing = [c for c in SUMMARY_COLUMNS if f"`{c}`" not in doc]
+    assert not missing, missing
+    assert set(TABLES) <= set(SUMMARY_COLUMNS)
+    assert list(TABLES)[0] == "max_over_bound_mean"  # the ratio to the bound comes first

@@ -29,7 +29,8 @@ def shifting_trace(T=9, L=3, E=12, seed=0):
     counts = rng.integers(5, 15, (T, L, E)).astype(float)
     for t in range(T):
         counts[t, :, t % E] += 400
-    return Trace(counts, layer_ids=np.arange(10, 10 + L), meta={"top_k": 2})
+    # one expert takes ~80% of the picks: only top-1 routing can produce that
+    return Trace(counts, layer_ids=np.arange(10, 10 + L), meta={"top_k": 1})
 
 
 TOPO = Topology(2, 2, 4)  # 16 slots for 12 experts

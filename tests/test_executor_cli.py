@@ -85,7 +85,8 @@ def test_execute_reports_fail_on_wrong_output(placement_file, capsys, monkeypatc
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        (["--layer", "3"], "--layer 3 is outside the placement's 3 layers"),
+        (["--layer", "3"], "--layer 3 is not a layer of the placement; its model layer ids"),
+        (["--tokens", "1000000000"], "--tokens 1000000000 --hidden 8 needs"),
         (["--tokens", "0"], "--tokens must be >= 1"),
         (["--top-k", "11"], "top_k 11 exceeds num_experts 10"),
         (["--groups", "3"], "num_groups 3 does not divide num_experts 10"),

@@ -94,7 +94,7 @@ def test_round_trip_random_placements(tmp_path_factory, seed):
     p = Placement(np.array(rows), E, topo, meta={"solver": {"name": "random", "seed": seed}})
     d = tmp_path_factory.mktemp("rt")
     for name in ("p.json", "p.npz", "p.yaml"):
-        write_placement(p, d / name)
+        write_placement(p, d / name, layer_ids_are_model_ids=True)
         q = read_placement(d / name, topology=topo, num_experts=E)
         assert q.equals(p)
 

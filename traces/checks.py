@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import TraceError
+from eplb.loads import MAX_COUNT, as_real_array
 from traces.model import Trace
 
 FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir")
@@ -16,11 +17,9 @@ def fail(path, msg: str) -> TraceError:
 
 
 def check_values(path, arr: np.ndarray, field: str) -> np.ndarray:
-    """``arr`` as float64 after checking every entry is finite and >= 0 (file coordinates)."""
-    try:
-        arr = np.asarray(arr, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise fail(path, f"{field} is not numeric ({exc})") from None
+    """``arr`` as float64 after checking every entry is real, finite, >= 0 and <= 2**53
+    (indices in the file's own coordinates)."""
+    arr = as_real_array(arr, field, error=lambda msg: fail(path, msg))
     bad = ~np.isfinite(arr)
     if bad.any():
         idx = "".join(f"[{int(i)}]" for i in np.argwhere(bad)[0])
@@ -32,6 +31,12 @@ def check_values(path, arr: np.ndarray, field: str) -> np.ndarray:
         idx = "".join(f"[{int(i)}]" for i in first)
         raise fail(path, f"{field}{idx} is {arr[first]}; counts must be >= 0 "
                     "(token counts cannot be negative)")
+    big = arr > MAX_COUNT
+    if big.any():
+        first = tuple(np.argwhere(big)[0])
+        idx = "".join(f"[{int(i)}]" for i in first)
+        raise fail(path, f"{field}{idx} is {arr[first]:.6g}; counts must be <= 2**53 (9.0e15): "
+                    "larger values are corrupt (an integer overflow?)")
     return arr
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from eplb.args import as_int_array, check_bool, check_mapping, check_opt_number
 from eplb.errors import InputError, TraceError
 from eplb.loads import check_load
 
@@ -55,9 +56,15 @@ class Trace:
             raise TraceError(str(exc)) from None
         object.__setattr__(self, "counts", counts)
         T, L, E = counts.shape
-        ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
-        if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer):
-            raise TraceError(f"layer_ids must be {L} integers (one per layer), got {ids!r}")
+        object.__setattr__(self, "meta", check_mapping("meta", self.meta, error=TraceError))
+        try:
+            ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
+        except (TypeError, ValueError, OverflowError):
+            ids = np.asarray(None)
+        if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer) or (
+                ids.size and np.abs(ids).max() >= 2**62):
+            raise TraceError(f"layer_ids must be {L} integers (one per layer), got "
+                             f"{str(self.layer_ids)[:60]}")
         if len(np.unique(ids)) != L:
             raise TraceError(f"layer_ids must be distinct, got {ids.tolist()}")
         object.__setattr__(self, "layer_ids", _frozen(ids.astype(np.int64, copy=True)))
@@ -83,19 +90,21 @@ class Trace:
         if (self.topk_ids is None) != (self.token_rank is None):
             raise TraceError("topk_ids and token_rank come together; give both or neither")
         if self.topk_ids is not None:
-            topk = np.asarray(self.topk_ids)
-            rank = np.asarray(self.token_rank)
-            if topk.ndim != 3 or topk.shape[1] != L or not np.issubdtype(topk.dtype, np.integer):
-                raise TraceError(f"topk_ids must be int[N, {L}, K], got {topk.dtype}{topk.shape}")
-            if rank.shape != (topk.shape[0],) or not np.issubdtype(rank.dtype, np.integer):
+            topk = as_int_array("topk_ids", self.topk_ids, error=TraceError)
+            rank = as_int_array("token_rank", self.token_rank, error=TraceError)
+            if topk.ndim != 3 or topk.shape[1] != L:
+                raise TraceError(f"topk_ids must be int[N, {L}, K], got shape {topk.shape}")
+            if rank.shape != (topk.shape[0],):
                 raise TraceError(f"token_rank must be int[{topk.shape[0]}], got shape {rank.shape}")
+            if E > 2**15:
+                raise TraceError(f"token-level topk_ids are stored as int16: at most 32768 "
+                                 f"experts, got {E}")
             if topk.size and (topk.min() < 0 or topk.max() >= E):
                 raise TraceError(f"topk_ids must be expert ids in 0..{E - 1}")
-            if rank.size and rank.min() < 0:
-                raise TraceError("token_rank must be >= 0")
+            if rank.size and (rank.min() < 0 or rank.max() >= 2**31):
+                raise TraceError("token_rank must be source ranks in 0..2**31-1")
             object.__setattr__(self, "topk_ids", _frozen(topk.astype(np.int16, copy=True)))
             object.__setattr__(self, "token_rank", _frozen(rank.astype(np.int32, copy=True)))
-        object.__setattr__(self, "meta", dict(self.meta))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -118,11 +127,10 @@ class Trace:
         ``alpha * (1 - alpha)``, ...; weights are normalised to sum to the window count so the
         scale matches the sum.
         """
+        ema = check_opt_number("ema", ema, 0, 1, lo_open=True, error=TraceError)
         sel = self.counts if windows is None else self.counts[self.window_index(windows)]
         if ema is None:
             return sel.sum(axis=0)
-        if not (0 < ema <= 1):
-            raise TraceError(f"ema must be in (0, 1], got {ema}")
         T = sel.shape[0]
         w = ema * (1 - ema) ** np.arange(T - 1, -1, -1, dtype=np.float64)
         w *= T / w.sum()
@@ -135,11 +143,15 @@ class Trace:
         if windows is None:
             return allw
         try:
+            if isinstance(windows, (bool, np.bool_)):
+                raise TypeError("a single boolean is not a selection")
             idx = np.atleast_1d(allw[windows])
-        except (IndexError, TypeError, ValueError) as exc:
+            if idx.ndim != 1:
+                raise ValueError(f"it selects a {idx.ndim}-D block")
+        except (IndexError, TypeError, ValueError, OverflowError) as exc:
             raise TraceError(
-                f"windows {windows!r} is not a valid selection of {self.num_windows} windows "
-                f"(use an index, a slice, a list of indices or a boolean mask): {exc}"
+                f"windows {str(windows)[:40]} is not a valid selection of {self.num_windows} "
+                f"windows (use an index, a slice, a list of indices or a boolean mask): {exc}"
             ) from None
         if idx.size == 0:
             raise TraceError(f"windows {windows!r} selects no window of {self.num_windows}")
@@ -149,8 +161,14 @@ class Trace:
         """``int64[L']``: row positions of the model layer ids ``layers`` (int or iterable)."""
         if layers is None:
             return np.arange(self.num_layers)
-        wanted = np.atleast_1d(np.asarray(list(layers) if isinstance(layers, Iterable)
-                                          and not isinstance(layers, np.ndarray) else layers))
+        try:
+            wanted = np.atleast_1d(np.asarray(list(layers) if isinstance(layers, Iterable)
+                                              and not isinstance(layers, np.ndarray) else layers))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceError(f"layers must be model layer ids: {exc}") from None
+        if wanted.ndim != 1:
+            raise TraceError(f"layers must be a flat list of model layer ids, got shape "
+                             f"{wanted.shape}")
         if wanted.size == 0:
             raise TraceError("layers selects no layer; give model layer ids, e.g. layers=[3, 4]")
         if not np.issubdtype(wanted.dtype, np.integer):
@@ -201,6 +219,8 @@ class Trace:
         """
         import pandas as pd
 
+        by_rank = check_bool("by_rank", by_rank, error=TraceError)
+        nonzero = check_bool("nonzero", nonzero, error=TraceError)
         if by_rank:
             if self.source_counts is None:
                 raise TraceError("by_rank=True needs source_counts, which this trace lacks")

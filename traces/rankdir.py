@@ -34,7 +34,7 @@ def read_rankdir(path) -> Trace:
     if (root / "data.json").is_file():
         try:
             info = json.loads((root / "data.json").read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
+        except (ValueError, OSError, UnicodeDecodeError, RecursionError):
             info = {}
         if not isinstance(info, dict):
             info = {}
@@ -111,7 +111,7 @@ def _read_rank_csv(f: Path) -> tuple[list[int], np.ndarray]:
         try:
             dist = json.loads(row[col])
             vec = np.array(dist, dtype=np.float64)
-        except (json.JSONDecodeError, ValueError, TypeError):
+        except (json.JSONDecodeError, ValueError, TypeError, OverflowError, RecursionError):
             raise fail(f, f"line {i}: '{header[col]}' is {row[col][:40]!r}, expected a list of "
                         "per-expert counts like [12, 166, ...]") from None
         if vec.ndim != 1 or vec.size == 0:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import TraceError
+from eplb.safeload import NPY_MAGIC, ZIP_MAGIC, read_npy, read_npz
 from traces.checks import (
     FIX_FORMAT,
     FORMATS,
@@ -158,6 +159,11 @@ def _read_sglang(path, text: str | None = None) -> Trace:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise fail(path, f"not valid JSON ({exc}); the file may be truncated") from None
+    except RecursionError:
+        raise fail(path, "JSON is nested too deeply (thousands of levels); expected "
+                   "[layers][experts] or [steps][layers][experts]") from None
+    except ValueError as exc:  # an integer literal with more than 4300 digits
+        raise fail(path, f"not valid JSON ({exc})") from None
     if isinstance(doc, list):
         doc = {"logical_count": doc}
     if not isinstance(doc, dict) or "logical_count" not in doc:
@@ -167,30 +173,53 @@ def _read_sglang(path, text: str | None = None) -> Trace:
     raw = doc["logical_count"]
     if not isinstance(raw, list):
         raise fail(path, f"logical_count is {type(raw).__name__}, expected nested lists")
+    depth, x = 0, raw
+    while isinstance(x, list) and x:
+        x, depth = x[0], depth + 1
+    if depth > 3:
+        raise fail(path, f"logical_count has nesting depth {depth}; expected [layers][experts] "
+                   "or [steps][layers][experts]")
     try:
-        arr = np.array(raw, dtype=np.float64)
-    except (ValueError, TypeError):
+        arr = np.array(raw)  # ints beyond int64 give an object array: check_values names them
+    except (ValueError, TypeError, OverflowError):
         _nested_shape(path, raw, "logical_count")
         raise  # pragma: no cover - _nested_shape always raises
-    if arr.dtype == object:  # pragma: no cover - numpy raises above for ragged input
+    if arr.dtype.kind in "SU":  # a string among the numbers: name it
         _nested_shape(path, raw, "logical_count")
+    if arr.dtype == object:  # null (-> NaN, named below) or integers beyond int64
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            _nested_shape(path, raw, "logical_count")
+        except OverflowError:
+            big = next(v for v in arr.ravel() if isinstance(v, int) and abs(v) > 2**63)
+            raise fail(path, f"logical_count holds {str(big)[:24]}..., an integer beyond "
+                       "float range; counts must be <= 2**53") from None
     where = "<inline JSON>" if inline else str(path)
     return from_dense(path, arr, {"provenance": {"format": "sglang", "path": where}},
                        "logical_count")
 
 
 # ------------------------------------------------------------------ npy / npz
-def _read_npy(path) -> Trace:
+def _not_format(path, want: str) -> None:
+    """Raise when the file's content is another format than ``want`` (forced by --format)."""
     try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise fail(path, "contains pickled Python objects, which are refused; save a "
-                        "numeric array") from None
-        raise fail(path, f"not a readable .npy ({exc})") from None
-    except (OSError, EOFError) as exc:
-        raise fail(path, f"truncated or unreadable .npy ({exc})") from None
-    if not np.issubdtype(arr.dtype, np.number):
+        found = sniff(path)
+    except TraceError:
+        found = None
+    what = f"its content looks like {found}" if found and found != want else \
+        "its content is not recognised"
+    raise fail(path, f"is not a {want} file ({what}); "
+               + (f"drop --format (format=) or use {found}" if found and found != want
+                  else FIX_FORMAT))
+
+
+def _read_npy(path) -> Trace:
+    with open(path, "rb") as fh:
+        if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            _not_format(path, "npy")
+    arr = read_npy(path, lambda msg: fail(path, msg))
+    if not np.issubdtype(arr.dtype, np.number) or arr.dtype.kind == "b":
         raise fail(path, f"holds {arr.dtype}, expected numeric counts")
     return from_dense(path, arr, {"provenance": {"format": "npy", "path": str(path)}})
 
@@ -199,33 +228,35 @@ _NPZ_ARRAYS = ("counts", "layer_ids", "source_counts", "topk_ids", "token_rank")
 
 
 def _read_npz(path) -> Trace:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            names = set(z.files)
-            if "counts" not in names:
-                arr = z[next(iter(names))] if len(names) == 1 else None
-                if isinstance(arr, np.ndarray) and np.issubdtype(arr.dtype, np.number):
-                    # a bare [L, E] / [T, L, E] array saved with savez
-                    return from_dense(path, arr,
-                                       {"provenance": {"format": "npz", "path": str(path)}})
-                raise fail(path, f"no 'counts' array (has {sorted(names)}); not an eplb trace "
-                            "(write it with traces.write_npz)")
-            arrays = {k: z[k] for k in _NPZ_ARRAYS if k in names}
-            meta_text = str(z["meta"][()]) if "meta" in names else "{}"
-    except TraceError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise fail(path, "contains pickled Python objects, which are refused (loaded with "
-                        "allow_pickle=False); rewrite it with traces.write_npz") from None
-        raise fail(path, f"not a readable npz ({exc})") from None
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
-        raise fail(path, f"truncated or not an npz file ({exc}); regenerate or re-copy it"
-                    ) from None
+    with open(path, "rb") as fh:
+        if fh.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            _not_format(path, "npz")
+    err = lambda msg: fail(path, msg)  # noqa: E731
+    z = read_npz(path, err, names=(*_NPZ_ARRAYS, "meta"))
+    if "counts" not in z:
+        from eplb.safeload import npz_names
+
+        names = npz_names(path, err)
+        with zipfile.ZipFile(path) as zf:
+            arrays = [n for n in zf.namelist() if n.endswith(".npy")]
+        if len(names) == 1 and len(arrays) == 1:
+            arr = read_npz(path, err)[names[0]]
+            if np.issubdtype(arr.dtype, np.number) and arr.dtype.kind != "b":
+                # a bare [L, E] / [T, L, E] array saved with savez
+                return from_dense(path, arr, {"provenance": {"format": "npz", "path": str(path)}})
+        raise fail(path, f"no 'counts' array (has {sorted(names)}); not an eplb trace "
+                    "(write it with traces.write_npz)")
+    arrays = {k: z[k] for k in _NPZ_ARRAYS if k in z}
+    meta_arr = z.get("meta")
+    if meta_arr is not None and (meta_arr.dtype.kind not in "SU" or meta_arr.ndim != 0):
+        raise fail(path, "meta must be a JSON string")
+    meta_text = str(meta_arr[()]) if meta_arr is not None else "{}"
     try:
         meta = json.loads(meta_text)
     except json.JSONDecodeError as exc:
         raise fail(path, f"meta is not valid JSON ({exc})") from None
+    except (RecursionError, ValueError) as exc:
+        raise fail(path, f"meta is not usable JSON ({type(exc).__name__})") from None
     if not isinstance(meta, dict):
         raise fail(path, f"meta is {type(meta).__name__}, expected a JSON object")
     for name in ("counts", "source_counts"):
@@ -259,13 +290,20 @@ def read(path: str | os.PathLike, format: str | None = None) -> Trace:
     ``format`` is one of ``FORMATS``; by default it is sniffed from the content, then the
     suffix. Raises `TraceError` naming the file, the field and the fix.
     """
-    if format is not None and format not in FORMATS:
+    if format is not None and (not isinstance(format, str) or format not in FORMATS):
         raise TraceError(f"unknown trace format {format!r}; use one of {', '.join(FORMATS)}")
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TraceError(f"path must be a trace file name (str or os.PathLike), got {path!r}")
     if isinstance(path, str) and path.lstrip().startswith(("{", "[")) and not _exists(path):
         return _read_sglang("<inline JSON>", path)
+    if isinstance(path, str) and (not path.strip() or "\0" in path):
+        raise TraceError(f"trace path {path!r} is empty or invalid")
     p = Path(path)
     if not p.exists():
         raise TraceError(f"trace file {str(path)!r} does not exist")
+    if not p.is_dir() and not p.is_file():
+        raise fail(path, "is not a regular file (a FIFO, device or socket); eplb reads regular "
+                   "files and per-rank directories only")
     if p.is_file() and p.stat().st_size == 0:
         raise fail(path, "file is empty")
     fmt = sniff(p) if format is None else format

@@ -17,9 +17,22 @@ import math
 import numpy as np
 import pandas as pd
 
+from eplb.args import as_int_array, check_int, check_number
+from eplb.errors import TraceError
+from eplb.loads import MAX_COUNT, as_real_array
+
+
+def _array(load) -> np.ndarray:
+    arr = as_real_array(load, "load", error=TraceError)
+    if arr.ndim < 1 or arr.shape[-1] == 0:
+        raise TraceError(f"load must be float[..., E] with E >= 1 experts, got shape {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr > MAX_COUNT).any():
+        raise TraceError("load must hold finite counts in 0..2**53")
+    return arr
+
 
 def _rows(load) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.asarray(load, dtype=np.float64)
+    arr = _array(load)
     total = arr.sum(axis=-1)
     return arr, total
 
@@ -49,6 +62,7 @@ def gini(load) -> np.ndarray:
 
 def top_count(num_experts: int, frac: float) -> int:
     """How many experts the "top ``frac``" means: ``max(1, ceil(frac * E))`` (1% of 256 -> 3)."""
+    frac = check_number("frac", frac, 0, 1, lo_open=True, error=TraceError)
     return max(1, math.ceil(frac * num_experts - 1e-9))
 
 
@@ -60,10 +74,11 @@ def top_share(load, frac: float) -> np.ndarray:
 
 
 def group_cv(load, num_groups: int) -> np.ndarray:
-    arr = np.asarray(load, dtype=np.float64)
+    arr = _array(load)
     E = arr.shape[-1]
-    if num_groups < 1 or E % num_groups:
-        raise ValueError(f"num_groups {num_groups} must divide the {E} experts")
+    num_groups = check_int("num_groups", num_groups, 1, error=TraceError)
+    if E % num_groups:
+        raise TraceError(f"num_groups {num_groups} must divide the {E} experts")
     return cv(arr.reshape(*arr.shape[:-1], num_groups, E // num_groups).sum(axis=-1))
 
 
@@ -72,10 +87,14 @@ STAT_COLUMNS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share"
 
 def skew_table(load, layer_ids=None) -> pd.DataFrame:
     """One row per layer of ``load: float[L, E]``: layer id, tokens and the skew statistics."""
-    arr = np.asarray(load, dtype=np.float64)
+    arr = _array(load)
     if arr.ndim != 2:
-        raise ValueError(f"skew_table wants load[L, E], got shape {arr.shape}")
-    ids = np.arange(arr.shape[0]) if layer_ids is None else np.asarray(layer_ids)
+        raise TraceError(f"skew_table wants load[L, E], got shape {arr.shape}")
+    ids = np.arange(arr.shape[0]) if layer_ids is None else as_int_array(
+        "layer_ids", layer_ids, error=TraceError)
+    if ids.shape != (arr.shape[0],):
+        raise TraceError(f"layer_ids must have one id per layer ({arr.shape[0]}), got shape "
+                         f"{ids.shape}")
     return pd.DataFrame({
         "layer": ids.astype(np.int64),
         "tokens": arr.sum(axis=-1),

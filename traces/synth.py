@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from eplb.args import check_int, check_number, check_seed
 from eplb.errors import TraceError
+from eplb.loads import as_real_array
+from eplb.safeload import check_size
 from traces.model import Trace
 
 __all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level", "uniform",
@@ -39,30 +42,42 @@ __all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_le
 
 
 # ------------------------------------------------------------------ helpers
+_LIMITS = {"tokens": 2**40, "num_tokens": 2**31}  # picks must fit int64, token ids int32
+
+
 def _check_sizes(**sizes: int) -> None:
+    """Positive integers, within sane limits; the arrays they make within `check_size`'s."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise TraceError(f"{name} must be a positive integer, got {value!r}")
+        check_int(name, value, 1, _LIMITS.get(name, 2**31 - 1), error=TraceError)
+    shape = [sizes[k] for k in ("windows", "num_layers", "num_experts") if k in sizes]
+    if len(shape) == 3:
+        flag = {"windows": "--windows", "num_layers": "--layers", "num_experts": "--experts"}
+        check_size(f"the counts ({', '.join(f'{flag[k]} {sizes[k]}' for k in flag)})",
+                   shape, 8, error=TraceError, fix="ask for fewer windows, layers or experts")
+    if "tokens" in sizes and "top_k" in sizes and sizes["tokens"] * sizes["top_k"] > 2**53:
+        raise TraceError(f"tokens x top_k = {sizes['tokens'] * sizes['top_k']} picks per "
+                         "window exceeds 2**53")
+
+
+def _rng(seed) -> np.random.Generator:
+    return np.random.default_rng(check_seed("seed", seed, error=TraceError))
 
 
 def _check_range(name: str, value, lo: float = 0.0) -> tuple[float, float]:
+    if isinstance(value, (str, bytes)):
+        raise TraceError(f"{name} must be a pair (low, high), got {value!r}")
     try:
         a, b = (float(v) for v in value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise TraceError(f"{name} must be a pair (low, high), got {value!r}") from None
-    if not (lo <= a <= b) or not math.isfinite(b):
-        raise TraceError(f"{name} must be (low, high) with {lo:g} <= low <= high, got {value!r}")
+    if not (lo <= a <= b) or not math.isfinite(b) or b > 1e3:
+        raise TraceError(f"{name} must be (low, high) with {lo:g} <= low <= high <= 1000, got "
+                         f"{value!r}")
     return a, b
 
 
 def _check_prob(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TraceError(f"{name} must be a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise TraceError(f"{name} must be in [0, 1], got {value!r}")
-    return v
+    return check_number(name, value, 0.0, 1.0, error=TraceError)
 
 
 def cap_shares(p: np.ndarray, top_k: int) -> np.ndarray:
@@ -71,8 +86,11 @@ def cap_shares(p: np.ndarray, top_k: int) -> np.ndarray:
     Mass above the cap goes to the uncapped experts in proportion to their shares (water
     filling), so rows still sum to 1. Needs ``E >= top_k``.
     """
-    p = np.array(p, dtype=np.float64)
+    p = as_real_array(p, "p", error=TraceError)
+    if p.ndim < 1 or p.shape[-1] == 0 or not np.isfinite(p).all() or (p < 0).any():
+        raise TraceError("p must be float[..., E] shares: finite, >= 0, E >= 1")
     E = p.shape[-1]
+    top_k = check_int("top_k", top_k, 1, error=TraceError)
     if top_k > E:
         raise TraceError(f"top_k {top_k} exceeds the {E} experts; a token picks distinct experts")
     cap = 1.0 / top_k
@@ -117,8 +135,12 @@ def _finish(counts: np.ndarray, layer_ids, top_k: int, prov: dict, meta) -> Trac
             raise TraceError(f"meta must be a dict, got {type(meta).__name__}")
         info.update(meta)
     try:
-        return Trace(counts, None if layer_ids is None else np.asarray(list(layer_ids)),
-                     meta=info)
+        ids = None if layer_ids is None else np.asarray(list(layer_ids))
+    except (TypeError, ValueError, OverflowError):
+        raise TraceError(f"layer_ids must be a list of {counts.shape[1]} model layer ids, got "
+                         f"{str(layer_ids)[:40]}") from None
+    try:
+        return Trace(counts, ids, meta=info)
     except TraceError as exc:
         raise TraceError(f"generator output rejected: {exc}") from None
 
@@ -134,7 +156,7 @@ def zipf(num_layers: int = 58, num_experts: int = 256, *, windows: int = 1, toke
     """
     _check_sizes(num_layers=num_layers, num_experts=num_experts, windows=windows,
                  tokens=tokens, top_k=top_k)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     s, rank = _zipf_weights(num_layers, num_experts, skew, rng)
     w = (rank + 1.0) ** -s[:, None]
     counts = _sample(w, windows, tokens, top_k, rng)
@@ -152,7 +174,7 @@ def lognormal(num_layers: int = 58, num_experts: int = 256, *, windows: int = 1,
     _check_sizes(num_layers=num_layers, num_experts=num_experts, windows=windows,
                  tokens=tokens, top_k=top_k)
     lo, hi = _check_range("sigma", sigma)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     sig = rng.uniform(lo, hi, size=num_layers)
     w = np.exp(sig[:, None] * rng.standard_normal((num_layers, num_experts)))
     counts = _sample(w, windows, tokens, top_k, rng)
@@ -166,7 +188,7 @@ def uniform(num_layers: int = 58, num_experts: int = 256, *, windows: int = 1,
     """Every expert equally popular; counts differ only by multinomial sampling noise."""
     _check_sizes(num_layers=num_layers, num_experts=num_experts, windows=windows,
                  tokens=tokens, top_k=top_k)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     counts = _sample(np.ones((num_layers, num_experts)), windows, tokens, top_k, rng)
     prov = {"generator": "uniform", "seed": seed, "tokens": tokens}
     return _finish(counts, layer_ids, top_k, prov, meta)
@@ -187,7 +209,7 @@ def drift(num_layers: int = 58, num_experts: int = 256, *, windows: int = 8,
     _check_sizes(num_layers=num_layers, num_experts=num_experts, windows=windows,
                  tokens=tokens, top_k=top_k)
     rate = _check_prob("rate", rate)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     s, rank = _zipf_weights(num_layers, num_experts, skew, rng)
     k = int(round(rate * num_experts))
     ranks = np.empty((windows, num_layers, num_experts), dtype=np.int64)
@@ -224,7 +246,7 @@ def bursty(num_layers: int = 58, num_experts: int = 256, *, windows: int = 8,
         raise TraceError(f"burst_experts {burst_experts} exceeds the {num_experts} experts")
     if not (isinstance(burst_factor, (int, float)) and burst_factor >= 1):
         raise TraceError(f"burst_factor must be a number >= 1, got {burst_factor!r}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     s, rank = _zipf_weights(num_layers, num_experts, skew, rng)
     base = _normalise((rank + 1.0) ** -s[:, None])
     w = np.repeat(base[None], windows, axis=0)  # [T, L, E]
@@ -261,7 +283,7 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
         raise TraceError(f"jitter must be a number in [0, 2], got {jitter!r}")
     table = calibration.load_table(model)
     par = calibration.phase_params(table, phase)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     L = len(table["layer_ids"])
     sg = np.maximum(np.asarray(par["sigma_group"]["center"])
                     + np.asarray(par["sigma_group"]["std"]) * rng.standard_normal(L), 0.02)
@@ -343,7 +365,7 @@ def token_level(target, *, num_tokens: int = 4096, num_groups: int = 8, topk_gro
     if (rows <= 0).any():
         raise TraceError(f"target layer row {int(np.argmin(rows))} has no load")
     p = cap_shares(load / rows[:, None], top_k)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     topk = np.empty((num_tokens, L, top_k), dtype=np.int16)
     tv = np.empty(L)
     chunk = max(1, min(L, 2**19 // (num_tokens * E)))  # small chunks stay in cache

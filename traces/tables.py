@@ -15,8 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from eplb.loads import MAX_COUNT
+from eplb.safeload import check_size
 from traces.checks import fail, make_trace
 from traces.model import Trace
+
+_MAX_ID = 2**31  # window, layer, expert and rank ids beyond this are corrupt input
 
 _LONG_KEYS = ("window", "layer", "expert")
 
@@ -25,6 +29,11 @@ def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = Non
     """Build a trace from a long frame with columns ``window, layer, expert, count[, rank]``."""
     import pandas as pd
 
+    from eplb.args import check_mapping
+
+    if not isinstance(df, pd.DataFrame):
+        raise fail(path, f"df must be a pandas DataFrame, got {type(df).__name__}")
+    meta = check_mapping("meta", meta, error=lambda msg: fail(path, msg))
     cols = {str(c).strip().lower(): c for c in df.columns}
     missing = [c for c in (*_LONG_KEYS, "count") if c not in cols]
     if missing:
@@ -38,16 +47,20 @@ def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = Non
     ints = {}
     for k in keys:
         ints[k] = _int_column(path, df[cols[k]], k)
-    count = pd.to_numeric(df[cols["count"]], errors="coerce").to_numpy(np.float64)
-    bad = np.flatnonzero(~np.isfinite(count) | (count < 0))
+    count = _numeric(df[cols["count"]])
+    bad = np.flatnonzero(~np.isfinite(count) | (count < 0) | (count > MAX_COUNT))
     if bad.size:
         i = int(bad[0])
-        raise fail(path, f"count on row {i + 1} is {df[cols['count']].iloc[i]!r}; counts must "
-                    "be finite numbers >= 0")
+        raise fail(path, f"count on row {i + 1} is {str(df[cols['count']].iloc[i])[:30]!r}; "
+                    "counts must be finite numbers >= 0 and <= 2**53 (9.0e15)")
     for k in ("window", "expert", "rank"):
         if k in ints and ints[k].min() < 0:
             i = int(np.argmax(ints[k] < 0))
             raise fail(path, f"{k} on row {i + 1} is {ints[k][i]}; {k} ids must be >= 0")
+    for k in keys:
+        if np.abs(ints[k]).max() >= _MAX_ID:
+            i = int(np.argmax(np.abs(ints[k]) >= _MAX_ID))
+            raise fail(path, f"{k} on row {i + 1} is {ints[k][i]}; {k} ids must be below 2**31")
     w_codes, w_uniq = pd.factorize(ints["window"], sort=True)
     l_codes, l_uniq = pd.factorize(ints["layer"], sort=False)
     T, L = len(w_uniq), len(l_uniq)
@@ -56,8 +69,8 @@ def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = Non
     r_codes = ints["rank"] if "rank" in ints else 0
     flat = ((w_codes.astype(np.int64) * L + l_codes) * R + r_codes) * E + ints["expert"]
     size = T * L * R * E
-    if size > 2**31:
-        raise fail(path, f"dense shape [{T}, {L}, {R}, {E}] is too large")
+    check_size("the dense trace", (T, L, R, E), 8, error=lambda msg: fail(path, msg),
+               fix="are the window/layer/expert ids right?")
     hits = np.bincount(flat, minlength=size)
     if hits.max() > 1:
         cell = int(np.argmax(hits > 1))
@@ -75,19 +88,34 @@ def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = Non
                     "windows: write zero counts explicitly")
     dense = np.zeros(size)
     dense[flat] = count
-    meta = dict(meta or {})
     if "rank" in ints:
         src = dense.reshape(T, L, R, E)
         return make_trace(path, src.sum(axis=2), np.asarray(l_uniq, dtype=np.int64), src, meta=meta)
     return make_trace(path, dense.reshape(T, L, E), np.asarray(l_uniq, dtype=np.int64), meta=meta)
 
 
+def _numeric(col) -> np.ndarray:
+    """float64 values of a column; anything that is not a number (or overflows) becomes NaN."""
+    import pandas as pd
+
+    try:
+        return pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
+    except (OverflowError, ValueError, TypeError):  # e.g. an integer of 400 digits
+        out = np.empty(len(col))
+        for i, v in enumerate(col.to_numpy()):
+            try:
+                out[i] = float(v)
+            except (OverflowError, ValueError, TypeError):
+                out[i] = np.nan
+        return out
+
+
 def _int_column(path, col, name: str) -> np.ndarray:
     import pandas as pd
 
-    if pd.api.types.is_integer_dtype(col.dtype):
+    if pd.api.types.is_integer_dtype(col.dtype) and col.dtype != np.uint64:
         return col.to_numpy(np.int64)
-    num = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
+    num = _numeric(col)
     bad = ~np.isfinite(num) | (num != np.round(num))
     if bad.any():
         i = int(np.argmax(bad))

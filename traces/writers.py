@@ -37,8 +37,10 @@ _SUFFIXES = {".npz": "npz", ".parquet": "parquet", ".pq": "parquet", ".csv": "cs
 
 def write_format(path: str | os.PathLike, format: str | None = None) -> str:
     """The output format for ``path``: ``format`` if given, else from the suffix."""
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TraceError(f"path must be a file name (str or os.PathLike), got {str(path)[:40]}")
     if format is not None:
-        if format not in WRITE_FORMATS:
+        if not isinstance(format, str) or format not in WRITE_FORMATS:
             raise TraceError(f"cannot write trace format {format!r}; use one of "
                              f"{', '.join(WRITE_FORMATS)}")
         return format

@@ -4,10 +4,63 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
+from eplb.atomic import check_output_path, same_file
 from eplb.errors import InputError
 from eplb.topology import Topology
+
+PathLike = str | os.PathLike
+
+
+def check_outputs(
+    inputs: Mapping[str, PathLike | Sequence[PathLike] | None],
+    outputs: Mapping[str, PathLike | None],
+    output_dirs: Mapping[str, PathLike | None] | None = None,
+) -> None:
+    """Refuse, before any work, output paths that would destroy an input or each other.
+
+    ``inputs``/``outputs`` map a flag (as the user typed it, e.g. ``"-o"``, ``"LOAD"``) to a
+    path (``None`` = not given; an input may be a list of paths). An output must be non-empty,
+    not an existing directory, not an input file (symlinks, hard links and relative spellings
+    included: compared with ``os.path.samefile`` and resolved paths), not inside an input
+    directory, and not the same file as another output. ``output_dirs`` (e.g. ``--plot DIR``)
+    must not be an input file or an existing non-directory.
+    """
+    ins: list[tuple[str, PathLike]] = []
+    for flag, value in inputs.items():
+        if value is None:
+            continue
+        for path in [value] if isinstance(value, (str, os.PathLike)) else value:
+            ins.append((flag, path))
+    seen: list[tuple[str, PathLike]] = []
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        check_output_path(path, flag)
+        for in_flag, in_path in ins:
+            if same_file(in_path, path):
+                raise InputError(
+                    f"{flag} {path} is the input {in_flag} {in_path}; writing it would destroy "
+                    "the input. Choose another output file"
+                )
+        for other_flag, other in seen:
+            if same_file(other, path):
+                raise InputError(f"{flag} {path} is the same file as {other_flag} {other}; "
+                                 "give each output its own file")
+        seen.append((flag, path))
+    for flag, path in (output_dirs or {}).items():
+        if path is None:
+            continue
+        text = os.fspath(path)
+        if not str(text).strip():
+            raise InputError(f"{flag} is empty; give a directory name")
+        if os.path.exists(text) and not os.path.isdir(text):
+            raise InputError(f"{flag} {text} exists and is not a directory")
+        for in_flag, in_path in ins:
+            if os.path.isfile(in_path) and same_file(in_path, path):
+                raise InputError(f"{flag} {text} is the input {in_flag} {in_path}")
 
 
 def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -67,3 +120,187 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None)
     if header:
         lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ numbers and options
+MAX_SEED = 2**31 - 1  # CP-SAT and most RNG front ends take a 32-bit seed
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed``: an integer in 0..2**31-1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seed {text!r} is not an integer") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed {value} is outside 0..{MAX_SEED}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """argparse type of ``--time-limit``: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds > 0")
+    return value
+
+
+def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups") -> None:
+    """Refuse expert groups that do not divide the experts, and bad ``--topk-groups``."""
+    if groups is not None:
+        if groups < 1:
+            raise InputError(f"{flag} must be >= 1, got {groups}")
+        if num_experts % groups:
+            divisors = [d for d in range(1, min(num_experts, 64) + 1) if num_experts % d == 0]
+            raise InputError(
+                f"{flag} {groups} does not divide the {num_experts} experts (groups are equal "
+                f"blocks of experts); use one of {', '.join(map(str, divisors))}"
+            )
+    if topk_groups is not None:
+        if groups is None:
+            raise InputError("--topk-groups needs expert groups (--groups G or a trace "
+                             "that records num_groups)")
+        if not 1 <= topk_groups <= groups:
+            raise InputError(f"--topk-groups {topk_groups} must be in 1..{groups} (the groups)")
+
+
+# solve() arguments that have their own flags; --option must not pass them again
+RESERVED_OPTIONS = {"num_groups": "--groups", "seed": "--seed", "time_limit": "--time-limit",
+                    "previous": None, "load": None, "topology": None}
+
+
+def solver_options(name: str) -> dict[str, object] | None:
+    """``{option: default}`` of solver ``name``'s ``--option`` keys, or ``None`` if it takes
+    any keyword. Uses ``solvers.options(name)`` when the registry offers it, else the solver
+    function's keyword-only parameters."""
+    import inspect
+
+    import solvers
+
+    listed = getattr(solvers, "options", None)
+    if callable(listed):
+        got = listed(name)
+        return dict(got) if isinstance(got, Mapping) else {k: None for k in got}
+    fn = solvers.get(name)
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: (None if p.default is p.empty else p.default) for p in params
+            if p.kind is p.KEYWORD_ONLY and p.name not in RESERVED_OPTIONS}
+
+
+def describe_options(name: str) -> str:
+    opts = solver_options(name)
+    if opts is None:
+        return "any keyword"
+    return ", ".join(sorted(opts)) or "none"
+
+
+def check_solver_options(name: str, options: Mapping[str, object], flag: str = "--option") -> None:
+    """Refuse unknown ``--option`` keys of solver ``name`` and values of the wrong kind."""
+    for key in options:
+        if key in RESERVED_OPTIONS:
+            own = RESERVED_OPTIONS[key]
+            raise InputError(f"{flag} {key}=...: {key} is not a solver option"
+                             + (f"; use {own}" if own else ""))
+    accepted = solver_options(name)
+    if accepted is None:
+        return
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InputError(f"{flag} {unknown[0]}: solver {name} has no such option; its options "
+                         f"are {describe_options(name)}")
+    for key, value in options.items():
+        default = accepted[key]
+        if isinstance(default, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            want = "a number"
+        elif isinstance(default, str):
+            ok, want = isinstance(value, str), "a string"
+        else:
+            continue
+        if not ok:
+            raise InputError(f"{flag} {key}={json.dumps(value)}: solver {name} needs {want} "
+                             f"for {key} (default {json.dumps(default)})")
+
+
+def run_solver(name: str, load, topology: Topology, **kw):
+    """`solvers.solve` with a solver's stray TypeError/ValueError (a bad option value the
+    checks above could not see) turned into one `InputError` line."""
+    import solvers
+    from eplb.errors import EplbError
+
+    try:
+        return solvers.solve(name, load, topology, **kw)
+    except EplbError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        opts = {k: v for k, v in kw.items() if k not in RESERVED_OPTIONS and k != "previous"}
+        given = ", ".join(f"{k}={v!r}" for k, v in opts.items()) or "no options"
+        raise InputError(f"solver {name} failed on its arguments ({given}): "
+                         f"{type(exc).__name__}: {exc}; its options are "
+                         f"{describe_options(name)}") from None
+
+
+def solvers_epilog(example: str) -> str:
+    """``--help`` text listing each solver and its ``--option`` keys (imports solvers)."""
+    import textwrap
+
+    import solvers
+
+    lines = ["solvers and their --option keys (KEY=VALUE, value parsed as JSON):"]
+    for name in solvers.available():
+        lines += textwrap.wrap(describe_options(name), 78, initial_indent=f"  {name:<13} ",
+                               subsequent_indent=" " * 16)
+    lines += ["", example]
+    return "\n".join(lines)
+
+
+def windows_arg(spec: str | None, flag: str = "--windows"):
+    """``--windows`` text -> a window selection for `Trace.load`: ``None`` (all), a list of
+    indices (``"3"``, ``"0,3,5"``) or a slice (``"a:b"``, ``"a:b:step"``)."""
+    if spec is None:
+        return None
+    try:
+        if ":" in spec:
+            parts = [int(x) if x.strip() else None for x in spec.split(":")]
+            if len(parts) > 3:
+                raise ValueError
+            return slice(*parts)
+        if "," in spec:
+            return [int(x) for x in spec.split(",") if x.strip()]
+        return [int(spec)]
+    except ValueError:
+        raise InputError(f"{flag} {spec!r} is not an index, a slice a:b or a list "
+                         "0,3,5") from None
+
+
+def add_window_args(p: argparse.ArgumentParser, what: str = "sum") -> None:
+    p.add_argument("--windows", metavar="SPEC",
+                   help=f"windows to {what}: an index, a slice 'a:b' or a list '0,3,5' "
+                   "(default all)")
+    p.add_argument("--ema", type=float, metavar="ALPHA",
+                   help="exponential moving average over the windows (latest weighted ALPHA) "
+                   "instead of the sum")
+
+
+def load_of(trace, args: argparse.Namespace):
+    """``(load: float64[L, E], description)`` of ``trace`` for ``--windows`` / ``--ema``."""
+    windows = windows_arg(getattr(args, "windows", None))
+    ema = getattr(args, "ema", None)
+    chosen = trace.window_index(windows)
+    load = trace.load(windows, ema=ema)
+    how = f"EMA alpha={ema:g}" if ema else "sum"
+    n, T = len(chosen), trace.num_windows
+    if n == T:
+        what = "the only window" if T == 1 else f"all {T} windows"
+    elif n == 1:
+        what = f"window {int(chosen[0])} of {T}"
+    else:
+        what = f"{n} of {T} windows"
+    return load, (f"{how} over {what}" if n > 1 or ema else what)

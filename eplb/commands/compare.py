@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from eplb.commands.common import seconds_arg, seed_arg
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -11,11 +13,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="sweep solvers x traces x topologies and tabulate balance and traffic",
         description="Solve every TRACE on every topology with every solver, score balance and "
         "modelled all-to-all traffic, and write a tidy CSV (one row per run), Markdown tables "
-        "and plots. Runs on a local process pool (--workers) or a Dask cluster (--scheduler).",
-        epilog="example: eplb compare ../shared/traces/deepseek-v3-sglang/*.json "
-        "--solvers deepseek,greedy --topologies 4x8:288,18x8:288 --groups 8 --workers 2 "
-        "-o results.csv --plot plots/",
+        "and plots. Runs on a local process pool (--workers) or a Dask cluster (--scheduler). "
+        "The printed tables are, per topology: max GPU load / lower bound (first: how far from "
+        "provably optimal), step max/mean GPU load, RDMA bytes per token per layer, solve "
+        "seconds. Every CSV column is defined below.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.lazy_epilog = _epilog
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or directories")
     p.add_argument("--solvers", metavar="A,B",
                    help="comma-separated solver names (default: every registered solver)")
@@ -32,11 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", type=float, default=0.0, metavar="F",
                    help="score on the last fraction F of windows, solve on the rest (default 0: "
                    "in-sample)")
-    p.add_argument("--time-limit", type=float, default=1.0, metavar="SEC",
-                   help="time limit of search solvers (default 1; ilp applies it per layer)")
+    p.add_argument("--time-limit", type=seconds_arg, default=1.0, metavar="SEC",
+                   help="time limit of search solvers (ilp), wall seconds (default 1)")
     p.add_argument("--option", action="append", metavar="[SOLVER.]KEY=VALUE",
                    help="solver option, for every solver or one (e.g. greedy.rdma_weight=0.1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
     p.add_argument("--nvlink-gbps", type=float, default=160.0, metavar="GB/s")
     p.add_argument("--rdma-gbps", type=float, default=50.0, metavar="GB/s")
     p.add_argument("--workers", type=int, default=1, metavar="N",
@@ -60,8 +64,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _epilog() -> str:
+    import textwrap
+
+    from eplb.commands.common import solvers_epilog
+    from evaluation.compare import SUMMARY_COLUMNS
+
+    lines = ["summary columns (-o CSV; the printed tables use the first ones):"]
+    for name, text in SUMMARY_COLUMNS.items():
+        lines += textwrap.wrap(text, 78, initial_indent=f"  {name}: ", subsequent_indent="    ")
+    lines.append("")
+    lines.append(solvers_epilog(
+        "example: eplb compare ../shared/traces/deepseek-v3-sglang/*.json --solvers "
+        "deepseek,greedy --topologies 4x8:288,18x8:288 --groups 8 --workers 2 -o results.csv "
+        "--plot plots/"))
+    return "\n".join(lines)
+
+
 def _options(items, names):
-    from eplb.commands.common import parse_options
+    from eplb.commands.common import check_solver_options, parse_options, solver_options
     from eplb.errors import InputError
 
     out: dict[str, dict] = {n: {} for n in names}
@@ -71,9 +92,15 @@ def _options(items, names):
             if solver not in out:
                 raise InputError(f"--option {key}: solver {solver!r} is not in --solvers")
             out[solver][opt] = value
+            check_solver_options(solver, {opt: value})
         else:
-            for opts in out.values():
-                opts[key] = value
+            takers = [n for n in names if (solver_options(n) is None
+                                           or key in solver_options(n))]
+            if not takers:
+                check_solver_options(names[0], {key: value})  # raises, listing the options
+            for n in takers:  # an option some solvers lack applies to the ones that have it
+                check_solver_options(n, {key: value})
+                out[n][key] = value
     return out
 
 
@@ -96,33 +123,39 @@ def run(args: argparse.Namespace) -> int:
     import solvers
     import traces
     from eplb.atomic import atomic_write_text
+    from eplb.commands.common import check_groups, check_outputs
     from eplb.errors import EplbError, InputError
     from eplb.executor.routing import check_policy
     from evaluation.compare import compare, parse_topologies
     from evaluation.tables import write_csv
 
+    check_outputs({"TRACE": args.traces},
+                  {"-o": args.output, "--markdown": args.markdown, "--layers-csv": args.layers_csv},
+                  {"--plot": args.plot})
     check_policy(args.dispatch)
     check_policy(args.pareto_dispatch)
     names = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else \
         solvers.available()
     for name in names:
         solvers.get(name)
+    options = _options(args.option, names)
     specs = parse_topologies(args.topologies)
-    if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
-        raise InputError(f"--plot {args.plot} exists and is not a directory")
-    if args.pareto and not args.plot:
+    if args.pareto and args.plot is None:
         raise InputError("--pareto writes its plots and table into --plot DIR; give --plot")
     weights = _floats(args.pareto_weights, "--pareto-weights") if args.pareto_weights else None
     loaded = {}
     for path in args.traces:
         name = Path(path).stem or Path(path).name
-        loaded[name if name not in loaded else str(path)] = traces.read(path)
+        loaded[name if name not in loaded else str(path)] = trace = traces.read(path)
+        if args.groups is not None or args.topk_groups is not None:
+            groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
+            check_groups(groups, trace.num_experts, args.topk_groups)
     start = time.perf_counter()
     result = compare(
         loaded, solvers=names, topologies=[s.text for s in specs], num_groups=args.groups,
         topk_groups=args.topk_groups,
         policy=args.dispatch, holdout=args.holdout, seed=args.seed, time_limit=args.time_limit,
-        solver_options=_options(args.option, names), nvlink_gbps=args.nvlink_gbps,
+        solver_options=options, nvlink_gbps=args.nvlink_gbps,
         rdma_gbps=args.rdma_gbps, workers=args.workers, scheduler=args.scheduler,
         progress=not args.quiet,
     )
@@ -131,17 +164,17 @@ def run(args: argparse.Namespace) -> int:
     if ok == 0:
         raise EplbError(f"every run failed; first: {result.summary['status'].iloc[0]}")
     tables = result.tables()
-    if args.output:
+    if args.output is not None:
         result.write(args.output, layers_path=args.layers_csv)
-    elif args.layers_csv:
+    elif args.layers_csv is not None:
         write_csv(result.layers, args.layers_csv)
-    if args.markdown:
+    if args.markdown is not None:
         atomic_write_text(args.markdown, tables)
-    written = result.plot(args.plot) if args.plot else []
+    written = result.plot(args.plot) if args.plot is not None else []
     if args.pareto:
         from evaluation import plots
-        from evaluation.compare import _slug
         from evaluation.pareto import WEIGHTS, sweep
+        from evaluation.tables import slug
 
         frames = []
         for tname, trace in loaded.items():
@@ -158,17 +191,17 @@ def run(args: argparse.Namespace) -> int:
                            source_counts=src, policy=args.pareto_dispatch,
                            ilp_time_limit=args.ilp_limit or None, seed=args.seed,
                            progress=not args.quiet, **kw)
-                stem = _slug(f"{tname}_{spec.text}")
+                stem = slug(f"{tname}_{spec.text}")
                 written.append(plots.pareto_front(df, Path(args.plot) / f"pareto_{stem}.png",
                                                   title=f"{tname} on {spec.text}"))
                 frames.append(df.assign(trace=tname, topology=spec.text))
         pareto = pd.concat(frames, ignore_index=True)
         write_csv(pareto, Path(args.plot) / "pareto.csv")
         written.append(Path(args.plot) / "pareto.csv")
-    if not args.markdown:
+    if args.markdown is None:
         print(tables)
     print(f"{ok}/{len(result.summary)} runs ok in {seconds:.1f} s", file=sys.stderr)
     for path in [args.output, args.markdown, args.layers_csv] + [str(w) for w in written]:
-        if path:
+        if path is not None:
             print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from eplb.commands.common import seed_arg
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", default="auto", metavar="SRC",
                    help="routing source: auto, tokens, source_counts, load (default auto: the "
                    "most exact one the trace has)")
-    p.add_argument("--windows", metavar="A:B", help="score only windows A..B-1 (counts modes)")
+    p.add_argument("--windows", metavar="SPEC",
+                   help="score only these windows (counts modes): an index, a slice A:B or a "
+                   "list 0,3,5")
     p.add_argument("--topology", metavar="NxG",
                    help="topology for SGLang/TensorRT-LLM placement files (they do not store it)")
     p.add_argument("--slots", type=int, metavar="P", help="slots in all, with --topology")
@@ -36,14 +40,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "group-limited routing), default: the trace's")
     p.add_argument("--topk-groups", type=int, metavar="T",
                    help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
-    p.add_argument("--hidden", type=int, default=7168, help="hidden size (default 7168)")
+    p.add_argument("--hidden", type=int, default=7168,
+                   help="hidden size in elements per token vector (default 7168)")
     p.add_argument("--dispatch-bytes", type=float, default=1,
                    help="bytes per element dispatched (default 1, FP8)")
     p.add_argument("--combine-bytes", type=float, default=2,
                    help="bytes per element combined (default 2, BF16)")
     p.add_argument("--top-k", type=int, metavar="K",
                    help="experts per token for counts mode (default: the trace's, else 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random/weighted policies")
+    p.add_argument("--seed", type=seed_arg, default=0,
+                   help="seed of the random/weighted policies (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-layer table as CSV")
     p.add_argument("--save-slots", metavar="NPY",
@@ -52,30 +58,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _windows(text: str | None):
-    from eplb.errors import InputError
-
-    if text is None:
-        return None
-    a, sep, b = text.partition(":")
-    try:
-        if not sep:
-            return slice(int(a), int(a) + 1)
-        return slice(int(a) if a else None, int(b) if b else None)
-    except ValueError:
-        raise InputError(f"--windows {text!r} is not A:B (e.g. 0:10) or one index") from None
-
-
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import io
     import json
+    from pathlib import Path
 
     import numpy as np
 
     import traces
     from eplb.atomic import atomic_write_bytes
-    from eplb.commands.common import table
+    from eplb.commands.common import check_groups, check_outputs, table, windows_arg
     from eplb.errors import InputError
     from eplb.executor.routing import check_policy
     from eplb.io import read_placement
@@ -86,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.tables import write_csv
     from evaluation.traffic import simulate_trace
 
+    check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
+                  {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
+    for flag, value in (("--hidden", args.hidden), ("--top-k", args.top_k)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    for flag, value in (("--dispatch-bytes", args.dispatch_bytes),
+                        ("--combine-bytes", args.combine_bytes)):
+        if not (0 < value < float("inf")):
+            raise InputError(f"{flag} must be a positive number of bytes, got {value}")
     check_policy(args.dispatch)
     if args.source not in ("auto", "tokens", "source_counts", "load"):
         raise InputError(f"--source {args.source!r}: use auto, tokens, source_counts or load")
@@ -99,9 +101,14 @@ def run(args: argparse.Namespace) -> int:
                               placement.replica_share, placement.meta, placement.layer_ids)
     trace = traces.read(args.trace)
     placement = align(placement, trace)
-    windows = _windows(args.windows)
+    windows = windows_arg(args.windows)
+    if windows is not None:
+        trace.window_index(windows)  # an out-of-range selection fails here, by name
     load = trace.load(windows)
     groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
+    check_groups(groups, trace.num_experts,
+                 args.topk_groups if args.topk_groups is not None else None,
+                 flag="--groups" if args.groups is not None else "the trace's num_groups")
     layers = score(placement, load, num_groups=groups)
     balance = summarize(layers)
     kw = dict(policy=args.dispatch, hidden=args.hidden, dispatch_bytes=args.dispatch_bytes,
@@ -118,25 +125,36 @@ def run(args: argparse.Namespace) -> int:
     frame = report.to_frame().drop(columns=["layer", "tokens"])
     layers = layers.join(frame)
     totals = report.summary()
-    if args.save_slots:
+    if args.save_slots is not None:
         if report.slots is None:
             raise InputError("--save-slots needs token-level input (a trace with topk_ids)")
         buf = io.BytesIO()
         np.save(buf, report.slots, allow_pickle=False)
         atomic_write_bytes(args.save_slots, buf.getvalue())
-    if args.output:
+    # per token per layer: totals over layers divided by the tokens through all layers
+    layer_tokens = report.gpu_tokens.sum(-1) / report.meta["top_k"]  # [L] tokens per layer
+    token_layers = float(layer_tokens.sum())
+    per = {k: (totals[k] / token_layers if token_layers > 0 else float("nan"))
+           for k in ("nvlink_bytes", "rdma_bytes", "alltoall_seconds")}
+    if args.output is not None:
         write_csv(layers, args.output)
-    if args.plot:
+    if args.plot is not None:
         from evaluation.plots import gpu_heatmap
 
         gpu_heatmap({"GPU tokens": report.gpu_tokens}, args.plot, layer_ids=trace.layer_ids,
-                    title=f"{args.placement} on {args.trace} ({args.dispatch})")
+                    title=f"{Path(args.placement).name} on {Path(args.trace).name}, "
+                    f"{args.dispatch} dispatch",
+                    gpus_per_node=placement.topology.gpus_per_node)
     if args.json:
         doc = {
             "placement": str(args.placement), "trace": str(args.trace),
             "topology": placement.topology.to_dict(),
             "balance": {k: (None if np.isnan(v) else v) for k, v in balance.to_dict().items()},
-            "traffic": {**totals, **report.meta},
+            "traffic": {**totals, **report.meta, "tokens_per_layer_mean":
+                        float(layer_tokens.mean()),
+                        "nvlink_bytes_per_token_per_layer": per["nvlink_bytes"],
+                        "rdma_bytes_per_token_per_layer": per["rdma_bytes"],
+                        "alltoall_seconds_per_token_per_layer": per["alltoall_seconds"]},
             "layers": json.loads(layers.to_json(orient="records")),
         }
         print(json.dumps(doc, indent=1))
@@ -150,26 +168,38 @@ def run(args: argparse.Namespace) -> int:
                       f"{topo.slots_per_gpu} slots)"),
         ("trace", f"{args.trace}: {trace.num_windows} windows, {trace.num_layers} layers, "
                   f"{trace.num_experts} experts"),
-        ("step max/mean GPU load", f"{balance['step_max_over_mean']:.4f}"),
+        ("load", f"{'all windows' if windows is None else args.windows}: "
+                 f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
+                 f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
+        ("max GPU load / lower bound", "n/a (solvers.bounds not available)"
+         if np.isnan(bound) else f"mean {bound:.4f}  worst "
+         f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal)"),
+        ("step max/mean GPU load", f"{balance['step_max_over_mean']:.4f} (sum over layers of "
+                                   "the max GPU load / sum of the mean)"),
+        ("max/mean GPU load", f"mean {balance['max_over_mean_mean']:.4f}  "
+                              f"worst {balance['max_over_mean_worst']:.4f} over layers"),
         ("balancedness mean/max", f"mean {balance['balancedness_mean']:.4f}  "
-                                  f"min {balance['balancedness_min']:.4f}"),
-        ("max/mean per layer", f"mean {balance['max_over_mean_mean']:.4f}  "
-                               f"worst {balance['max_over_mean_worst']:.4f}"),
-        ("imbalance (max-mean)/mean", f"mean {balance['imbalance_mean']:.4f}"),
-        ("max / lower bound", "n/a (solvers.bounds not available)" if np.isnan(bound) else
-         f"mean {bound:.4f}  worst {balance['max_over_bound_worst']:.4f}"),
-        ("node max/mean", f"mean {balance['node_max_over_mean_mean']:.4f}"),
+                                  f"min {balance['balancedness_min']:.4f} over layers"),
+        ("imbalance (max-mean)/mean", f"mean {balance['imbalance_mean']:.4f} over layers"),
+        ("node max/mean", f"mean {balance['node_max_over_mean_mean']:.4f} over layers"),
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
-                       if report.meta.get("groups") else "")),
-        ("NVLink", f"{totals['nvlink_bytes'] / 1e9:.4g} GB ({totals['nvlink_transfers']:.6g} "
-                   "copies per phase)"),
-        ("RDMA", f"{totals['rdma_bytes'] / 1e9:.4g} GB ({totals['rdma_transfers']:.6g} "
-                 "copies per phase)"),
-        ("all-to-all time", f"{totals['alltoall_seconds'] * 1e3:.4g} ms (dispatch "
+                       if report.meta.get("groups") else "")
+                    + f", {args.hidden} x {args.dispatch_bytes:g} B dispatch / "
+                      f"{args.combine_bytes:g} B combine per element"),
+        ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
+                         f"{totals['nvlink_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                         f"{len(layer_tokens)} layers)"),
+        ("RDMA bytes", f"{per['rdma_bytes']:,.0f} B per token per layer; "
+                       f"{totals['rdma_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                       f"{len(layer_tokens)} layers)"),
+        ("all-to-all time", f"{per['alltoall_seconds'] * 1e9:.4g} us per 1k tokens per layer; "
+                            f"{totals['alltoall_seconds'] * 1e3:.4g} ms in all (dispatch "
                             f"{totals['dispatch_seconds'] * 1e3:.4g} + combine "
-                            f"{totals['combine_seconds'] * 1e3:.4g}), sum over layers"),
+                            f"{totals['combine_seconds'] * 1e3:.4g}, {len(layer_tokens)} "
+                            "layers, modelled bandwidth bound)"),
     ]
-    rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot) if path]
+    rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot)
+             if path is not None]
     print(table(rows))
     return 0

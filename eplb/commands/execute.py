@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.commands.common import add_topology_args, table
+from eplb.commands.common import add_topology_args, seed_arg, table
 
 POLICY_NAMES = ("even", "random", "local_first", "weighted")
 
@@ -20,13 +20,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "token_rank are replayed; otherwise random activations go through the layer's router "
         "(biased towards the trace's expert popularity when a counts trace is given) and tokens "
         "are spread evenly over the ranks.",
-        epilog="example: eplb execute placement.json --trace traces/data/zipf-58x256.npz "
+        epilog="example: eplb execute placement.json --trace traces/data/deepseek-v3-tokens.npz "
         "--layer 3 --tokens 4096 --hidden 512 --dispatch local_first",
     )
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (.json, .npz, ...)")
     p.add_argument("--trace", metavar="T", help="trace file giving top-k, groups and routing")
-    p.add_argument("--layer", type=int, default=0, metavar="I",
-                   help="row of the placement tables to run (default 0)")
+    p.add_argument("--layer", type=int, metavar="ID",
+                   help="model layer id to run (as in the placement's layer_ids; default: the "
+                   "first MoE layer, i.e. the first layer the trace holds, else the "
+                   "placement's first layer that is not the default map of a dense layer)")
     p.add_argument("--tokens", type=int, default=4096, help="tokens in the batch (default 4096)")
     p.add_argument("--hidden", type=int, default=512, help="hidden size H (default 512)")
     p.add_argument("--ffn", type=int, metavar="F", help="expert FFN width (default hidden / 4)")
@@ -48,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bytes per hidden element sent in combine (default 2, BF16)")
     p.add_argument("--experts", type=int, metavar="E",
                    help="logical experts (SGLang/TensorRT-LLM files; default max id + 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights, activations, policy")
+    p.add_argument("--seed", type=seed_arg, default=0,
+                   help="seed for weights, activations, policy (default 0)")
     add_topology_args(p, required=False)
     p.set_defaults(func=run)
 
@@ -58,6 +61,33 @@ def _positive(name: str, value: int | None) -> None:
 
     if value is not None and value < 1:
         raise InputError(f"{name} must be >= 1, got {value}")
+
+
+def _default_row(placement, trace) -> int:
+    """Row of the first MoE layer: the first the trace holds, else the first row of the
+    placement that is not SGLang's default map ``slot % E`` (what dense layers get)."""
+    import numpy as np
+
+    if trace is not None:
+        hit = np.flatnonzero(np.isin(placement.layer_ids, trace.layer_ids))
+        if hit.size:
+            return int(hit[0])
+    dense = np.arange(placement.num_slots) % placement.num_experts
+    moe = np.flatnonzero((placement.phy2log != dense).any(axis=1))
+    return int(moe[0]) if moe.size else 0
+
+
+def _row_of(placement, layer_id: int) -> int:
+    import numpy as np
+
+    from eplb.errors import InputError
+
+    hit = np.flatnonzero(placement.layer_ids == layer_id)
+    if hit.size == 0:
+        ids = placement.layer_ids
+        raise InputError(f"--layer {layer_id} is not a layer of the placement; its model layer ids "
+                         f"are {int(ids.min())}..{int(ids.max())} ({len(ids)} layers)")
+    return int(hit[0])
 
 
 def _trace_row(placement, trace, row: int) -> int:
@@ -75,7 +105,8 @@ def _trace_row(placement, trace, row: int) -> int:
     if hit.size == 0:
         raise InputError(
             f"placement row {row} is model layer {lid}, which the trace does not hold "
-            f"(trace layers {trace.layer_ids.min()}-{trace.layer_ids.max()}); pick another --layer"
+            f"(trace layers {trace.layer_ids.min()}-{trace.layer_ids.max()}); pick one of those "
+            "with --layer"
         )
     return int(hit[0])
 
@@ -89,22 +120,33 @@ def run(args: argparse.Namespace) -> int:
     from eplb.errors import InputError
     from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank
     from eplb.io import read_placement
+    from eplb.safeload import check_size
 
     for name in ("tokens", "hidden", "ffn", "top_k", "groups", "topk_groups", "experts"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    K = args.top_k or 8
+    itemsize = np.dtype(args.dtype).itemsize
+    # activations, receive buffers (<= K rows a token) and expert outputs (K rows a token)
+    check_size(f"--tokens {args.tokens} --hidden {args.hidden}",
+               (args.tokens, 2 * K + 4, args.hidden), itemsize,
+               fix="use fewer --tokens or a smaller --hidden")
+    F = args.ffn or max(args.hidden // 4, 1)
     topology = topology_from(args) if args.topology else None
     placement = read_placement(args.placement, topology=topology, num_experts=args.experts)
-    L, topo = placement.num_layers, placement.topology
-    if not -L <= args.layer < L:
-        raise InputError(f"--layer {args.layer} is outside the placement's {L} layers (0..{L - 1})")
-    row = args.layer % L
+    topo = placement.topology
     E, G = placement.num_experts, topo.num_gpus
+    check_size(f"expert weights (--hidden {args.hidden}, FFN {F}, {topo.num_slots} slots)",
+               (topo.num_slots + E, 3, args.hidden, F), itemsize,
+               fix="use a smaller --hidden or --ffn")
 
     trace, trow = None, None
     if args.trace:
         import traces
 
         trace = traces.read(args.trace)
+    row = _row_of(placement, args.layer) if args.layer is not None else \
+        _default_row(placement, trace)
+    if trace is not None:
         trow = _trace_row(placement, trace, row)
     meta = trace.meta if trace is not None else {}
     token_level = trace is not None and trace.topk_ids is not None
@@ -120,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             f"top-{trace.topk_ids.shape[2]}; leave --top-k out"
         )
     layer = MoELayer(
-        E, args.hidden, args.ffn or max(args.hidden // 4, 1), int(top_k),
+        E, args.hidden, F, int(top_k),
         num_groups=groups, topk_groups=topk_groups, seed=args.seed,
         dtype=np.dtype(args.dtype), scoring=args.scoring,
     )
@@ -179,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
             f"{stats.nvlink_out[g] / mb:.3f}", f"{stats.nvlink_in[g] / mb:.3f}",
             f"{stats.rdma_out[g] / mb:.3f}", f"{stats.rdma_in[g] / mb:.3f}",
         ))
-    print(f"placement {args.placement}: {placement!r}, row {row} (model layer "
-          f"{int(placement.layer_ids[row])})")
+    print(f"placement {args.placement}: {placement!r}; model layer "
+          f"{int(placement.layer_ids[row])} (row {row})")
     print(f"layer: {layer!r}")
     print(f"tokens: {n} from {source}; dispatch {args.dispatch}, seed {args.seed}")
     print()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from eplb.commands.common import seconds_arg, seed_arg
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -41,9 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also model all-to-all traffic per window with this dispatch policy")
     p.add_argument("--oracle", action="store_true",
                    help="also score each window with a placement solved on it (peeks: reference)")
-    p.add_argument("--time-limit", type=float, metavar="SEC", help="time limit per solve")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="solver option")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
+                   help="time limit per solve (ilp), wall seconds")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="solver option, repeatable (e.g. --option tolerance=0.002 for greedy's "
+                   "low-migration repair; see eplb solve --help for each solver's keys)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-window table as CSV")
     p.add_argument("--plot", metavar="PNG", help="write the replay curve")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -51,14 +56,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import solvers
     import traces
-    from eplb.commands.common import parse_options, table
+    from eplb.commands.common import (
+        check_groups,
+        check_outputs,
+        check_solver_options,
+        parse_options,
+        table,
+    )
     from eplb.errors import InputError
     from eplb.executor.routing import check_policy
     from eplb.topology import Topology
     from evaluation.replay import EXPERT_BYTES, replay, replay_summary
     from evaluation.tables import write_csv
 
+    check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
+    solvers.get(args.solver)
+    options = parse_options(args.option)
+    check_solver_options(args.solver, options)
+    if args.interval < 1:
+        raise InputError(f"--interval must be a positive integer, got {args.interval}")
+    if args.expert_bytes is not None and not (0 <= args.expert_bytes < float("inf")):
+        raise InputError(f"--expert-bytes must be a number of bytes >= 0, got {args.expert_bytes}")
     if args.dispatch is not None:
         check_policy(args.dispatch)
     if args.history < 0:
@@ -71,23 +93,28 @@ def run(args: argparse.Namespace) -> int:
         G = int(parts[0]) * int(parts[1])
         if G > 0:  # experts rounded up to the GPUs, plus one redundant slot per GPU
             slots = -(-trace.num_experts // G) * G + G
-    topo = Topology.parse(spec, slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps)
+    topo = Topology.parse(spec, slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps,
+                          min_slots=trace.num_experts)
+    groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
+    check_groups(args.groups, trace.num_experts, args.topk_groups if args.dispatch else None)
+    if args.groups is None and args.topk_groups is not None and args.dispatch:
+        check_groups(groups, trace.num_experts, args.topk_groups)
     frame = replay(
         trace, topo, solver=args.solver, interval=args.interval,
         history=args.history or None, ema=args.ema, num_groups=args.groups,
         expert_bytes=EXPERT_BYTES if args.expert_bytes is None else args.expert_bytes,
         policy=args.dispatch, oracle=args.oracle, seed=args.seed, time_limit=args.time_limit,
-        solver_options=parse_options(args.option), progress=not args.quiet,
+        solver_options=options, progress=not args.quiet,
         **({"topk_groups": args.topk_groups} if args.topk_groups else {}),
     )
-    if args.output:
+    if args.output is not None:
         write_csv(frame, args.output)
-    if args.plot:
+    if args.plot is not None:
         from evaluation.plots import replay_curve
 
         replay_curve({args.solver: frame}, args.plot,
-                     title=f"{args.trace}: {args.solver}, every {args.interval} windows from "
-                     f"{'all' if not args.history else args.history} past")
+                     title=f"{Path(args.trace).name}: {args.solver}, every {args.interval} "
+                     f"windows from {'all' if not args.history else args.history} past")
     s = replay_summary(frame)
     rows = [
         ("trace", f"{args.trace}: {trace.num_windows} windows, {trace.num_layers} layers, "
@@ -98,14 +125,22 @@ def run(args: argparse.Namespace) -> int:
                      f"{args.history or 'all'} windows"
                      + (f", ema {args.ema}" if args.ema else "")),
         ("step max/mean GPU load", f"mean {s['step_max_over_mean_mean']:.4f}  "
-                                   f"worst {s['step_max_over_mean_worst']:.4f}"),
+                                   f"worst {s['step_max_over_mean_worst']:.4f} over "
+                                   f"{int(s['windows'])} windows, each scored with the "
+                                   "placement solved before it (stale by design)"),
         ("rebalances", f"{int(s['rebalances'])}"),
-        ("replicas moved", f"{int(s['replicas_moved'])} ({s['bytes_moved'] / 1e9:.4g} GB)"),
+        ("replicas moved", f"{int(s['replicas_moved'])} in all ({s['bytes_moved'] / 1e9:.4g} GB)"
+                           + (f", {s['replicas_moved'] / s['rebalances']:,.0f} per rebalance of "
+                              f"{trace.num_layers * topo.num_slots:,} slots"
+                              if s["rebalances"] else "")),
     ]
     if "oracle_step_max_over_mean_mean" in s:
-        rows.append(("oracle (peeks)", f"mean {s['oracle_step_max_over_mean_mean']:.4f}"))
+        rows.append(("oracle (peeks)", f"mean {s['oracle_step_max_over_mean_mean']:.4f} "
+                                       "(each window solved on itself: the best a rebalancer "
+                                       "could do with perfect foresight)"))
     if "rdma_bytes_mean" in s:
-        rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB"))
-    rows += [("wrote", path) for path in (args.output, args.plot) if path]
+        rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB (all layers, "
+                                        "dispatch + combine)"))
+    rows += [("wrote", path) for path in (args.output, args.plot) if path is not None]
     print(table(rows))
     return 0

@@ -6,7 +6,23 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from eplb.commands.common import add_topology_args, parse_options, table, topology_from
+from eplb.commands.common import (
+    add_topology_args,
+    add_window_args,
+    check_groups,
+    check_outputs,
+    check_solver_options,
+    load_of,
+    parse_options,
+    run_solver,
+    seconds_arg,
+    seed_arg,
+    solvers_epilog,
+    table,
+)
+
+EXAMPLE = ("example: eplb solve traces/data/deepseek-v3-calibrated.npz --topology 4x8 "
+           "--slots 288 --groups 8 --solver greedy -o placement.json")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -14,26 +30,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "solve",
         help="compute a placement for a load matrix",
         description="Compute a replicated expert placement for LOAD (a trace or load matrix: "
-        ".npz, .npy, SGLang .json) on a cluster topology and write it as a placement file.",
-        epilog="example: eplb solve traces/data/zipf-58x256.npz --topology 4x8 --slots 288 "
-        "--groups 8 -o placement.json",
+        ".npz, .npy, SGLang .json/.pt, CSV/Parquet, per-rank directory) on a cluster topology "
+        "and write it as a placement file. The placement rows carry LOAD's model layer ids, so "
+        "SGLang and TensorRT-LLM exports line up with the model's layers.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.lazy_epilog = lambda: solvers_epilog(EXAMPLE)
     p.add_argument("load", metavar="LOAD", help="trace or load matrix file")
     add_topology_args(p)
     p.add_argument(
         "--groups",
         type=int,
         metavar="G",
-        help="expert groups (group-limited routing); hierarchical policies use them",
+        help="expert groups (group-limited routing; must divide the experts); hierarchical "
+        "policies use them",
     )
-    p.add_argument("--solver", default="deepseek", help="placement policy (default deepseek)")
-    p.add_argument("--seed", type=int, default=0, help="seed for randomised solvers")
-    p.add_argument("--time-limit", type=float, metavar="SEC", help="time limit for search solvers")
+    add_window_args(p)
+    p.add_argument("--solver", default="deepseek", metavar="NAME",
+                   help="placement policy (default deepseek; the list and each one's --option "
+                   "keys are below)")
+    p.add_argument("--seed", type=seed_arg, default=0,
+                   help="seed for randomised solvers, 0..2**31-1 (default 0)")
+    p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
+                   help="time limit of search solvers (ilp), wall seconds")
     p.add_argument(
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="extra solver option, repeatable (value parsed as JSON if it can be)",
+        help="solver option, repeatable (value parsed as JSON if it can be, e.g. "
+        "--option weighted=true --option budget=2000)",
     )
     p.add_argument(
         "--format",
@@ -50,8 +75,52 @@ def _sha256(path: Path) -> str:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for f in files:
         h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
-        h.update(f.read_bytes())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()
+
+
+def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
+    """Balance rows of a solve summary: every figure says what it runs over."""
+    import numpy as np
+
+    from evaluation.metrics import score, summarize
+    from solvers.bounds import lower_bound
+
+    # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
+    bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)
+    layers = score(placement, load, num_groups=num_groups, bound=bound)
+    s = summarize(layers)
+    L = placement.num_layers
+    rows = []
+    if np.isfinite(s.get("max_over_bound_mean", np.nan)):
+        rows.append(("max GPU load / lower bound",
+                     f"mean {s['max_over_bound_mean']:.4f}  worst {s['max_over_bound_worst']:.4f}"
+                     f" over {L} layers (1 = provably optimal; closed-form bound"
+                     + (", loose at 2 slots per GPU: eplb evaluate uses the LP bound)"
+                        if placement.topology.slots_per_gpu <= 2 else ")")))
+    rows += [
+        ("max / mean GPU load", f"mean {s['max_over_mean_mean']:.4f}  worst "
+                                f"{s['max_over_mean_worst']:.4f} over {L} layers"),
+        ("balancedness mean/max GPU load", f"mean {s['balancedness_mean']:.4f}  min "
+                                           f"{s['balancedness_min']:.4f} over {L} layers"),
+        ("step max/mean GPU load", f"{s['step_max_over_mean']:.4f} (sum over layers of the "
+                                   "max GPU load / sum of the mean)"),
+    ]
+    info = placement.meta.get("solver") or {}
+    if info.get("bound") is not None and info.get("objective") is not None:
+        bits = []
+        if info.get("optimal_layers") is not None:
+            bits.append(f"proven optimal on {int(info['optimal_layers'])} of {L} layers")
+        if info.get("gap_max") is not None:
+            bits.append(f"max gap {float(info['gap_max']):.2e}")
+        elif info.get("gap") is not None:
+            gap = np.asarray(info["gap"], dtype=float)
+            bits.append(f"max gap {float(np.nanmax(gap)):.2e}")
+        if bits:
+            rows.append((f"{info.get('name', 'solver')} bound", ", ".join(bits)))
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,14 +129,22 @@ def run(args: argparse.Namespace) -> int:
     import solvers
     import traces
     from eplb.io import format_for, write_placement
+    from eplb.placement import Placement
+    from eplb.topology import Topology
     from evaluation.metrics import balancedness, max_over_mean
 
-    topology = topology_from(args)
+    check_outputs({"LOAD": args.load}, {"-o": args.output})
     options = parse_options(args.option)
-    fmt = format_for(args.output, args.format) if args.output else None
+    fmt = format_for(args.output, args.format) if args.output is not None else None
+    solvers.get(args.solver)  # unknown names fail before reading anything
+    check_solver_options(args.solver, options)
     trace = traces.read(args.load)
-    load = trace.load()
-    placement = solvers.solve(
+    load, how = load_of(trace, args)
+    E = trace.num_experts
+    topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
+                              rdma_gbps=args.rdma_gbps, min_slots=E)
+    check_groups(args.groups, E)
+    placement = run_solver(
         args.solver,
         load,
         topology,
@@ -76,10 +153,8 @@ def run(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         **options,
     )
-    gpu = placement.gpu_load(load)
-    bal, mom = balancedness(gpu), max_over_mean(gpu)
     digest = _sha256(Path(args.load))
-    placement = type(placement)(
+    placement = Placement(
         placement.phy2log,
         placement.num_experts,
         topology,
@@ -90,16 +165,20 @@ def run(args: argparse.Namespace) -> int:
                 "path": str(args.load),
                 "sha256": digest,
                 "num_model_layers": trace.meta.get("num_model_layers"),
-            },
-            "metrics": {
-                "balancedness_mean": float(bal.mean()),
-                "balancedness_min": float(bal.min()),
-                "max_over_mean_mean": float(mom.mean()),
-                "max_over_mean_worst": float(mom.max()),
+                "windows": args.windows,
+                "ema": args.ema,
             },
         },
         trace.layer_ids,
     )
+    gpu = placement.gpu_load(load)
+    bal, mom = balancedness(gpu), max_over_mean(gpu)
+    placement = placement.with_meta(metrics={
+        "balancedness_mean": float(bal.mean()),
+        "balancedness_min": float(bal.min()),
+        "max_over_mean_mean": float(mom.mean()),
+        "max_over_mean_worst": float(mom.max()),
+    })
     info = placement.meta["solver"]
     policy = f" ({info['policy']})" if "policy" in info else ""
     ids = trace.layer_ids
@@ -115,19 +194,20 @@ def run(args: argparse.Namespace) -> int:
             f"{placement.num_layers} (model layers {ids.min()}-{ids.max()}), "
             f"{placement.num_experts} experts",
         ),
-        ("balancedness mean/max GPU load", f"mean {bal.mean():.4f}  min {bal.min():.4f}"),
-        ("max GPU load / mean", f"mean {mom.mean():.4f}  worst {mom.max():.4f}"),
+        ("load", f"{how}; {load.sum() / len(load):,.0f} expert picks per layer"),
+        *summary_rows(placement, load, num_groups=args.groups),
         (
             "redundant slots",
             f"{topology.num_slots - placement.num_experts} per layer, "
             f"max replicas of one expert {int(np.max(placement.logcnt))}",
         ),
-        ("solve time", f"{info['seconds'] * 1e3:.1f} ms"),
+        ("solve time", f"{info['seconds'] * 1e3:.1f} ms (wall)"),
     ]
-    if args.output:
+    if args.output is not None:
         nml = trace.meta.get("num_model_layers")
         write_placement(
-            placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None
+            placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None,
+            layer_ids_are_model_ids=True,  # they come from LOAD (its rows or its layer column)
         )
         rows.append(("wrote", f"{args.output} ({fmt})"))
     print(table(rows))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eplb.commands.common import parse_options, table
+from eplb.commands.common import check_outputs, parse_options, table, windows_arg
 from eplb.errors import InputError
 
 KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     info = tsub.add_parser(
         "info", help="shape, windows and per-layer skew of a trace",
         description="Print a trace's shape, metadata and per-layer skew table "
-        "(max/mean, CV, Gini, share of the top 1%% / 10%% of experts).",
+        "(max/mean, CV, Gini, share of the top 1% / 10% of experts).",
         epilog="example: eplb trace info traces/data/deepseek-v3-calibrated.npz "
         "--plot heatmap.png",
     )
@@ -85,23 +85,6 @@ def _no_sub(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _windows(spec: str | None):
-    if spec is None:
-        return None
-    try:
-        if ":" in spec:
-            parts = [int(x) if x.strip() else None for x in spec.split(":")]
-            if len(parts) > 3:
-                raise ValueError
-            return slice(*parts)
-        if "," in spec:
-            return [int(x) for x in spec.split(",") if x.strip()]
-        return [int(spec)]
-    except ValueError:
-        raise InputError(f"--windows {spec!r} is not an index, a slice a:b or a list "
-                         "0,3,5") from None
-
-
 def _fmt(x: float, digits: int = 3) -> str:
     return "nan" if x != x else f"{x:.{digits}f}"
 
@@ -112,9 +95,10 @@ def run_info(args: argparse.Namespace) -> int:
 
     import traces
 
+    check_outputs({"FILE": args.file}, {"--plot": args.plot})
     trace = traces.read(args.file, format=args.format)
     fmt = args.format or (traces.sniff(args.file) if Path(args.file).exists() else "sglang")
-    windows = _windows(args.windows)
+    windows = windows_arg(args.windows)
     chosen = trace.window_index(windows)
     load = trace.load(windows, ema=args.ema)
     meta = trace.meta
@@ -158,8 +142,10 @@ def run_info(args: argparse.Namespace) -> int:
         body.append([name, "", _fmt(agg.iloc[0], 2), *(_fmt(v) for v in agg.iloc[1:])])
     print()
     print(table(body, header))
-    if args.plot:
-        _heatmap(load, ids, args.plot, f"{args.file}: {how} over {len(chosen)} windows")
+    if args.plot is not None:
+        span = (f"window {int(chosen[0])}" if len(chosen) == 1 else
+                f"{how} over {len(chosen)} windows")
+        _heatmap(load, ids, args.plot, f"{Path(args.file).name}: {span}")
         print(f"\nwrote {args.plot}")
     return 0
 
@@ -212,6 +198,7 @@ def run_synth(args: argparse.Namespace) -> int:
     import traces
     from traces import synth
 
+    check_outputs({"--target": args.target}, {"-o": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
     kind = args.kind
     func = getattr(synth, _GENERATOR.get(kind, kind))
@@ -259,6 +246,7 @@ def run_synth(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     import traces
 
+    check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
     trace = traces.read(args.input, format=args.in_format)
     traces.write(trace, args.output, fmt)

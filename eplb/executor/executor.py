@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from eplb.args import check_int, check_number, check_seed
 from eplb.errors import InputError, PlacementError
 from eplb.executor import kernels
 from eplb.executor.model import MoELayer, check_topk
@@ -28,6 +29,8 @@ LINK_LOCAL, LINK_NVLINK, LINK_RDMA = 0, 1, 2
 
 def even_token_rank(num_tokens: int, num_gpus: int) -> np.ndarray:
     """``int64[N]``: tokens spread over ranks in contiguous, equal (+-1) shards, in rank order."""
+    num_tokens = check_int("num_tokens", num_tokens, 0, 2**40)
+    num_gpus = check_int("num_gpus", num_gpus, 1, 2**20)
     return (np.arange(num_tokens, dtype=np.int64) * num_gpus) // max(num_tokens, 1)
 
 
@@ -159,12 +162,9 @@ class ReferenceExecutor:
         self.layer = layer
         self.placement = self._check_placement(placement)
         self.policy = check_policy(policy)
-        self.seed = seed
-        for name, v in (("dispatch_bytes", dispatch_bytes), ("combine_bytes", combine_bytes)):
-            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-            if not ok or not np.isfinite(v) or v < 0:
-                raise InputError(f"{name} must be a non-negative number of bytes, got {v!r}")
-        self.dispatch_bytes, self.combine_bytes = float(dispatch_bytes), float(combine_bytes)
+        self.seed = check_seed("seed", seed)
+        self.dispatch_bytes = check_number("dispatch_bytes", dispatch_bytes, 0)
+        self.combine_bytes = check_number("combine_bytes", combine_bytes, 0)
         self._weights: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffer = kernels.Buffer()  # receive/reduction rows reused across forward calls
         self.last_rebalance: RebalanceReport | None = None

@@ -27,6 +27,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from eplb.args import as_float_array, as_int_array
 from eplb.errors import InputError
 from eplb.executor.model import swiglu
 from eplb.executor.routing import route
@@ -157,22 +158,70 @@ class DispatchLayout:
         return indptr, order.astype(np.int64), Q
 
     @cached_property
+    def _pick_weight_index(self) -> np.ndarray:
+        """int64[N*K]: flat ``(n * K + k)`` weight index of each nonzero of `_pick_to_recv`."""
+        return _ro(self.pick_order[self._pick_to_recv[1]])
+
+    @cached_property
     def _recv_to_rdma(self) -> sp.csr_matrix:
         """0/1 [R, M]: RDMA row (at the rail peer) <- partial sums of the pairs it serves."""
         remote = np.flatnonzero(self.recv_hop >= HOP_RDMA)
         return _selector(self.recv_rdma_row[remote], remote, self.num_rdma, self.num_recv)
 
     @cached_property
-    def _recv_to_token(self) -> sp.csr_matrix:
-        """0/1 [N, M]: source token <- partial sums of its local and same-node pairs."""
+    def _to_token(self) -> sp.csr_matrix:
+        """0/1 [N, M + R]: source token <- partial sums of its local and same-node pairs
+        (columns ``0..M-1``) and the RDMA rows coming back from remote nodes (columns
+        ``M..M+R-1``): the last combine stage as one product over ``[partial | rdma]``."""
+        M, R = self.num_recv, self.num_rdma
         near = np.flatnonzero(self.recv_hop <= HOP_NVLINK)
-        return _selector(self.recv_token[near], near, self.num_tokens, self.num_recv)
+        rows = np.concatenate([self.recv_token[near], self.rdma_token])
+        cols = np.concatenate([near, M + np.arange(R)])
+        return _selector(rows, cols, self.num_tokens, M + R)
 
     @cached_property
-    def _rdma_to_token(self) -> sp.csr_matrix:
-        """0/1 [N, R]: source token <- RDMA rows coming back from remote nodes."""
-        R = self.num_rdma
-        return _selector(self.rdma_token, np.arange(R), self.num_tokens, R)
+    def combine_plan(self) -> tuple[_Plan, _Mixed, _Mixed, int]:
+        """Combine plans ``(to_multi, to_rdma, to_token, Z)``.
+
+        A receive row serving one pick (most of them) has the weighted expert output row as
+        its partial sum: it is read where it lies in ``expert_out`` instead of being copied
+        into a buffer first. Receive rows serving several picks get a partial-sum row in
+        ``sums[:Z]`` (``to_multi``); ``to_rdma`` sums each RDMA row's remote partials into
+        ``sums[Z:]``; ``to_token`` sums each token's local and same-node partials and its RDMA
+        rows into the output.
+        """
+        indptr, indices, Q = self._pick_to_recv
+        M, R = self.num_recv, self.num_rdma
+        counts = np.diff(indptr)
+        single = counts == 1
+        multi = np.flatnonzero(~single)
+        Z = multi.size
+        zrow = np.full(M, -1, dtype=np.int64)
+        zrow[multi] = np.arange(Z)
+        # stage 1, multi-pick rows only: CSR of their picks (data positions kept)
+        pos = np.flatnonzero(np.repeat(~single, counts))  # CSR nonzeros of those rows
+        sub_indptr = np.zeros(Z + 1, dtype=np.int64)
+        np.cumsum(counts[multi], out=sub_indptr[1:])
+        to_multi = _Plan.of(sub_indptr, indices[pos].astype(np.int64), (Z, Q), pos)
+
+        def entries(csr_rows, csr_cols, shape):
+            """Entries of a reduction over receive rows (and RDMA rows, columns >= M)."""
+            recv = csr_cols < M
+            r = np.where(recv, csr_cols, 0)
+            is_y = recv & single[r]
+            src = np.where(is_y, 0, 1)
+            col = np.where(is_y, indices[indptr[r]], np.where(recv, zrow[r], Z + csr_cols - M))
+            wpos = np.where(is_y, indptr[r], -1)
+            return _Mixed.of(csr_rows, src, col, wpos, shape[0])
+
+        rd = self._recv_to_rdma
+        to_rdma = entries(np.repeat(np.arange(R), np.diff(rd.indptr)), rd.indices.astype(np.int64),
+                          rd.shape)
+        tt = self._to_token
+        to_token = entries(np.repeat(np.arange(self.num_tokens), np.diff(tt.indptr)),
+                           tt.indices.astype(np.int64), tt.shape)
+        return to_multi, to_rdma, to_token, Z
+
 
 
 class Buffer:
@@ -213,27 +262,155 @@ def _selector(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> s
 
 
 # scipy's C++ kernel behind ``csr @ dense``; called directly it accumulates into a reused
-# buffer instead of a fresh ``np.zeros`` result (private API: fall back to ``@`` without it)
-try:
-    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
-except ImportError:  # pragma: no cover - depends on the scipy version
-    _csr_matvecs = None
+# buffer instead of a fresh ``np.zeros`` result. It is private API: it is used only after a
+# self-check against the public ``@`` on a small product at import, and ``_csr_add`` falls
+# back to ``@`` without it (tests run both paths every time).
+def _load_csr_matvecs():
+    try:
+        from scipy.sparse._sparsetools import csr_matvecs
+    except ImportError:  # pragma: no cover - depends on the scipy version
+        return None
+    a = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+    x = np.arange(6, dtype=np.float64).reshape(3, 2)
+    out = np.zeros((2, 2))
+    try:
+        csr_matvecs(2, 3, 2, a.indptr, a.indices, a.data, x.reshape(-1), out.reshape(-1))
+    except Exception:  # pragma: no cover - a changed signature: use the public path
+        return None
+    return csr_matvecs if np.array_equal(out, a @ x) else None
 
 
-def _spmm_into(a: sp.csr_matrix, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out[:] = a @ x`` for ``a: csr[m, n]``, ``x: float[n, H]``, ``out: float[m, H]``."""
-    m, n = a.shape
+_csr_matvecs = _load_csr_matvecs()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A CSR row reduction ``out = A @ x`` split for speed: each row's first nonzero is a
+    gather (``np.take`` writes the row, no zero-fill pass), the remaining nonzeros are
+    accumulated by the CSR kernel. Sums run in the same order as ``A @ x`` (bit-identical to
+    it with scipy's kernel; the public fallback adds each row's tail as one rounded sum)."""
+
+    shape: tuple[int, int]
+    first_pos: np.ndarray  # int64[m']: position in the CSR data of each row's first nonzero
+    first_col: np.ndarray  # int64[m']: its column
+    dense: bool  # every row has a nonzero (else ``rows`` lists those that do)
+    rows: np.ndarray
+    rest_indptr: np.ndarray
+    rest_indices: np.ndarray
+    rest_pos: np.ndarray  # position in the CSR data of each remaining nonzero
+
+    @classmethod
+    def of(cls, indptr: np.ndarray, indices: np.ndarray, shape: tuple[int, int],
+           data_pos: np.ndarray | None = None) -> _Plan:
+        """Plan of the CSR pattern ``(indptr, indices)``; ``data_pos`` maps its nonzeros to
+        positions in the ``data`` array `into` will be given (default: the same order)."""
+        counts = np.diff(indptr)
+        has = counts > 0
+        first_pos = indptr[:-1][has]
+        keep = np.ones(indices.shape[0], dtype=bool)
+        keep[first_pos] = False
+        rest_indptr = np.zeros(shape[0] + 1, dtype=indptr.dtype)
+        np.cumsum(np.maximum(counts - 1, 0), out=rest_indptr[1:])
+        dp = np.arange(indices.shape[0]) if data_pos is None else np.asarray(data_pos)
+        return cls(shape, _ro(dp[first_pos].astype(np.int64)),
+                   _ro(indices[first_pos].astype(np.int64)), bool(has.all()),
+                   _ro(np.flatnonzero(has)), _ro(rest_indptr),
+                   _ro(indices[keep].astype(indptr.dtype)), _ro(dp[keep].astype(np.int64)))
+
+    def into(self, x: np.ndarray, out: np.ndarray, data: np.ndarray | None = None) -> np.ndarray:
+        """``out[:] = A @ x`` with ``A``'s values ``data`` (``None``: all ones)."""
+        if self.dense:
+            np.take(x, self.first_col, axis=0, out=out, mode="clip")
+            if data is not None:
+                np.multiply(out, data[self.first_pos][:, None], out=out)
+        else:
+            out.fill(0)
+            first = x[self.first_col]
+            if data is not None:
+                first *= data[self.first_pos][:, None]
+            out[self.rows] = first
+        if self.rest_pos.size:
+            rest = (np.ones(self.rest_pos.size, dtype=x.dtype) if data is None
+                    else data[self.rest_pos])
+            _csr_add(self.rest_indptr, self.rest_indices, rest, self.shape, x, out)
+        return out
+
+
+@dataclass(frozen=True)
+class _Mixed:
+    """A row reduction over two sources: weighted rows of ``y`` (``src`` 0, weight
+    ``data[wpos]``) and unit rows of ``s`` (``src`` 1). Each output row starts as a gather of
+    its first ``y`` entry (zero when it has none), then the other entries are accumulated."""
+
+    m: int
+    first_col: np.ndarray  # int64[m]: first y entry's row of y (0 where the row has none)
+    first_wpos: np.ndarray  # int64[m]: its weight position (0 where none)
+    no_y: np.ndarray  # int64[k]: rows without a y entry
+    y_rest: _Plan  # remaining y entries (CSR over y, data positions)
+    s_all: _Plan  # every s entry (CSR over s, unit weights)
+
+    @classmethod
+    def of(cls, rows, src, col, wpos, m: int) -> _Mixed:
+        rows, src, col, wpos = (np.asarray(a, dtype=np.int64) for a in (rows, src, col, wpos))
+        ys = np.flatnonzero(src == 0)
+        first_rows, first_at = np.unique(rows[ys], return_index=True)
+        first = ys[first_at]
+        first_col = np.zeros(m, dtype=np.int64)
+        first_wpos = np.zeros(m, dtype=np.int64)
+        first_col[first_rows] = col[first]
+        first_wpos[first_rows] = wpos[first]
+        has_y = np.zeros(m, dtype=bool)
+        has_y[first_rows] = True
+        rest = np.setdiff1d(ys, first, assume_unique=True)
+        ss = np.flatnonzero(src == 1)
+
+        def csr(sel):
+            indptr = np.zeros(m + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows[sel], minlength=m), out=indptr[1:])
+            return indptr, col[sel]
+
+        ri, rc = csr(rest)
+        y_rest = _Plan(shape=(m, 0), first_pos=np.zeros(0, np.int64),
+                       first_col=np.zeros(0, np.int64), dense=True, rows=np.zeros(0, np.int64),
+                       rest_indptr=_ro(ri), rest_indices=_ro(rc), rest_pos=_ro(wpos[rest]))
+        si, sc = csr(ss)
+        s_all = _Plan(shape=(m, 0), first_pos=np.zeros(0, np.int64),
+                      first_col=np.zeros(0, np.int64), dense=True, rows=np.zeros(0, np.int64),
+                      rest_indptr=_ro(si), rest_indices=_ro(sc),
+                      rest_pos=_ro(np.full(ss.size, -1, dtype=np.int64)))
+        return cls(m, _ro(first_col), _ro(first_wpos), _ro(np.flatnonzero(~has_y)), y_rest,
+                   s_all)
+
+    def into(self, y: np.ndarray, s: np.ndarray, data: np.ndarray, out: np.ndarray) -> None:
+        if self.m == 0:
+            return
+        if y.shape[0]:
+            np.take(y, self.first_col, axis=0, out=out, mode="clip")
+            np.multiply(out, data[self.first_wpos][:, None], out=out)
+        if self.no_y.size:
+            out[self.no_y] = 0
+        p = self.y_rest
+        if p.rest_pos.size:
+            _csr_add(p.rest_indptr, p.rest_indices, data[p.rest_pos], (self.m, y.shape[0]), y, out)
+        p = self.s_all
+        if p.rest_indices.size:
+            ones = np.ones(p.rest_indices.size, dtype=s.dtype)
+            _csr_add(p.rest_indptr, p.rest_indices, ones, (self.m, s.shape[0]), s, out)
+
+
+def _csr_add(indptr, indices, data, shape, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out += A @ x`` for the CSR arrays of ``A: [m, n]``."""
+    m, n = shape
     fast = (
         _csr_matvecs is not None
         and x.flags.c_contiguous and out.flags.c_contiguous
-        and a.dtype == x.dtype == out.dtype
-        and a.indptr.dtype == a.indices.dtype
+        and data.dtype == x.dtype == out.dtype
+        and indptr.dtype == indices.dtype
     )
-    if not fast:
-        out[...] = a @ x
-        return out
-    out.fill(0)
-    _csr_matvecs(m, n, x.shape[1], a.indptr, a.indices, a.data, x.reshape(-1), out.reshape(-1))
+    if fast:
+        _csr_matvecs(m, n, x.shape[1], indptr, indices, data, x.reshape(-1), out.reshape(-1))
+    else:
+        out += sp.csr_matrix((data, indices, indptr), shape=shape) @ x
     return out
 
 
@@ -261,17 +438,13 @@ def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
     G, gpn, S = topology.num_gpus, topology.gpus_per_node, topology.slots_per_gpu
     Nn, P = topology.num_nodes, topology.num_slots
-    slots = np.asarray(slots)
-    if slots.ndim != 2 or (slots.size and not np.issubdtype(slots.dtype, np.integer)):
-        raise InputError(f"slots must be int[N, K], got {slots.dtype}{slots.shape}")
-    slots = slots.astype(np.int64, copy=False)
+    slots = as_int_array("slots", slots, ndim=2)
     N, K = slots.shape
     if slots.size and (slots.min() < 0 or slots.max() >= P):
         raise InputError(f"slots must be slot ids in 0..{P - 1} of topology {topology}")
-    rank = np.asarray(token_rank)
-    if rank.shape != (N,) or (rank.size and not np.issubdtype(rank.dtype, np.integer)):
+    rank = as_int_array("token_rank", token_rank)
+    if rank.shape != (N,):
         raise InputError(f"token_rank must be int[{N}] (source GPU per token), got {rank.shape}")
-    rank = rank.astype(np.int64, copy=False)
     if rank.size and (rank.min() < 0 or rank.max() >= G):
         raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
 
@@ -340,10 +513,21 @@ def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
 
 
 def _check_rows(name: str, a: np.ndarray, rows: int) -> np.ndarray:
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be float[{rows}, H]: {str(exc).splitlines()[0]}") from None
     if a.ndim != 2 or a.shape[0] != rows or not np.issubdtype(a.dtype, np.floating):
         raise InputError(f"{name} must be float[{rows}, H], got {a.dtype}{a.shape}")
     return a
+
+
+def _check_layout(layout, buffer) -> None:
+    if not isinstance(layout, DispatchLayout):
+        raise InputError(f"layout must be a DispatchLayout (from dispatch_layout), got "
+                         f"{type(layout).__name__}")
+    if buffer is not None and not isinstance(buffer, Buffer):
+        raise InputError(f"buffer must be a kernels.Buffer or None, got {type(buffer).__name__}")
 
 
 def dispatch(
@@ -353,20 +537,22 @@ def dispatch(
 
     Returns ``(recv: float[M, H], rdma: float[R, H])``: ``rdma`` holds the RDMA receive rows
     at the rail peers (one per token and remote node); ``recv`` rows of hop ``LOCAL``/``NVLINK``
-    are copied from ``x`` on the source GPU, rows of hop ``RDMA``/``RDMA_NVLINK`` from the rail
-    peer's RDMA row. Rank ``g``'s buffer is ``recv[rank_offsets[g]:rank_offsets[g + 1]]``.
-    With ``buffer`` both are views into it (see `Buffer`).
+    are copies of ``x`` on the source GPU, rows of hop ``RDMA``/``RDMA_NVLINK`` copies of the
+    rail peer's RDMA row. An RDMA row is an exact copy of its token's row of ``x``, so every
+    receive row is gathered from ``x`` directly (bit-identical, one pass: dispatch moves
+    exactly its ``M + R`` rows). Rank ``g``'s buffer is
+    ``recv[rank_offsets[g]:rank_offsets[g + 1]]``. With ``buffer`` both are views into it
+    (see `Buffer`).
     """
+    _check_layout(layout, buffer)
     x = _check_rows("x", x, layout.num_tokens)
     N, H = x.shape
-    # [send buffers | RDMA rows]: one array, so every receive row is one gather from it
-    staging = _empty(buffer, "dispatch_staging", (N + layout.num_rdma, H), x.dtype)
-    staging[:N] = x
+    rdma = _empty(buffer, "dispatch_rdma", (layout.num_rdma, H), x.dtype)
     # indices come from the layout: mode="clip" never clips, it skips np.take's buffered path
-    np.take(x, layout.rdma_token, axis=0, out=staging[N:], mode="clip")
+    np.take(x, layout.rdma_token, axis=0, out=rdma, mode="clip")
     recv = _empty(buffer, "dispatch_recv", (layout.num_recv, H), x.dtype)
-    np.take(staging, layout.source_row, axis=0, out=recv, mode="clip")
-    return recv, staging[N:]
+    np.take(x, layout.recv_token, axis=0, out=recv, mode="clip")
+    return recv, rdma
 
 
 def expert_compute(
@@ -380,6 +566,7 @@ def expert_compute(
     ``slot_offsets[p]:slot_offsets[p + 1]`` are slot ``p``'s SwiGLU outputs for its picks
     (a view into ``buffer`` when given).
     """
+    _check_layout(layout, buffer)
     topo = layout.topology
     P = topo.num_slots
     recv = _check_rows("recv", recv, layout.num_recv)
@@ -409,25 +596,30 @@ def combine(
     ``expert_out: float[N*K, H]`` in ``layout.pick_order`` (as `expert_compute` returns),
     ``topk_weights: float[N, K]``. Returns a new ``out: float[N, H]`` with
     ``out[n] = sum_k topk_weights[n, k] * expert_out[pick (n, k)]``, summed in three stages:
-    per receiving rank (its picks of the token), per rail peer (the node's partial sums, one
-    RDMA row per token and node), at the source (local, same-node and RDMA contributions).
-    ``buffer`` holds the intermediate partial sums.
+    per receiving rank (its picks of the token; when it received one pick, the weighted
+    expert output row is that partial sum and is read where it lies), per rail peer (the
+    node's partial sums, one RDMA row per token and node), at the source (local, same-node and
+    RDMA contributions). ``buffer`` holds the intermediate partial sums.
     """
+    _check_layout(layout, buffer)
     N, K = layout.num_tokens, layout.top_k
     y = _check_rows("expert_out", expert_out, N * K)
-    w = np.asarray(topk_weights)
+    w = as_float_array("topk_weights", topk_weights, y.dtype)
     if w.shape != (N, K):
         raise InputError(f"topk_weights must be float[{N}, {K}], got {w.shape}")
     dt, H = y.dtype, y.shape[1]
-    M, R = layout.num_recv, layout.num_rdma
-    indptr, indices, Q = layout._pick_to_recv
-    data = w.reshape(-1)[layout.pick_order][indices].astype(dt)
-    to_recv = sp.csr_matrix((data, indices, indptr), shape=(M, Q))
-    # [partial | rdma]: each rank's weighted sum per received token, then per rail peer
-    sums = _empty(buffer, "combine_sums", (M + R, H), dt)
-    partial, rdma = sums[:M], sums[M:]
-    _spmm_into(to_recv, y, partial)
-    _spmm_into(layout._recv_to_rdma.astype(dt), partial, rdma)
-    out = layout._recv_to_token.astype(dt) @ partial  # at the source: local and NVLink sums
-    out += layout._rdma_to_token.astype(dt) @ rdma  # plus the RDMA rows coming back
-    return np.asarray(out, dtype=dt)
+    R = layout.num_rdma
+    to_multi, to_rdma, to_token, Z = layout.combine_plan
+    data = np.take(w.reshape(-1).astype(dt, copy=False), layout._pick_weight_index)
+    if N == 0 or H == 0:
+        return np.zeros((N, H), dtype=dt)
+    # [partial | rdma]: each rank's weighted sum per received token (rows serving several
+    # picks; a one-pick row's partial sum is its weighted expert output row, read in place),
+    # then one RDMA row per token and remote node at the rail peer
+    sums = _empty(buffer, "combine_sums", (Z + R, H), dt)
+    to_multi.into(y, sums[:Z], data)
+    to_rdma.into(y, sums, data, sums[Z:])
+    # at the source: local and same-node partial sums plus the RDMA rows coming back
+    out = np.empty((N, H), dtype=dt)
+    to_token.into(y, sums, data, out)
+    return out

@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from eplb.args import as_float_array, as_int_array, check_seed
 from eplb.errors import InputError
+from eplb.safeload import check_size
 
 SCORINGS = ("softmax", "sigmoid")
 DTYPES = (np.float32, np.float64)
@@ -47,7 +49,7 @@ def check_topk(
     ``topk_ids: int[N, K]`` expert ids in ``0..E-1``, distinct within each token;
     ``topk_weights: float[N, K]`` finite router weights. Raises `InputError` naming the token.
     """
-    ids = np.asarray(topk_ids)
+    ids = as_int_array("topk_ids", topk_ids)
     if ids.ndim != 2 or ids.shape[0] != num_tokens:
         raise InputError(
             f"topk_ids must be int[{num_tokens}, K] (one row per token), got {ids.shape}"
@@ -72,10 +74,7 @@ def check_topk(
                 f"token {n} picks expert {e} more than once (top-k positions {ks}); the router "
                 "contract gives K distinct experts per token, so deduplicate topk_ids"
             )
-    try:
-        w = np.asarray(topk_weights, dtype=dtype)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"topk_weights must be a float array: {exc}") from None
+    w = as_float_array("topk_weights", topk_weights, dtype)
     if w.shape != ids.shape:
         raise InputError(f"topk_weights has shape {w.shape}, expected {ids.shape} like topk_ids")
     if w.size and not np.isfinite(w).all():
@@ -117,11 +116,16 @@ class MoELayer:
         K = self.top_k = _positive_int("top_k", top_k)
         if K > E:
             raise InputError(f"top_k {K} exceeds num_experts {E}; a token picks distinct experts")
-        dt = np.dtype(dtype)
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError):
+            raise InputError(f"dtype must be float32 or float64, got {dtype!r}") from None
         if dt not in [np.dtype(d) for d in DTYPES]:
             raise InputError(f"dtype must be float32 or float64, got {dt}")
         self.dtype = dt
-        if scoring not in SCORINGS:
+        check_size(f"MoELayer weights ({E} experts, hidden {H}, ffn {F})", (E, 3 * H, F),
+                   dt.itemsize, error=InputError)
+        if not isinstance(scoring, str) or scoring not in SCORINGS:
             raise InputError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
         self.scoring = scoring
         if num_groups is None:
@@ -143,7 +147,7 @@ class MoELayer:
                     f"than top_k {K}; raise topk_groups"
                 )
         self.num_groups, self.topk_groups = num_groups, topk_groups
-        self.seed = seed
+        self.seed = check_seed("seed", seed)
         rng = np.random.default_rng(seed)
         self.gate = (rng.standard_normal((H, E)) / np.sqrt(H)).astype(dt)
         self.router_bias = np.zeros(E, dtype=dt)
@@ -172,10 +176,7 @@ class MoELayer:
     # ---------------------------------------------------------------- inputs
     def check_x(self, x) -> np.ndarray:
         """``x: float[N, H]`` as a C-contiguous array of the layer's dtype."""
-        try:
-            arr = np.asarray(x, dtype=self.dtype)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"x must be a float array [tokens, {self.hidden}]: {exc}") from None
+        arr = as_float_array("x", x, self.dtype)
         if arr.ndim != 2 or arr.shape[1] != self.hidden:
             raise InputError(f"x must be [tokens, hidden={self.hidden}], got shape {arr.shape}")
         return np.ascontiguousarray(arr)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.args import as_int_array, check_seed, check_type
 from eplb.errors import InputError
 from eplb.placement import Placement
 
@@ -30,12 +31,13 @@ POLICIES = ("even", "random", "local_first", "weighted")
 
 
 def check_policy(policy: str) -> str:
-    if policy not in POLICIES:
+    if not isinstance(policy, str) or policy not in POLICIES:
         raise InputError(f"unknown dispatch policy {policy!r}; use one of {', '.join(POLICIES)}")
     return policy
 
 
 def _layer(placement: Placement, layer_index: int) -> int:
+    check_type("placement", placement, Placement, "an eplb.Placement")
     L = placement.num_layers
     if isinstance(layer_index, bool) or not isinstance(layer_index, (int, np.integer)):
         raise InputError(f"layer_index must be an integer, got {layer_index!r}")
@@ -86,9 +88,8 @@ def route(
     """
     check_policy(policy)
     layer = _layer(placement, layer_index)
-    ids = np.asarray(topk_ids)
-    if ids.ndim != 2 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
-        raise InputError(f"topk_ids must be int[N, K], got {ids.dtype}{ids.shape}")
+    seed = check_seed("seed", seed)
+    ids = as_int_array("topk_ids", topk_ids, ndim=2)
     E = placement.num_experts
     if ids.size and (ids.min() < 0 or ids.max() >= E):
         raise InputError(f"topk_ids must be expert ids in 0..{E - 1}")
@@ -113,10 +114,10 @@ def route(
     else:  # local_first
         if token_rank is None:
             raise InputError("the local_first policy needs token_rank (source GPU of each token)")
-        rank = np.asarray(token_rank)
+        rank = as_int_array("token_rank", token_rank)
         G = placement.topology.num_gpus
-        if rank.shape != (N,) or not (rank.size == 0 or np.issubdtype(rank.dtype, np.integer)):
-            raise InputError(f"token_rank must be int[{N}], got {rank.dtype}{rank.shape}")
+        if rank.shape != (N,):
+            raise InputError(f"token_rank must be int[{N}], got shape {rank.shape}")
         if rank.size and (rank.min() < 0 or rank.max() >= G):
             raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
         return dispatch_table(placement, layer)[rank.astype(np.int64)[:, None], ids]
