@@ -18,6 +18,7 @@ from eplb.errors import InfeasibleError, InputError
 from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.failures import expand, solve_surviving
 
 SolverFn = Callable[..., Placement]
 _REGISTRY: dict[str, SolverFn] = {}
@@ -86,6 +87,8 @@ def solve(
     itself, e.g. greedy's incremental repair), and
     ``meta["solver"]["replicas_moved"]`` (per layer) / ``replicas_moved_total`` count the rest.
     ``seed``: every random choice is drawn from it. ``time_limit``: seconds, for search solvers.
+    ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
+    empty (-1); ``replicas_moved`` then counts moves onto surviving GPUs (`solvers.failures`).
     """
     fn = get(name)
     load = check_problem(load, topology, num_groups)
@@ -103,15 +106,11 @@ def solve(
     if time_limit is not None and not (time_limit > 0):
         raise InputError(f"time_limit must be > 0 seconds, got {time_limit!r}")
     start = time.perf_counter()
-    placement = fn(
-        load,
-        topology,
-        num_groups=num_groups,
-        previous=previous,
-        seed=seed,
-        time_limit=time_limit,
-        **options,
-    )
+    kw = dict(num_groups=num_groups, seed=seed, time_limit=time_limit, **options)
+    if topology.failed_gpus:  # place on the survivors, expand below (solvers.failures)
+        placement, previous, slots = solve_surviving(fn, load, topology, previous=previous, **kw)
+    else:
+        placement = fn(load, topology, previous=previous, **kw)
     seconds = time.perf_counter() - start
     placement.validate()
     info = dict(placement.meta.get("solver") or {})
@@ -125,6 +124,8 @@ def solve(
             placement.validate()
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
+    if topology.failed_gpus:
+        placement = expand(placement, topology, slots).validate()
     info.update(
         name=name,
         params={"num_groups": num_groups, "seed": seed, "time_limit": time_limit, **options},
