@@ -13,6 +13,9 @@
 - `migration_bytes`: bytes each GPU must load to go from one placement to the next (a replica
   moves when its GPU did not hold that expert in that layer before); the copy takes
   ``max over GPUs / migration_gbps``.
+- `emptied`: a placement with failed GPUs' slots empty (their experts route to the surviving
+  replicas); `Planner.emergency` places again on the surviving GPUs when some expert lost
+  every replica.
 """
 
 from __future__ import annotations
@@ -70,6 +73,26 @@ def trivial_placement(model: ModelSpec, topology: Topology) -> Placement:
     row = np.arange(P) % E
     phy2log = np.broadcast_to(row, (model.moe_layers, P))
     return Placement(phy2log, E, topology, meta={"solver": {"name": "trivial"}}).validate()
+
+
+def emptied(placement: Placement, topology: Topology) -> Placement:
+    """``placement`` on ``topology`` (the same shape with failed GPUs marked) with the failed
+    GPUs' slots empty (-1) and each expert's replica shares renormalised over its surviving
+    replicas. Experts whose every replica was on a failed GPU are left with none (check
+    ``logcnt == 0``): not a valid placement until an emergency placement replaces it."""
+    dead = ~topology.slot_alive
+    phy2log = np.where(dead[None, :], -1, placement.phy2log)
+    share = None
+    if placement.replica_share is not None:
+        L, E = placement.num_layers, placement.num_experts
+        kept = np.where(dead[None, :], 0.0, placement.replica_share)
+        flat = np.clip(phy2log, 0, None) + (np.arange(L) * E)[:, None]
+        sums = np.bincount(flat.ravel(), kept.ravel(), L * E).reshape(L, E)
+        denom = np.take_along_axis(sums, np.clip(phy2log, 0, None), 1)
+        share = np.where((phy2log >= 0) & (denom > 0), kept / np.where(denom > 0, denom, 1), 0.0)
+    return Placement(
+        phy2log, placement.num_experts, topology, share, placement.meta, placement.layer_ids
+    )
 
 
 def migration_bytes(old: Placement, new: Placement, expert_bytes: float) -> np.ndarray:
@@ -162,6 +185,29 @@ class Planner:
             return trivial_placement(self.model, self.topology)
         name = cfg.base_solver if cfg.solver == "static" else cfg.solver
         return self._solve(name, history_load(), None)
+
+    def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:
+        """A placement on the surviving GPUs (``self.topology`` marks the failed ones) from
+        ``load`` with ``previous=degraded`` (the live placement with the failed slots empty),
+        for a unit that lost every replica of some expert."""
+        cfg = self.config
+        name = (
+            cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (cfg.base_solver)
+        )
+        start = time.perf_counter()
+        new = self._solve(name, load, degraded)
+        wall = time.perf_counter() - start
+        per_gpu = migration_bytes(degraded, new, self.expert_bytes)
+        return Plan(
+            placement=new,
+            replicas_moved=int(round(per_gpu.sum() / self.expert_bytes)),
+            bytes_moved=float(per_gpu.sum()),
+            max_gpu_bytes=float(per_gpu.max(initial=0.0)),
+            copy_s=float(per_gpu.max(initial=0.0) / (cfg.migration_gbps * 1e9)),
+            solve_wall_s=wall,
+            balance_before=math.nan,
+            balance_after=gpu_balance(new, load),
+        )
 
     def plan(self, live: Placement, load: np.ndarray, judge: np.ndarray) -> Plan | None:
         """A new placement from ``load: float[L, E]`` (the recorded history, or for the oracle

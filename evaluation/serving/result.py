@@ -9,7 +9,8 @@ Frames (one row each):
   ``cached_tokens`` (prompt tokens served by the store or the rank's cache, last attempt),
   ``store_loaded_tokens`` (of those, loaded from the external store), ``output_tokens``,
   ``prefill_unit``, ``prefill_rank``, ``decode_unit``, ``decode_rank`` (-1: none),
-  ``retries`` (times a failure sent it back to the balancer), ``ttft_s``, ``tpot_s``
+  ``retries`` (times a failure sent it back to a balancer), ``prefills`` (prefills completed:
+  more than one when a failure made it prefill again), ``ttft_s``, ``tpot_s``
   (``(finish - first token) / (output_tokens - 1)``, NaN for one-token outputs);
 - ``steps``: per unit step: ``phase``, ``unit``, ``step``, ``start_s``, ``duration_s``,
   ``tokens`` (query tokens over the unit's ranks), ``requests`` (chunks in prefill, running
@@ -23,8 +24,10 @@ Frames (one row each):
   ``stall_s`` (serving stopped), ``solve_wall_s`` (host seconds, not simulated time),
   ``expected_balance_before`` / ``_after`` (mean over layers of max / mean GPU load of the live
   and the new placement on the coming interval's expected load: a report, not an input);
-- ``faults``: per fault: ``time_s``, ``phase``, ``unit``, ``gpu``, ``requests_requeued``,
-  ``orphaned_experts`` (experts whose every replica was on the GPU), ``emergency_replicas_moved``.
+- ``faults``: per fault: ``time_s``, ``phase``, ``unit``, ``gpu``, ``requests_requeued`` (sent
+  back to a balancer), ``orphaned_experts`` ((layer, expert) pairs whose every replica was on
+  the failed GPUs), ``emergency_replicas_moved`` and ``stall_s`` (the emergency placement's
+  copy, during which the unit serves nothing; 0 without orphans).
 
 ``utilisation``: per unit a frame (index: bucket start, seconds; columns: ranks) of the rank's
 load over the bucket's wall time: prefill new tokens per step over the token budget, decode
@@ -130,6 +133,7 @@ class SimResult:
                 "decode_unit": sim.d_unit,
                 "decode_rank": sim.d_rank,
                 "retries": sim.retries,
+                "prefills": sim.prefills,
                 "ttft_s": sim.first_token_s - sim.arrival,
                 "tpot_s": tpot,
             }
@@ -162,6 +166,7 @@ class SimResult:
             "requests_requeued",
             "orphaned_experts",
             "emergency_replicas_moved",
+            "stall_s",
         ]
         faults = pd.DataFrame(sim.fault_rows, columns=fault_cols)
         util = {}

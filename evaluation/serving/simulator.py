@@ -45,7 +45,7 @@ from eplb.errors import InputError
 from evaluation.serving import balancers
 from evaluation.serving.balancers import RankState, RequestBatch
 from evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from evaluation.serving.eplb_loop import Planner, Recorder
+from evaluation.serving.eplb_loop import Planner, Recorder, emptied
 from evaluation.serving.kvcache import KVStore, RankCaches
 from evaluation.serving.routing_source import Popularity, StepLoads
 from evaluation.serving.steptime import BREAKDOWN, StepModel
@@ -60,6 +60,7 @@ _PREFILL_EVENTS = (_ARRIVE, _P_END, _P_WAKE, _FAULT, _END)
 # rng purposes (popularity = 1 and step noise = 2 live in routing_source)
 _BALANCE_P, _BALANCE_D = 3, 4
 _OFFER_CAP = 256  # waiting requests offered to a balancer at once (head of the queue)
+_COL_INPUT_DONE, _COL_OUTPUT = 8, 9  # positions in a recorded step (result.STEP_COLUMNS)
 
 
 def _check_args(config, workload, seed, duration_s, bucket_s):
@@ -148,6 +149,7 @@ class _Sim:
         self.d_rank = np.full(n, -1, dtype=np.int64)
         self.retries = np.zeros(n, dtype=np.int64)
         self.gen = np.zeros(n, dtype=np.int64)  # output tokens produced so far
+        self.prefills = np.zeros(n, dtype=np.int64)  # prefills completed (retries re-prefill)
         self.p_len = self.inp.copy()  # tokens the (latest) prefill covers
         self.p_blocks = np.zeros(n)  # KV blocks the request adds to its prefill rank's state
         self.d_kv = self.inp + self.out  # KV reserved on the decode rank
@@ -475,6 +477,7 @@ class _Sim:
             if math.isnan(self.first_token_s[i]):
                 self.first_token_s[i] = t
             self.gen[i] += 1
+            self.prefills[i] += 1
             if self.hashes is not None:
                 h = self.hashes[i]
                 self.store.insert(h)
@@ -671,7 +674,8 @@ class _Sim:
         unit = self.units[phase][u]
         if unit.dead:
             return
-        unit.set_placement(plan.placement)
+        if plan.placement.topology == unit.planner.topology:  # else solved before a failure
+            unit.set_placement(plan.placement)
         if stalled:
             unit.busy = unit.stalled = False
             if phase == "prefill":
@@ -682,6 +686,7 @@ class _Sim:
 
     # ------------------------------------------------------------------ records
     def _record_step(self, unit, t, st, tokens, requests, kv_tokens, input_done, out_tokens):
+        unit.row = len(self.step_rows)
         ratio = st.gpu_load_max / np.where(st.gpu_load_mean > 0, st.gpu_load_mean, 1.0)
         b = st.breakdown
         self.step_rows.append(
@@ -806,8 +811,179 @@ class _Sim:
         end = self.end_time if math.isfinite(self.end_time) else self.now
         return SimResult.from_sim(self, end)
 
-    def _fault(self, fault, t: float) -> None:  # pragma: no cover - filled in by faults support
-        raise InputError("GPU failures are not supported yet")
+    # ------------------------------------------------------------------ faults
+    def _patch_row(self, row: int, column: int, delta: float) -> None:
+        """Correct a recorded step (work a failure took away from its running step)."""
+        rec = list(self.step_rows[row])
+        rec[column] += delta
+        self.step_rows[row] = tuple(rec)
+
+    def _requeue_prefill(self, idx: list[int], t: float) -> None:
+        """Requests that must (re)run their prefill go back to the head of the router queue."""
+        for i in reversed(idx):
+            self.retries[i] += 1
+            self.p_len[i] = self.inp[i] + self.gen[i]  # prompt + tokens generated so far
+            self.p_unit[i] = self.p_rank[i] = self.d_unit[i] = self.d_rank[i] = -1
+            self.p_wait.appendleft(i)
+        self.p_version += 1
+
+    def _fault(self, fault, t: float) -> None:
+        """GPU ``fault.gpu`` of unit ``fault.unit`` stops for good (module doc, step 7)."""
+        phase, u = fault.unit
+        g = fault.gpu
+        unit = self.units[phase][u]
+        row = {
+            "time_s": t,
+            "phase": phase,
+            "unit": u,
+            "gpu": g,
+            "requests_requeued": 0,
+            "orphaned_experts": 0,
+            "emergency_replicas_moved": 0,
+            "stall_s": 0.0,
+        }
+        if not unit.alive[g]:
+            self.fault_rows.append(row)
+            return
+        unit.alive[g] = False
+        requeued = (
+            self._fail_prefill_rank(unit, g, t)
+            if phase == "prefill"
+            else (self._fail_decode_rank(unit, g, t))
+        )
+        row["requests_requeued"] = requeued
+        self._emergency(unit, t, row)
+        self.fault_rows.append(row)
+        if not unit.alive.any():
+            unit.dead = True
+        self._route_prefill(t)
+        self._route_decode(t, fresh=True)
+        for pu in self.units["prefill"]:
+            if not pu.busy and not pu.dead:
+                self._start_prefill(pu, t)
+
+    def _fail_prefill_rank(self, unit: PrefillUnit, g: int, t: float) -> int:
+        gg = unit.index * self.Gp + g
+        lost = [e[0] for e in unit.queues[g]]
+        unit.queues[g] = []
+        if unit.busy:  # the running step's chunks on g are lost with the GPU
+            for r, e, n in unit.inflight:
+                if r == g and n == e[1]:
+                    self._patch_row(unit.row, _COL_INPUT_DONE, -float(self.p_len[e[0]]))
+            unit.inflight = [c for c in unit.inflight if c[0] != g]
+        self.p_state.fail(gg)
+        if self.local is not None:
+            self.local.clear(gg)
+        # prefilled requests whose KV was still on g (waiting for decode room or in transfer)
+        on_g = [i for i in self.d_wait if self.p_unit[i] * self.Gp + self.p_rank[i] == gg]
+        if on_g:
+            drop = set(on_g)
+            self.d_wait = deque(i for i in self.d_wait if i not in drop)
+        for du in self.units["decode"]:
+            keep = []
+            for item in du.pending:
+                i = item[2]
+                if item[0] > t and self.p_unit[i] * self.Gp + self.p_rank[i] == gg:
+                    on_g.append(i)
+                    self._release_decode(du, i, item[3])
+                else:
+                    keep.append(item)
+            if len(keep) != len(du.pending):
+                heapq.heapify(keep)
+                du.pending = keep
+        for i in on_g:  # their first token was out; the KV is gone: prefill again
+            self.gen[i] = max(self.gen[i], 1)
+        self._requeue_prefill(lost + on_g, t)
+        return len(lost) + len(on_g)
+
+    def _release_decode(self, unit: DecodeUnit, i: int, r: int) -> None:
+        """Take a request's reservation off decode rank ``r`` of ``unit`` (balancer view)."""
+        g = unit.index * self.Gd + r
+        state, kv = self.d_state, float(self.d_kv[i])
+        state.num_requests[g] -= 1
+        state.running_tokens[g] -= kv
+        state.kv_blocks_used[g] -= -(-kv // self.bs)
+        state.attention_cost[g] -= kv
+        for arr in (
+            state.num_requests,
+            state.running_tokens,
+            state.kv_blocks_used,
+            state.attention_cost,
+        ):
+            np.maximum(arr, 0.0, out=arr)
+
+    def _fail_decode_rank(self, unit: DecodeUnit, g: int, t: float) -> int:
+        gg = unit.index * self.Gd + g
+        x = unit.x
+        done_steps = unit.k  # steps finished; a running step is lost for the failed rank
+        lost, lost_tokens = [], 0
+        for kf in list(unit.finish_at):
+            reqs = unit.finish_at[kf]
+            mine = [i for i in reqs if self.d_rank[i] == g]
+            if not mine:
+                continue
+            unit.finish_at[kf] = [i for i in reqs if self.d_rank[i] != g]
+            if not unit.finish_at[kf]:
+                del unit.finish_at[kf]
+            for i in mine:
+                emitted = cum(done_steps, x) - cum(int(self.d_k0[i]), x)
+                self.gen[i] += emitted
+                lost.append(i)
+                if unit.busy:  # what the running step would have emitted for it
+                    step_out = cum(done_steps + 1, x) - cum(done_steps, x)
+                    if kf == done_steps:
+                        step_out -= (cum(done_steps + 1, x) - cum(int(self.d_k0[i]), x)) - int(
+                            self.d_need[i]
+                        )
+                    lost_tokens += step_out
+        if unit.busy and lost_tokens:
+            self._patch_row(unit.row, _COL_OUTPUT, -float(lost_tokens))
+        unit.n[g] = 0.0
+        unit.kv[g] = 0.0
+        # requests on their way to g go back to the decode queue (their KV is still on the
+        # prefill side): a retry of the transfer
+        back, keep = [], []
+        for item in unit.pending:
+            (back if item[3] == g else keep).append(item)
+        if back:
+            heapq.heapify(keep)
+            unit.pending = keep
+            for item in sorted(back):
+                self.retries[item[2]] += 1
+                self.d_unit[item[2]] = self.d_rank[item[2]] = -1
+            self.d_wait.extendleft(item[2] for item in sorted(back, reverse=True))
+            self.d_new += len(back)
+        self.d_state.fail(gg)
+        self.d_version += 1
+        self._requeue_prefill(lost, t)
+        return len(lost) + len(back)
+
+    def _emergency(self, unit, t: float, row: dict) -> None:
+        """The failed GPUs' slots empty at once (surviving replicas take their tokens); experts
+        left without a replica force an emergency placement, and the unit stalls until it is
+        copied in."""
+        if unit.placement is None:  # balanced routing: spread over the GPUs left
+            return
+        failed = tuple(int(x) for x in np.flatnonzero(~unit.alive))
+        topo = unit.placement.topology.with_failed(failed)
+        unit.planner.topology = topo
+        degraded = emptied(unit.placement, topo)
+        orphans = int((degraded.logcnt == 0).sum())
+        row["orphaned_experts"] = orphans
+        if not orphans:
+            unit.set_placement(degraded)
+            return
+        eplb = self.cfg.eplb
+        load = unit.recorder.load(t - eplb.history_s, t) if unit.recorder is not None else None
+        if load is None or not load.sum() > 0:
+            load = self.popularity[unit.phase].mean(t - eplb.history_s, t)
+        plan = unit.planner.emergency(degraded, load)
+        row["emergency_replicas_moved"] = plan.replicas_moved
+        row["stall_s"] = plan.copy_s
+        unit.set_placement(degraded)  # (never stepped on: the unit stalls first)
+        unit.pending_stall = plan
+        if not unit.busy:
+            self._stall(unit, t)
 
 
 def simulate(

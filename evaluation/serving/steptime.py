@@ -430,13 +430,16 @@ def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarr
 @lru_cache(maxsize=32)
 def _routing(placement: Placement, policy: str, num_groups: int, topk_groups: int) -> _Routing:
     topo = placement.topology
-    expert = placement.phy2log
+    empty = placement.phy2log < 0  # slots of failed GPUs: no expert, no picks
+    expert = np.maximum(placement.phy2log, 0)
     L = expert.shape[0]
     share = (
         placement.share
         if policy == "weighted"
-        else 1.0 / np.take_along_axis(placement.logcnt, expert, 1)
+        else 1.0 / np.maximum(np.take_along_axis(placement.logcnt, expert, 1), 1)
     )
+    if empty.any():
+        share = np.where(empty, 0.0, share)
     ng = num_groups if topk_groups < num_groups else 1
     group = expert // (placement.num_experts // ng)
     rows = np.arange(L)[:, None]
