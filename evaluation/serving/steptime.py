@@ -302,11 +302,15 @@ class GemmCurve:
             h = m * 2.0
             j = h.astype(np.intp)
             if (j == h).all() and 0 <= j.min() and j.max() < _MEMO_HALVES:
-                table = self.__dict__.get("_memo")
-                if table is None:
-                    table = self.__dict__["_memo"] = self._compute(np.arange(_MEMO_HALVES) / 2.0)
-                return table.take(j)
+                return self.memo().take(j)
         return self._compute(m)
+
+    def memo(self) -> np.ndarray:
+        """``float64[_MEMO_HALVES]``: seconds at ``j / 2`` tokens (built on first use)."""
+        table = self.__dict__.get("_memo")
+        if table is None:
+            table = self.__dict__["_memo"] = self._compute(np.arange(_MEMO_HALVES) / 2.0)
+        return table
 
     def _compute(self, m: np.ndarray) -> np.ndarray:
         eff = np.maximum(m, MIN_GEMM_M)
@@ -871,10 +875,10 @@ class StepModel:
                 )
             if not isinstance(routed, RoutedPlacement):
                 raise InputError(f"routed must come from prepare(), got {type(routed).__name__}")
-        a1, a2, sh = self._rank_stages(batch)
         if routed.placement is None:
             if load is not None:
                 raise InputError("balanced routing (placement None) takes no load")
+            a1, a2, sh = self._rank_stages(batch)
             gpu = self._gpu_side(batch, None, None)
         else:
             m = self.model
@@ -896,12 +900,51 @@ class StepModel:
                 dist = _normalise(load)
             if self.phase == "decode":
                 return self._decode_routed(
-                    batch, a1, a2, sh, routed, dist, tabulated, picks and load is not None
+                    batch,
+                    self._decode_rank_side(batch),
+                    routed,
+                    dist,
+                    tabulated,
+                    picks and load is not None,
                 )
+            a1, a2, sh = self._rank_stages(batch)
             gpu = self._gpu_side_routed(batch, routed, dist, tabulated, picks and load is not None)
         return self._assemble(batch, a1, a2, sh, *gpu, balanced=routed.placement is None)
 
-    def _decode_routed(self, batch, a1, a2, sh, routed, dist, tabulated, picks) -> StepTime:
+    def _decode_rank_side(self, batch: RankBatch):
+        """Decode rank-side seconds ``(a1, a2, shared, dense FFN, output head)`` per rank, read
+        from the memoised GEMM tables when every rank's tokens are whole or half tokens in
+        range (decode batches are: requests x query tokens), else computed."""
+        m, hw, mb = self.model, self.hardware, self.micro_batches
+        h = batch.tokens * (2.0 / mb)
+        j = h.astype(np.intp)
+        h2 = batch.logits * 2.0
+        j2 = h2.astype(np.intp)
+        a2 = np.maximum(
+            batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
+            batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.mla_decode_gbps * 1e9),
+        )
+        if (
+            (j == h).all()
+            and (j2 == h2).all()
+            and j.min() >= 0
+            and j2.min() >= 0
+            and max(j.max(), j2.max()) < _MEMO_HALVES
+        ):
+            head = self.__dict__.get("_head_memo")
+            if head is None:
+                head = self.__dict__["_head_memo"] = self._head(np.arange(_MEMO_HALVES) / 2.0)
+            return (
+                self.mla.memo().take(j),
+                a2,
+                m.shared_experts * self.ffn.memo().take(j),
+                self.dense_ffn.memo().take(j),
+                head.take(j2),
+            )
+        a1, a2, sh = self._rank_stages(batch)
+        return a1, a2, sh, self.dense_ffn.seconds(batch.tokens / mb), self._head(batch.logits)
+
+    def _decode_routed(self, batch, rank, routed, dist, tabulated, picks) -> StepTime:
         """`_gpu_side_routed` + `_assemble` for decode, with only the reductions decode needs:
         the low-latency kernels move one copy per pick, so a layer's dispatch and combine
         copies are ``max(top_k x tokens sent, picks received)`` on the worst GPU (as-is), with
@@ -910,6 +953,7 @@ class StepModel:
         m, hw, topo, mb = self.model, self.hardware, self.topology, self.micro_batches
         L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
         o = hw.fit.layer_overhead_s
+        a1, a2, sh, dense_ffn, head_r = rank
         src = batch.tokens / mb
         slot = dist.ravel().take(routed.gather).reshape(L, -1)
         slot *= routed.share
@@ -941,8 +985,7 @@ class StepModel:
         moe_c = per * moe_bal.sum()
         t_bal_sum = t_bal.sum()
         comm = t_bal_sum - attention - shared - overhead_l - moe_c
-        dense_r = m.dense_layers * mb * (a1 + a2 + self.dense_ffn.seconds(src) + o)
-        head_r = self._head(batch.logits)
+        dense_r = m.dense_layers * mb * (a1 + a2 + dense_ffn + o)
         dense_m, head_m = dense_r.sum() * inv_g, head_r.sum() * inv_g
         dense_x, head_x = dense_r.max(), head_r.max()
         t_act_sum = t_act.sum()
