@@ -100,9 +100,9 @@ class _Unit:
             self.recorder.add(t, counts)
         if not self.fast:
             return self.sm.time(batch, self.placement, counts)
-        w = self.loads._w
+        w, p = self.loads.window(t)  # the window draw() used (cached there)
         if self._routed is None or self._routed_w != w:
-            self._routed = self.sm.prepare(self.placement, self.loads._p)
+            self._routed = self.sm.prepare(self.placement, p)
             self._routed_w = w
         return self.sm.time_routed(
             batch, self._routed, counts, check=False, tabulated=True, picks=True
