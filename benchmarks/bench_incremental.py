@@ -1,5 +1,6 @@
-"""Benchmark: incremental repair (greedy ``tolerance`` / ``migration_budget`` with ``previous=``)
-against fresh greedy + relabel, run in the same process.
+"""Benchmark: incremental repair (the ``repair`` policy; old spelling: greedy with
+``tolerance`` / ``migration_budget`` and ``previous=``) against fresh greedy + relabel, run in
+the same process.
 
 1. Replay of the bundled ``traces/data/deepseek-v3-calibrated.npz`` (4 x 8 GPUs, 288 slots,
    rebalance every ``--interval`` windows from the last ``--history``): mean step max/mean
@@ -45,26 +46,52 @@ MODES: list[tuple[str, dict]] = [
 
 def bench_replay(topo: Topology, interval: int, history: int) -> None:
     trace = traces.read(BUNDLED)
-    print(f"\n## replay {BUNDLED.name}: {trace.num_windows} windows x {trace.num_layers} layers, "
-          f"{topo.num_nodes}x{topo.gpus_per_node} GPUs, {topo.num_slots} slots, every "
-          f"{interval} windows from the last {history}")
+    print(
+        f"\n## replay {BUNDLED.name}: {trace.num_windows} windows x {trace.num_layers} layers, "
+        f"{topo.num_nodes}x{topo.gpus_per_node} GPUs, {topo.num_slots} slots, every "
+        f"{interval} windows from the last {history}"
+    )
     rows = []
     for name, opts in MODES:
-        f = replay(trace, topo, solver="greedy", interval=interval, history=history,
-                   solver_options=opts)
+        f = replay(
+            trace, topo, solver="greedy", interval=interval, history=history, solver_options=opts
+        )
         rb = f[f["rebalanced"]]
         after = f[f["window"] >= rb["window"].min()]
         moved = rb["replicas_moved"].to_numpy()
-        rows.append((name, f"{f['step_max_over_mean'].mean():.4f}",
-                     f"{after['step_max_over_mean'].mean():.4f}",
-                     " / ".join(str(int(m)) for m in moved), f"{moved[1:].mean():.0f}",
-                     f"{rb['solve_seconds'].mean():.3f}"))
-    print(table(rows, ["mode", "max/mean all", "max/mean after 1st", "moved per rebalance",
-                       "moved (later)", "seconds/rebalance"]))
+        rows.append(
+            (
+                name,
+                f"{f['step_max_over_mean'].mean():.4f}",
+                f"{after['step_max_over_mean'].mean():.4f}",
+                " / ".join(str(int(m)) for m in moved),
+                f"{moved[1:].mean():.0f}",
+                f"{rb['solve_seconds'].mean():.3f}",
+            )
+        )
+    print(
+        table(
+            rows,
+            [
+                "mode",
+                "max/mean all",
+                "max/mean after 1st",
+                "moved per rebalance",
+                "moved (later)",
+                "seconds/rebalance",
+            ],
+        )
+    )
 
 
-def bench_real(topo: Topology, noise: float, seed: int, *, files: int | None = None,
-               changes: tuple[str, ...] = ("noise", "next file")) -> None:
+def bench_real(
+    topo: Topology,
+    noise: float,
+    seed: int,
+    *,
+    files: int | None = None,
+    changes: tuple[str, ...] = ("noise", "next file"),
+) -> None:
     paths = sorted(REAL.glob("*.json"))[:files]
     if not paths:
         print(f"\n(real traces not found at {REAL}: skipped)")
@@ -75,8 +102,10 @@ def bench_real(topo: Topology, noise: float, seed: int, *, files: int | None = N
     for label in changes:
         if label == "noise":
             label = f"noise {noise}"
-        print(f"\n## real DeepSeek-V3 counts, {label}: {topo.num_nodes}x{topo.gpus_per_node} GPUs, "
-              f"{topo.num_slots} slots, {L} layers ({topo.num_slots * L} replicas)")
+        print(
+            f"\n## real DeepSeek-V3 counts, {label}: {topo.num_nodes}x{topo.gpus_per_node} GPUs, "
+            f"{topo.num_slots} slots, {L} layers ({topo.num_slots * L} replicas)"
+        )
         rows = []
         for i, name in enumerate(names):
             old = loads[name]
@@ -87,23 +116,43 @@ def bench_real(topo: Topology, noise: float, seed: int, *, files: int | None = N
             live = solvers.solve("greedy", old, topo)
             fresh_max = None
             gl = live.gpu_load(new)
-            rows.append((name, "keep live (no move)", 0, f"{(gl.max(1) / gl.mean(1)).mean():.5f}",
-                         "", "", ""))
+            rows.append(
+                (
+                    name,
+                    "keep live (no move)",
+                    0,
+                    f"{(gl.max(1) / gl.mean(1)).mean():.5f}",
+                    "",
+                    "",
+                    "",
+                )
+            )
             for mode, opts in MODES:
                 t = time.perf_counter()
-                p = solvers.solve("greedy", new, topo, previous=live, **opts)
+                p = solvers.solve("repair" if opts else "greedy", new, topo, previous=live, **opts)
                 sec = time.perf_counter() - t
                 gpu = p.gpu_load(new)
                 mx = gpu.max(1)
                 if fresh_max is None:
                     fresh_max = mx
                 fb = len(p.meta["solver"].get("incremental", {}).get("fresh_layers", []))
-                rows.append(("", mode,
-                             p.meta["solver"]["replicas_moved_total"],
-                             f"{(mx / gpu.mean(1)).mean():.5f}",
-                             f"{(mx / fresh_max).max():.5f}", fb, f"{sec:.3f}"))
-        print(table(rows, ["load", "mode", "moved", "max/mean", "worst vs fresh",
-                           "fresh layers", "seconds"]))
+                rows.append(
+                    (
+                        "",
+                        mode,
+                        p.meta["solver"]["replicas_moved_total"],
+                        f"{(mx / gpu.mean(1)).mean():.5f}",
+                        f"{(mx / fresh_max).max():.5f}",
+                        fb,
+                        f"{sec:.3f}",
+                    )
+                )
+        print(
+            table(
+                rows,
+                ["load", "mode", "moved", "max/mean", "worst vs fresh", "fresh layers", "seconds"],
+            )
+        )
 
 
 def main() -> None:

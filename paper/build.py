@@ -159,7 +159,7 @@ def exact_study(files: list[Path], out: dict, layers: int) -> None:
         topo, groups = SETTINGS[setting]
         load = traces.read(path).load()[:layers]
         t = time.perf_counter()
-        exact = solvers.solve("ilp", load, topo, time_limit=20, workers=2, progress=False)
+        exact = solvers.solve("ilp", load, topo, deterministic_time=20, workers=2, progress=False)
         seconds = time.perf_counter() - t
         info = exact.meta["solver"]
         opt = np.array(info["objective"])

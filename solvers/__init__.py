@@ -1,23 +1,28 @@
-"""Placement policies: a registry by name and one entry point.
+"""Placement policies: a registry by name and one entry point, `solve`.
 
-Registered: ``deepseek`` (bit-exact DeepSeek EPLB), ``greedy`` (slot-aware global greedy with
-swap search; ``weighted``, ``rdma_weight``), ``hierarchical`` (group-to-node contract, best
-assignment), ``ilp`` (exact per-layer model, certified bound and gap). Lower bounds:
-`solvers.bounds.lower_bound`; relabeling against ``previous=``: `solvers.migration`;
-incremental repair of the live placement (greedy ``tolerance`` / ``migration_budget``):
-`solvers.incremental`;
-traffic proxy: `solvers.traffic_cost.expected_rdma`. See docs/solvers.md.
+Policies (one registered function each): ``deepseek`` (bit-exact DeepSeek EPLB), ``greedy``
+(slot-aware global greedy, never worse than deepseek), ``greedy_weighted`` (also chooses
+``replica_share``), ``greedy_traffic`` (trades balance for expected RDMA), ``repair``
+(incremental repair of the live placement), ``hierarchical`` (group-to-node contract, exact
+when small), ``ilp`` / ``ilp_weighted`` (exact per layer, certified bound and gap).
+`options(name)` lists a policy's options; `solvers.legacy` maps old spellings (e.g.
+``solve("greedy", weighted=True)``). Lower bounds: `solvers.bounds.lower_bound`; relabeling
+against ``previous=``: `solvers.migration`; traffic proxy: `solvers.traffic_cost`. Property
+checks for your own policies: `eplb.testing`. See docs/solvers.md.
 
 >>> import solvers
 >>> solvers.available()  # doctest: +SKIP
-['deepseek', ...]
->>> placement = solvers.solve("deepseek", load, topology, num_groups=8)  # doctest: +SKIP
+['deepseek', 'greedy', ...]
+>>> placement = solvers.solve("greedy", trace, topology)  # doctest: +SKIP
 """
 
-from solvers import deepseek as _deepseek  # noqa: F401  (registers "deepseek")
-from solvers import greedy as _greedy  # noqa: F401  (registers "greedy")
-from solvers import hierarchical as _hierarchical  # noqa: F401  (registers "hierarchical")
-from solvers import ilp as _ilp  # noqa: F401  (registers "ilp")
-from solvers.registry import available, get, register, solve
+from solvers import deepseek as _deepseek  # noqa: F401  (registers the policies)
+from solvers import greedy as _greedy  # noqa: F401
+from solvers import greedy_traffic as _greedy_traffic  # noqa: F401
+from solvers import greedy_weighted as _greedy_weighted  # noqa: F401
+from solvers import hierarchical as _hierarchical  # noqa: F401
+from solvers import ilp as _ilp  # noqa: F401
+from solvers import repair as _repair  # noqa: F401
+from solvers.registry import available, check_options, get, options, register, resolve, solve
 
-__all__ = ["available", "get", "register", "solve"]
+__all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]

@@ -42,10 +42,12 @@ from itertools import combinations
 import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
-from eplb.loads import check_load
 from eplb.topology import Topology
-from solvers import pairing
+from solvers import pairing, pairing_exact
+from solvers.even_split import pack_even
+from solvers.partitions import best_partitions
 from solvers.replication import waterfill
+from solvers.validation import check_groups, check_int, check_solver_load
 
 EXACT_GROUPS = 10  # exact set-partition search up to this many groups
 _CACHE: OrderedDict = OrderedDict()
@@ -70,7 +72,7 @@ def single_bound(load: np.ndarray, num_gpus: int, num_slots: int) -> np.ndarray:
     R = num_slots - E
     if R >= E:
         return np.zeros(X)
-    tail = -np.sort(-load, axis=1)[:, max(R, 0):]  # w_(R+1), w_(R+2), ... descending
+    tail = -np.sort(-load, axis=1)[:, max(R, 0) :]  # w_(R+1), w_(R+2), ... descending
     n = np.arange(1, tail.shape[1] + 1)
     q = -(-n // num_gpus)
     cs = np.concatenate([np.zeros((X, 1)), np.cumsum(tail, axis=1)], axis=1)
@@ -81,15 +83,18 @@ def single_bound(load: np.ndarray, num_gpus: int, num_slots: int) -> np.ndarray:
 def flat_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
     """``float64[X]`` max of the average, largest-replica and single-expert bounds."""
     P = num_gpus * slots_per_gpu
-    return np.maximum.reduce([
-        average_bound(load, num_gpus),
-        replica_bound(load, num_gpus, P),
-        single_bound(load, num_gpus, P),
-    ])
+    return np.maximum.reduce(
+        [
+            average_bound(load, num_gpus),
+            replica_bound(load, num_gpus, P),
+            single_bound(load, num_gpus, P),
+        ]
+    )
 
 
-def lp_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int, start: np.ndarray,
-             *, rel_tol: float = 1e-4) -> np.ndarray:
+def lp_bound(
+    load: np.ndarray, num_gpus: int, slots_per_gpu: int, start: np.ndarray, *, rel_tol: float = 1e-4
+) -> np.ndarray:
     """``float64[X]`` ballot-LP bound per row, bisecting above ``start: float[X]`` to a
     relative ``rel_tol`` (the result stays a valid bound: it is the largest target proven
     unreachable).
@@ -104,15 +109,17 @@ def lp_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int, start: np.ndar
         counts = pairing.improve_counts(load, waterfill(load, P, G), G, distinct=False)
         upper = pairing.pair_objective(load, counts)
     else:
-        from solvers.greedy import pack_even
-
         upper = pack_even(load, G, S).gpu.max(1)
     cap = max(P - E + 1, 1)
     out = start.astype(np.float64).copy()
     for x in range(X):
-        if upper[x] > out[x] * (1 + pairing.CERT_TOL):
-            out[x] = max(out[x], pairing.lp_bound(load[x], P, cap, out[x], upper[x],
-                                                  companions=S - 1, rel_tol=rel_tol))
+        if upper[x] > out[x] * (1 + pairing_exact.CERT_TOL):
+            out[x] = max(
+                out[x],
+                pairing_exact.lp_bound(
+                    load[x], P, cap, out[x], upper[x], companions=S - 1, rel_tol=rel_tol
+                ),
+            )
     return out
 
 
@@ -133,18 +140,30 @@ def lower_bound(
     ignored and the bound holds for every placement. ``lp``: ``True``, ``False`` or ``"auto"``
     (the LP relaxation for two slots per GPU, where it is much tighter).
     """
-    load = check_load(load)
+    load = check_solver_load(load)
     if not isinstance(topology, Topology):
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
-    if lp not in (True, False, "auto"):
+    if not (isinstance(lp, (bool, np.bool_)) or (isinstance(lp, str) and lp == "auto")):
         raise InputError(f"lp must be True, False or 'auto', got {lp!r}")
+    for name, flag in (("hierarchical", hierarchical), ("weighted", weighted)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, got {flag!r}")
+    if num_groups is not None:
+        check_int("num_groups", num_groups, lo=1)
     L, E = load.shape
     G, S, N, P = topology.num_gpus, topology.slots_per_gpu, topology.num_nodes, topology.num_slots
     if P < E:
         raise InfeasibleError(f"{P} slots cannot hold {E} experts")
     use_lp = (lp is True or (lp == "auto" and S == 2)) and not weighted
-    key = (hashlib.sha1(load.tobytes()).hexdigest(), load.shape, topology, num_groups,
-           bool(hierarchical), bool(weighted), use_lp)
+    key = (
+        hashlib.sha1(load.tobytes()).hexdigest(),
+        load.shape,
+        topology,
+        num_groups,
+        bool(hierarchical),
+        bool(weighted),
+        use_lp,
+    )
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key].copy()
@@ -162,24 +181,6 @@ def lower_bound(
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return out.copy()
-
-
-def check_groups(num_groups, num_experts: int, num_nodes: int) -> int:
-    """Validate ``num_groups`` for the group-to-node contract; returns it as int."""
-    if num_groups is None:
-        raise InputError(
-            "hierarchical placement needs num_groups (expert groups, e.g. 8; CLI: --groups 8)"
-        )
-    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
-        raise InputError(f"num_groups must be an integer, got {num_groups!r}")
-    g = int(num_groups)
-    if g < 1 or num_experts % g:
-        raise InputError(f"num_groups {g} must divide the {num_experts} experts")
-    if g < num_nodes:
-        raise InputError(
-            f"num_groups {g} < {num_nodes} nodes: every node needs a group; use the global policy"
-        )
-    return g
 
 
 # ------------------------------------------------------------------- group-constrained
@@ -211,30 +212,6 @@ def subset_bounds(load: np.ndarray, topology: Topology, num_groups: int, *, weig
     return out
 
 
-def partition_min_max(f: np.ndarray, num_parts: int) -> np.ndarray:
-    """``float64[X]``: min over partitions of all items into ``num_parts`` non-empty blocks of
-    the max block value, ``f: float[2**n, X]`` per subset (DP over subsets)."""
-    size, X = f.shape
-    full = size - 1
-    best = f.copy()  # one block
-    for _ in range(num_parts - 1):
-        nxt = np.full_like(best, np.inf)
-        for mask in range(1, size):
-            low = mask & -mask
-            rest = mask ^ low
-            sub = rest
-            while True:
-                s = sub | low  # the block holding the lowest item
-                if s != mask:
-                    cand = np.maximum(f[s], best[mask ^ s])
-                    np.minimum(nxt[mask], cand, out=nxt[mask])
-                if sub == 0:
-                    break
-                sub = (sub - 1) & rest
-        best = nxt
-    return best[full]
-
-
 def group_bound(load: np.ndarray, topology: Topology, num_groups: int, *, weighted=False):
     """``float64[L]`` bound for placements keeping every group on one node."""
     N = topology.num_nodes
@@ -245,11 +222,14 @@ def group_bound(load: np.ndarray, topology: Topology, num_groups: int, *, weight
             f"a group of {M} experts does not fit in a node's "
             f"{topology.gpus_per_node * topology.slots_per_gpu} slots"
         )
-    base = average_bound(load, topology.num_gpus) if weighted else flat_bound(
-        load, topology.num_gpus, topology.slots_per_gpu)
+    base = (
+        average_bound(load, topology.num_gpus)
+        if weighted
+        else flat_bound(load, topology.num_gpus, topology.slots_per_gpu)
+    )
     if num_groups <= EXACT_GROUPS:
         f = subset_bounds(load, topology, num_groups, weighted=weighted)
-        part = partition_min_max(f, N)
+        part, _ = best_partitions(f, N)
         if not np.all(np.isfinite(part)):
             raise InfeasibleError(
                 f"{num_groups} groups of {M} experts cannot be split over {N} nodes of "
@@ -259,8 +239,15 @@ def group_bound(load: np.ndarray, topology: Topology, num_groups: int, *, weight
     # relaxation: every group alone on a node, and N + 1 heaviest groups -> two share a node
     gpn = topology.gpus_per_node
     gl = load.reshape(L, num_groups, M)
-    single = (average_bound(gl.reshape(-1, M), gpn) if weighted else flat_bound(
-        gl.reshape(-1, M), gpn, topology.slots_per_gpu)).reshape(L, num_groups).max(1)
+    single = (
+        (
+            average_bound(gl.reshape(-1, M), gpn)
+            if weighted
+            else flat_bound(gl.reshape(-1, M), gpn, topology.slots_per_gpu)
+        )
+        .reshape(L, num_groups)
+        .max(1)
+    )
     tot = -np.sort(-gl.sum(2), axis=1)
     n = np.arange(1, num_groups + 1)
     q = -(-n // N)

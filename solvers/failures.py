@@ -65,16 +65,16 @@ def expand(placement: Placement, topology: Topology, slots: np.ndarray) -> Place
 
 
 def solve_surviving(
-    fn: Callable[..., Placement],
+    run: Callable[[np.ndarray, Topology, Placement | None], Any],
     load: np.ndarray,
     topology: Topology,
     *,
     previous: Placement | None,
-    **kwargs: Any,
-) -> tuple[Placement, Placement | None, np.ndarray]:
-    """Run policy ``fn`` on the survivors of ``topology``; returns the placement on the
-    survivors' topology (not yet expanded), ``previous`` restricted to it (for relabeling and
-    counting moves) and the surviving slots (for `expand`)."""
+) -> tuple[Any, Placement | None, Topology, np.ndarray]:
+    """Run a policy (``run(load, topology, previous)``) on the survivors of ``topology``;
+    returns its output on the survivors' topology (not yet expanded), ``previous`` restricted
+    to the survivors (for relabeling and counting moves), that topology and the surviving slots
+    (for `expand`)."""
     small, slots = surviving(topology)
     E = load.shape[1]
     if small.num_slots < E:
@@ -88,5 +88,4 @@ def solve_surviving(
         if (old < 0).any():  # a GPU failed since: keep what survives
             old = np.where(old < 0, 0, old)
         prev = Placement(old, previous.num_experts, small, None, previous.meta, previous.layer_ids)
-    placed = fn(load, small, previous=prev, **kwargs)
-    return placed, prev, slots
+    return run(load, small, prev), prev, small, slots

@@ -18,56 +18,27 @@ greedy packing that may put two replicas of one expert on one GPU), this policy
 
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 
 from eplb.errors import InfeasibleError
 from eplb.placement import Placement
 from eplb.topology import Topology
-from solvers.bounds import EXACT_GROUPS, check_groups, flat_bound, subset_bounds
-from solvers.greedy import pack_even
+from solvers import exhaustive
+from solvers.bounds import EXACT_GROUPS, flat_bound, subset_bounds
+from solvers.deepseek_kernels import pack, placement_table
+from solvers.even_split import pack_even
+from solvers.layout import duplicates, max_load
+from solvers.partitions import best_partitions
 from solvers.registry import register
+from solvers.tolerance import better
+from solvers.validation import NonNegInt, check_groups
 
 
-def best_partitions(f: np.ndarray, num_parts: int) -> np.ndarray:
-    """``int64[X, num_parts]`` subset masks minimising the max of ``f: float[2**n, X]`` over
-    partitions of ``n`` items into ``num_parts`` non-empty blocks (inf where impossible)."""
-    size, X = f.shape
-    full = size - 1
-    best = [f.copy()]
-    choice = [np.zeros((size, X), dtype=np.int64)]
-    for _ in range(num_parts - 1):
-        prev = best[-1]
-        nxt = np.full_like(prev, np.inf)
-        pick = np.zeros((size, X), dtype=np.int64)
-        for mask in range(1, size):
-            low = mask & -mask
-            rest = mask ^ low
-            sub = rest
-            while True:
-                s = sub | low
-                if s != mask:
-                    cand = np.maximum(f[s], prev[mask ^ s])
-                    better = cand < nxt[mask]
-                    nxt[mask] = np.where(better, cand, nxt[mask])
-                    pick[mask] = np.where(better, s, pick[mask])
-                if sub == 0:
-                    break
-                sub = (sub - 1) & rest
-        best.append(nxt)
-        choice.append(pick)
-    out = np.zeros((X, num_parts), dtype=np.int64)
-    for x in range(X):
-        mask = full
-        for k in range(num_parts - 1, 0, -1):
-            s = int(choice[k][mask, x])
-            out[x, k] = s
-            mask ^= s
-        out[x, 0] = mask
-    return out
-
-
-def _node_bounds(load_row: np.ndarray, subsets: list[list[int]], topology: Topology,
-                 M: int) -> np.ndarray:
+def _node_bounds(
+    load_row: np.ndarray, subsets: list[list[int]], topology: Topology, M: int
+) -> np.ndarray:
     """``float64[C]`` node bound of each group subset (inf if empty or too big), batched by
     subset size."""
     out = np.full(len(subsets), np.inf)
@@ -124,7 +95,7 @@ def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) 
             v = _node_bounds(load[layer], subsets, topology, M).reshape(-1, 2)
             worst = v.max(1)
             i = int(np.argmin(worst))
-            if not worst[i] < vals[a] * (1 - 1e-12):
+            if not better(worst[i], vals[a]):
                 break
             g, h, b = moves[i]
             members[a].remove(g)
@@ -143,7 +114,7 @@ def assign_groups(load: np.ndarray, topology: Topology, num_groups: int) -> np.n
     N = topology.num_nodes
     if num_groups <= EXACT_GROUPS:
         f = subset_bounds(load, topology, num_groups)
-        masks = best_partitions(f, N)  # [L, N]
+        _, masks = best_partitions(f, N)  # [L, N]
         L = load.shape[0]
         bits = (masks[:, :, None] >> np.arange(num_groups)) & 1  # [L, N, groups]
         if not np.all(bits.sum(1) == 1):
@@ -157,6 +128,60 @@ def assign_groups(load: np.ndarray, topology: Topology, num_groups: int) -> np.n
         bits = np.take_along_axis(bits, order[:, :, None], 1)
         return np.argmax(bits, axis=1).reshape(L, num_groups)
     return heuristic_assignment(load, topology, num_groups)
+
+
+EXACT_WORK = 4_000_000  # tables x layers evaluated at most by the exact mode
+
+
+def exact_hierarchical(
+    load: np.ndarray, topology: Topology, num_groups: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The group-constrained optimum by enumeration, when small enough: ``(phy2log:
+    int64[L, P], group_node: int64[L, num_groups])``, else None.
+
+    Every subset of groups that fits on a node gets its exact node optimum
+    (`exhaustive.best_tables` on the node's ``G/N`` GPUs); the partition of the groups over
+    the nodes minimising the largest node optimum (`best_partitions`) is then the optimum of
+    the layer under the contract.
+    """
+    L, E = load.shape
+    N, gpn, S = topology.num_nodes, topology.gpus_per_node, topology.slots_per_gpu
+    M = E // num_groups
+    if num_groups > EXACT_GROUPS:
+        return None
+    fits = [k for k in range(1, num_groups + 1) if k * M <= gpn * S]
+    work = 0
+    for k in fits:
+        n_tab = exhaustive.num_tables(k * M, gpn, S)
+        if n_tab > exhaustive.MAX_TABLES:
+            return None
+        work += n_tab * L * comb(num_groups, k)
+    if work > EXACT_WORK:
+        return None
+    f = np.full((1 << num_groups, L), np.inf)
+    node_tab: dict[int, np.ndarray] = {}
+    for mask in range(1, 1 << num_groups):
+        members = [g for g in range(num_groups) if mask >> g & 1]
+        if len(members) not in fits:
+            continue
+        experts = (np.array(members)[:, None] * M + np.arange(M)).ravel()
+        tab, val = exhaustive.best_tables(load[:, experts], gpn, S)
+        f[mask] = val
+        node_tab[mask] = experts[tab]  # [L, gpn * S] expert ids
+    _, masks = best_partitions(f, N)  # [L, N]
+    bits = (masks[:, :, None] >> np.arange(num_groups)) & 1
+    if not np.all(bits.sum(1) == 1):
+        return None
+    order = np.argsort(np.argmax(bits, axis=2), axis=1, kind="stable")  # nodes by first group
+    masks = np.take_along_axis(masks, order, 1)
+    phy2log = np.stack(
+        [
+            np.concatenate([node_tab[int(masks[layer, n])][layer] for n in range(N)])
+            for layer in range(L)
+        ]
+    )
+    bits = np.take_along_axis(bits, order[:, :, None], 1)
+    return phy2log, np.argmax(bits, axis=1)
 
 
 def place_hierarchical(
@@ -173,51 +198,64 @@ def place_hierarchical(
     return packed.slot_e.reshape(L, N * gpn * S), int(packed.duplicates().sum())
 
 
-def _duplicates(phy2log: np.ndarray, topology: Topology) -> int:
-    e = np.sort(phy2log.reshape(phy2log.shape[0], topology.num_gpus, -1), axis=2)
-    return int((e[:, :, 1:] == e[:, :, :-1]).sum())
-
-
 @register("hierarchical")
 def hierarchical(
     load: np.ndarray,
     topology: Topology,
     *,
     num_groups: int | None = None,
-    previous: Placement | None = None,
-    seed: int = 0,
-    time_limit: float | None = None,
-    budget: int = 10_000,
+    budget: NonNegInt = 10_000,
 ) -> Placement:
-    """Group-to-node placement for ``load: float64[L, E]`` (see module docstring).
+    """Group-to-node placement for ``load: float64[L, E]`` (module docstring).
 
     ``num_groups`` is required (``E % num_groups == 0``, at least one group per node).
-    ``budget``: swap iterations of the per-node greedy. Deterministic (``seed`` unused).
-    ``previous`` is applied by `solvers.solve` (relabeling whole nodes keeps the contract).
+    ``budget``: swap iterations of the per-node greedy. Deterministic. ``previous=`` is
+    applied by `solvers.solve` (relabeling whole nodes keeps the contract).
     """
-    del previous, seed, time_limit
     L, E = load.shape
+    S = topology.slots_per_gpu
     groups = check_groups(num_groups, E, topology.num_nodes)
     M = E // groups
-    if M > topology.gpus_per_node * topology.slots_per_gpu:
+    if M > topology.gpus_per_node * S:
         raise InfeasibleError(
             f"a group of {M} experts does not fit in a node's "
-            f"{topology.gpus_per_node * topology.slots_per_gpu} slots; use more slots or groups"
+            f"{topology.gpus_per_node * S} slots; use more slots or groups"
         )
+    exact = exact_hierarchical(load, topology, groups)
+    if exact is not None:
+        phy2log, group_node = exact
+        info = {
+            "policy": "hierarchical",
+            "group_to_node": group_node.tolist(),
+            "duplicates": int(duplicates(phy2log, S).sum()),
+            "exact": True,
+        }
+        return Placement(phy2log, E, topology, meta={"solver": info})
     group_node = assign_groups(load, topology, groups)
     phy2log, _ = place_hierarchical(load, topology, group_node, groups, budget)
+    deepseek_layers = np.zeros(L, dtype=bool)
     if groups % topology.num_nodes == 0:
         # DeepSeek's equal-count group packing as a second candidate, kept where it packs better
-        from solvers.deepseek import pack
-
         gl = load.reshape(L, groups, M).sum(2)
         alt_node, _ = pack(gl.astype(np.float32), topology.num_nodes)
         alt, _ = place_hierarchical(load, topology, alt_node, groups, budget)
-        mine = Placement(phy2log, E, topology).gpu_load(load).max(1)
-        theirs = Placement(alt, E, topology).gpu_load(load).max(1)
-        take = theirs < mine * (1 - 1e-12)
+        mine = max_load(load, phy2log, S)
+        theirs = max_load(load, alt, S)
+        take = better(theirs, mine)
         phy2log = np.where(take[:, None], alt, phy2log)
         group_node = np.where(take[:, None], alt_node, group_node)
-    dups = _duplicates(phy2log, topology)
-    info = {"policy": "hierarchical", "group_to_node": group_node.tolist(), "duplicates": dups}
+        mine = np.where(take, theirs, mine)
+        # DeepSeek's own placement under the same contract: never worse than it on a layer
+        ds, _ = placement_table(load, topology, groups)
+        take = better(max_load(load, ds, S), mine)
+        phy2log = np.where(take[:, None], ds, phy2log)
+        group_node = np.where(take[:, None], alt_node, group_node)
+        deepseek_layers = take
+    info = {
+        "policy": "hierarchical",
+        "group_to_node": group_node.tolist(),
+        "duplicates": int(duplicates(phy2log, S).sum()),
+        "exact": False,
+        "deepseek_layers": np.nonzero(deepseek_layers)[0].tolist(),
+    }
     return Placement(phy2log, E, topology, meta={"solver": info})

@@ -23,7 +23,7 @@ that takes an expert's last replica, and never one that would make more than
 ``budget`` slots differ from the live placement. A layer stops when its max GPU load is
 ``<= target`` (if given), or no allowed improving move exists, or after ``max_steps`` steps.
 
-`incremental` wraps it for `greedy` (options ``tolerance``, ``migration_budget``):
+`incremental` wraps it for the ``repair`` policy (options ``tolerance``, ``migration_budget``):
 
 - the target is ``(1 + tolerance) * fresh`` where ``fresh`` is the layer's max GPU load of a
   fresh greedy solve for the new load (``tolerance`` defaults to 0 when only a budget is
@@ -42,36 +42,15 @@ A live placement that already meets the target changes nothing (zero moves). Det
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from eplb.errors import InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.layout import duplicates
 from solvers.migration import relabel
+from solvers.tolerance import REL_TOL
 
-REL_TOL = 1e-12
 _NO_CAP = np.iinfo(np.int64).max // 4
-
-
-def check_options(tolerance, migration_budget) -> tuple[float | None, int | None]:
-    """Validated ``(tolerance, migration_budget)``; `InputError` naming the bad one."""
-    if tolerance is not None:
-        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.number)) \
-                or not math.isfinite(tolerance) or tolerance < 0:
-            raise InputError(
-                f"tolerance must be a number >= 0 (relative slack vs a fresh greedy solve, "
-                f"e.g. 0.002), got {tolerance!r}")
-        tolerance = float(tolerance)
-    if migration_budget is not None:
-        if isinstance(migration_budget, bool) or not isinstance(
-                migration_budget, (int, np.integer)) or migration_budget < 0:
-            raise InputError(
-                f"migration_budget must be an integer >= 0 (slots changed per layer), "
-                f"got {migration_budget!r}")
-        migration_budget = int(migration_budget)
-    return tolerance, migration_budget
 
 
 def slots_changed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -115,8 +94,9 @@ def repair(
         if not active.size:
             break
         steps += 1
-        moved = _step(load[active], slot, prev, active, gpu[keep], c[keep], s[keep],
-                      cap, experts, G, S)
+        moved = _step(
+            load[active], slot, prev, active, gpu[keep], c[keep], s[keep], cap, experts, G, S
+        )
         active = active[moved]
     return slot.reshape(L, P), steps
 
@@ -230,9 +210,12 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     np.maximum(aff, gpu[:, None, :, None] + d, out=aff)
     ok = (d > 0) & free_b & (Hah == 0)[:, None]
     if room is not None:
-        dd = ((sl[:, None] != pvh[:, :, None, None]).astype(np.int64)
-              - (ah != pvh)[:, :, None, None]
-              + (ah[:, :, None, None] != pv[:, None]) - (sl != pv)[:, None])
+        dd = (
+            (sl[:, None] != pvh[:, :, None, None]).astype(np.int64)
+            - (ah != pvh)[:, :, None, None]
+            + (ah[:, :, None, None] != pv[:, None])
+            - (sl != pv)[:, None]
+        )
         ok &= dd <= room[:, :, None, None]
     gains.append(_gain(aff, M, ok, 2))
 
@@ -292,8 +275,14 @@ def incremental(
     tol = 0.0 if tolerance is None else tolerance
     fresh_max = fresh.gpu_load(load).max(1)
     target = fresh_max * (1 + tol)
-    out, steps = repair(load, previous.phy2log, topology, target=target,
-                        budget=migration_budget, max_steps=max_steps)
+    out, steps = repair(
+        load,
+        previous.phy2log,
+        topology,
+        target=target,
+        budget=migration_budget,
+        max_steps=max_steps,
+    )
     got = Placement(out, E, topology).gpu_load(load).max(1)
     miss = np.nonzero(got > target * (1 + REL_TOL))[0]
     take = np.zeros(L, dtype=bool)
@@ -304,7 +293,8 @@ def incremental(
             ok = np.ones(miss.size, dtype=bool)
         else:
             ok = (slots_changed(sub_prev.phy2log, sub_fresh.phy2log) <= migration_budget) & (
-                fresh_max[miss] < got[miss])
+                fresh_max[miss] < got[miss]
+            )
         take[miss[ok]] = True
         out[miss[ok]] = sub_fresh.phy2log[ok]
     info = {
@@ -316,11 +306,6 @@ def incremental(
             "steps": int(steps),
             "fresh_layers": np.nonzero(take)[0].tolist(),
         },
-        "duplicates": int(_duplicates(out, topology.slots_per_gpu)),
+        "duplicates": int(duplicates(out, topology.slots_per_gpu).sum()),
     }
     return Placement(out, E, topology, meta={"solver": info})
-
-
-def _duplicates(phy2log: np.ndarray, S: int) -> int:
-    e = np.sort(phy2log.reshape(phy2log.shape[0], -1, S), axis=2)
-    return int((e[:, :, 1:] == e[:, :, :-1]).sum())

@@ -24,6 +24,7 @@ from scipy.optimize import linear_sum_assignment
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from solvers.layout import gpu_counts, moved
 
 
 def _check_pair(old: Placement, new: Placement) -> None:
@@ -37,21 +38,10 @@ def _check_pair(old: Placement, new: Placement) -> None:
         raise InputError(f"placements have {old.num_experts} and {new.num_experts} experts")
 
 
-def gpu_counts(phy2log: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.ndarray:
-    """``int64[L, G, E]`` replicas of each expert on each GPU."""
-    L, P = phy2log.shape
-    G = P // slots_per_gpu
-    key = (np.arange(L)[:, None] * G + np.arange(P) // slots_per_gpu) * num_experts + phy2log
-    return np.bincount(key.ravel(), minlength=L * G * num_experts).reshape(L, G, num_experts)
-
-
 def replicas_moved(old: Placement, new: Placement) -> np.ndarray:
     """``int64[L]``: replicas of ``new`` loaded onto a GPU that did not hold them in ``old``."""
     _check_pair(old, new)
-    S = new.topology.slots_per_gpu
-    a = gpu_counts(old.phy2log, old.num_experts, S)
-    b = gpu_counts(new.phy2log, new.num_experts, S)
-    return np.maximum(b - a, 0).sum((1, 2))
+    return moved(old.phy2log, new.phy2log, new.num_experts, new.topology.slots_per_gpu)
 
 
 def _ordinal(slot_e: np.ndarray) -> np.ndarray:
@@ -141,6 +131,10 @@ def relabel(placement: Placement, previous: Placement) -> Placement:
             if share is not None:
                 out_s[layer, h] = share[layer, g][perm]
     return Placement(
-        out_e.reshape(L, P), placement.num_experts, topo,
-        None if out_s is None else out_s.reshape(L, P), placement.meta, placement.layer_ids,
+        out_e.reshape(L, P),
+        placement.num_experts,
+        topo,
+        None if out_s is None else out_s.reshape(L, P),
+        placement.meta,
+        placement.layer_ids,
     )

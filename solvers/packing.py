@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers.layout import duplicates
 from solvers.replication import per_replica
-
-REL_TOL = 1e-12
+from solvers.tolerance import REL_TOL
 
 
 @dataclass
@@ -42,8 +42,23 @@ class Packed:
 
     def duplicates(self) -> np.ndarray:
         """``int64[X]``: surplus replicas sharing a GPU with another replica of their expert."""
-        e = np.sort(self.slot_e, axis=2)
-        return (e[:, :, 1:] == e[:, :, :-1]).sum((1, 2))
+        X, G, S = self.slot_e.shape
+        return duplicates(self.slot_e.reshape(X, G * S), S)
+
+    def phy2log(self) -> np.ndarray:
+        """``int64[X, G * S]`` the slot table."""
+        X, G, S = self.slot_e.shape
+        return self.slot_e.reshape(X, G * S)
+
+    def rows(self, idx: np.ndarray) -> Packed:
+        """A copy of rows ``idx``."""
+        return Packed(self.slot_e[idx], self.slot_s[idx], self.gpu[idx], self.holds[idx])
+
+    def assign(self, src: Packed, take: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """``self[rows[take]] = src[take]`` for every array (``rows`` default: all rows)."""
+        idx = np.nonzero(take)[0] if rows is None else rows[take]
+        for name in ("slot_e", "slot_s", "gpu", "holds"):
+            getattr(self, name)[idx] = getattr(src, name)[take]
 
 
 def sorted_items(load: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -322,8 +337,9 @@ def _traffic_score(p, t: TrafficTerm, active, order, h, lh, a_e, b_e, bg, pair, 
     wb = t.load[active[:, None], b_e]  # [n, kS]
     cross = nb[:, None, :] != nh[:, None, None]
     a_leave = (nc[r[:, None], a_e, nh[:, None]] == 1)[:, :, None]
-    a_enter = np.take_along_axis(nc[r[:, None], a_e], np.broadcast_to(nb[:, None, :], pair.shape),
-                                 2) == 0
+    a_enter = (
+        np.take_along_axis(nc[r[:, None], a_e], np.broadcast_to(nb[:, None, :], pair.shape), 2) == 0
+    )
     b_leave = (np.take_along_axis(nc[r[:, None], b_e], nb[:, :, None], 2)[:, :, 0] == 1)[:, None, :]
     b_enter = (nc[r[:, None], b_e, nh[:, None]] == 0)[:, None, :]
     dn_a = a_enter.astype(float) - a_leave

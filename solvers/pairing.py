@@ -1,44 +1,22 @@
-"""Two slots per GPU (``S = 2``, DeepSeek's decode setting): exact method and fast heuristic.
+"""Two slots per GPU (``S = 2``, DeepSeek's decode setting): the sorted pairing and the count
+local search used by ``greedy`` (the exact method is `solvers.pairing_exact`).
 
 With two replicas per GPU and fixed replica counts, pairing the heaviest replica with the
 lightest, the second heaviest with the second lightest, and so on minimises the largest pair
 sum (exchange argument: if ``a >= b`` and ``c >= d`` then ``max(a + d, b + c) <= max(a + c,
 b + d)``). So the whole problem is a choice of counts ``c_e``: minimise over count vectors the
-value ``max_i x_(i) + x_(P+1-i)`` of the sorted per-replica loads ``x``.
-
-Feasibility of a target ``T`` (Hall's condition for this threshold graph): call a replica of
-size ``s > T/2`` *big* (it needs a partner ``<= T - s``) and the others *small* (position
-``T - s``: the largest big it can partner). ``T`` is reachable iff counts exist with
-``sum c_e <= P`` (surplus slots go to an expert whose replicas are small, which only adds
-partners) such that for every threshold ``u > T/2``::
-
-    #{big replicas >= u}  <=  #{small replicas with position >= u}
-
-Choosing ``c_e`` per expert is a multiple-choice integer program over boolean
-``x[e, c]`` ("expert e has c replicas"); the thresholds are the distinct big sizes and the
-prefix sums chain through one balance variable per threshold, so the model is sparse.
-`certify` searches the target: a fast local search over counts gives an upper bound ``U``,
-the LP relaxation (scipy HiGHS) at ``U (1 - 1e-9)`` often proves it optimal at once,
-otherwise the integer program (OR-Tools CP-SAT, several times faster than a MIP solver on
-it) either finds better counts (local search restarts from them) or proves that nothing
-below ``U (1 - 1e-9)`` exists. The certificate is therefore exact up to
-a relative ``1e-9``; with a time limit the LP bound is reported instead.
-
-The greedy solver uses `improve_counts` (local search moving one replica at a time from the
-DeepSeek/water-fill start, keeping only improvements), so it is never worse than DeepSeek.
+value ``max_i x_(i) + x_(P+1-i)`` of the sorted per-replica loads ``x``. `improve_counts`
+moves one replica at a time from a start (DeepSeek's or the water-filling counts) while the
+objective drops; `pair_layout` turns counts into GPUs.
 """
 
 from __future__ import annotations
-
-import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from solvers.packing import Packed, repair_duplicates
 from solvers.replication import per_replica
-
-CERT_TOL = 1e-9
+from solvers.tolerance import better
 
 
 def pair_objective(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -51,8 +29,16 @@ def pair_objective(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def improve_counts(
-    load: np.ndarray, counts: np.ndarray, cap, *, budget: int = 200, receivers: int = 16,
-    light_receivers: int = 4, present: np.ndarray | None = None, distinct: bool = True,
+    load: np.ndarray,
+    counts: np.ndarray,
+    cap,
+    *,
+    budget: int = 200,
+    receivers: int = 16,
+    light_receivers: int = 4,
+    present: np.ndarray | None = None,
+    distinct: bool | np.ndarray = True,
+    load_id: np.ndarray | None = None,
 ) -> np.ndarray:
     """Local search over counts for ``S = 2``: move one replica between experts while the
     pair objective strictly drops (best move per step). Vectorised over rows
@@ -60,29 +46,38 @@ def improve_counts(
 
     Receivers tried per step: the experts of the critical (largest) pair, the ``receivers``
     experts with the largest replicas and the ``light_receivers`` experts with the smallest
-    next replica; donors: every expert with two or more replicas. A move is evaluated by
-    merging the changed replicas into the sorted list (no re-sort). ``cap``: int or
+    next replica; donors: every expert with two or more replicas. Each move's objective is
+    computed exactly without rebuilding the sorted list (`moved_objectives`). ``cap``: int or
     ``int[X, 1]`` replica limit; ``present: bool[X, E]`` experts that exist (default all).
-    ``distinct``: reject moves whose two middle replicas are equal (the sign that the sorted
-    pairing puts two replicas of one expert on a GPU), for placements without duplicates.
+    ``distinct`` (per row with ``bool[X]``): reject moves whose two middle replicas are equal
+    (the sign that the sorted pairing puts two replicas of one expert on a GPU), for
+    placements without duplicates. ``load_id: int[X]``: rows with equal ids have equal
+    ``load``, ``cap`` and ``present`` (e.g. the same layer searched with and without
+    ``distinct``); while their counts agree their moves are evaluated once.
     """
     counts = counts.copy()
     X, E = counts.shape
     cap_all = np.broadcast_to(np.asarray(cap), (X, 1))
     present = np.ones((X, E), dtype=bool) if present is None else present
+    distinct_all = np.broadcast_to(np.asarray(distinct, dtype=bool), (X,))
     P = int(counts[0].sum())
     best = pair_objective(load, counts)
     active = np.arange(X)
+    experts = np.arange(E)
+    load_id = np.arange(X) if load_id is None else np.asarray(load_id)
+    mix = np.random.default_rng(0).integers(1, 2**62, size=E)  # fixed hash of a count row
     for _ in range(budget):
         if not active.size:
             break
-        w, c = load[active], counts[active]
-        n = active.size
+        # rows in the same state (same load, same counts) share one evaluation
+        rep, back = _same_state(load_id[active], counts[active], mix)
+        ids = active[rep]
+        w, c = load[ids], counts[ids]
+        n = ids.size
         r = np.arange(n)
-        cap = cap_all[active]
-        room = present[active] & (c < cap)
+        room = present[ids] & (c < cap_all[ids])
         size = per_replica(w, c)
-        items_e = np.repeat(np.broadcast_to(np.arange(E), (n, E)).ravel(), c.ravel()).reshape(n, P)
+        items_e = np.repeat(np.broadcast_to(experts, (n, E)).ravel(), c.ravel()).reshape(n, P)
         items_s = np.take_along_axis(size, items_e, 1)
         order = np.argsort(items_s, axis=1, kind="stable")
         xe = np.take_along_axis(items_e, order, 1)
@@ -97,7 +92,7 @@ def improve_counts(
         D = int((c >= 2).sum(1).max(initial=0))
         if D == 0:
             break
-        donors = np.sort(np.where(c >= 2, np.arange(E), E), axis=1)[:, :D]  # [n, D], E = none
+        donors = np.sort(np.where(c >= 2, experts, E), axis=1)[:, :D]  # [n, D], E = none
         R = recv.shape[1]
         ri = np.repeat(recv, D, axis=1)  # [n, R*D]
         di = np.tile(donors, (1, R))
@@ -110,15 +105,37 @@ def improve_counts(
         sb = wb / (cb + 1)
         floor = np.minimum(xs[:, :1], sb)  # the smallest replica after the move is >= floor
         valid = (di < E) & (di != ri) & np.take_along_axis(room, ri, 1)
-        valid &= sa + floor < best[active][:, None]
-        obj = np.full(valid.shape, np.inf)
+        valid &= sa + floor < best[ids][:, None]
         rows, cols = np.nonzero(valid)
-        obj[rows, cols] = _moved_objective(
-            xs[rows], xe[rows], di[rows, cols], ri[rows, cols], ca[rows, cols], cb[rows, cols],
-            sa[rows, cols], sb[rows, cols], distinct,
+        # first sorted position of each expert (its replicas are adjacent: equal sizes, and
+        # the stable sort keeps equal sizes in expert order)
+        run = np.ones((n, P), dtype=bool)
+        run[:, 1:] = xe[:, 1:] != xe[:, :-1]
+        rr_, jj_ = np.nonzero(run)
+        first = np.full((n, E), P, dtype=np.int64)
+        first[rr_, xe[rr_, jj_]] = jj_
+        val, tie = moved_objectives(
+            xs,
+            first,
+            rows,
+            di[rows, cols],
+            ri[rows, cols],
+            ca[rows, cols],
+            cb[rows, cols],
+            sa[rows, cols],
+            sb[rows, cols],
+            best[ids][rows],
         )
+        obj0 = np.full(valid.shape, np.inf)
+        obj0[rows, cols] = val
+        ties = np.zeros(valid.shape, dtype=bool)
+        ties[rows, cols] = tie
+        # back to the active rows; distinct rows reject moves with equal middle replicas
+        obj = np.where(distinct_all[active][:, None] & ties[back], np.inf, obj0[back])
+        di, ri = di[back], ri[back]
+        r = np.arange(active.size)
         j = obj.argmin(1)
-        gain = obj[r, j] < best[active] * (1 - 1e-12)
+        gain = better(obj[r, j], best[active])
         g = r[gain]
         counts[active[g], di[g, j[g]]] -= 1
         counts[active[g], ri[g, j[g]]] += 1
@@ -127,21 +144,173 @@ def improve_counts(
     return counts
 
 
-def _middle_tie(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``bool[X]``: the two middle replicas of the sorted list are equal."""
-    X, E = counts.shape
-    P = int(counts[0].sum())
-    items = np.repeat(per_replica(load, counts).ravel(), counts.ravel()).reshape(X, P)
-    items.sort(axis=1)
-    return items[:, P // 2 - 1] == items[:, P // 2]
+def _same_state(
+    load_id: np.ndarray, counts: np.ndarray, mix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rep, back)``: representative rows of the distinct (load, counts) states and the
+    state of every row (``counts[rep][back] == counts``); rows are merged only when their
+    counts are verified equal, so a hash collision just keeps them apart."""
+    with np.errstate(over="ignore"):
+        key = counts @ mix + load_id * np.int64(0x9E3779B97F4A7C15 - 2**64)
+    _, rep, back = np.unique(key, return_index=True, return_inverse=True)
+    back = back.ravel()
+    if (load_id[rep][back] != load_id).any() or (counts[rep][back] != counts).any():
+        n = counts.shape[0]
+        return np.arange(n), np.arange(n)
+    return rep, back
+
+
+def moved_objectives(
+    xs, first, row, a, b, ca, cb, sa, sb, bound=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact pair objective after moving one replica from expert ``a`` to ``b``, for ``K``
+    moves on the sorted rows ``xs: float64[n, P]`` (``first: int64[n, E]`` the first position
+    of each expert's run in its row; ``row, a, b, ca, cb, sa, sb: [K]``: the move's row
+    (ascending), experts, counts before, and new replica sizes ``w_a / (ca - 1)`` and
+    ``w_b / (cb + 1)``). Returns ``float64[K]`` objectives and ``bool[K]``: the two middle
+    replicas of the new list are equal (the sorted pairing then puts two replicas of one
+    expert on a GPU). ``bound: float64[K]``: moves whose objective is provably not below it
+    (not `tolerance.better`), by the pairs of the two new blocks' first replicas, are
+    returned as ``inf`` without the full evaluation.
+
+    Without rebuilding the list: the new sorted list is the kept replicas (the row without
+    ``a``'s and ``b``'s runs), each shifted by a constant on at most five pieces, with the
+    ``ca - 1`` new replicas of ``a`` and ``cb + 1`` of ``b`` inserted as two blocks. Pairing
+    rank ``r`` with ``P - 1 - r`` cuts the ranks into at most 14 segments on which both sides
+    come from one piece or block; a segment of two kept pieces with shifts ``t`` and ``u`` is
+    a range of ``x_j + x_{P-1-(t+u)-j}``, whose maximum a sparse table gives in O(1), and a
+    segment touching a block is the block's value plus the largest kept value facing it. The
+    sums are the same floating-point additions as in the rebuilt list, so the result is
+    bit-identical (tested against re-sorting).
+    """
+    n, P = xs.shape
+    K = row.size
+    if K == 0:
+        return np.empty(0), np.zeros(0, dtype=bool)
+    pa, pb = first[row, a], first[row, b]
+    oa, ob = xs[row, pa], xs[row, pb]
+    na, nb = ca - 1, cb + 1
+    le_a = np.empty(K, dtype=np.int64)  # replicas <= sa in the row (before the move)
+    le_b = np.empty(K, dtype=np.int64)
+    bounds = np.searchsorted(row, np.arange(n + 1))  # rows come sorted (np.nonzero)
+    for x in range(n):
+        sel = slice(bounds[x], bounds[x + 1])
+        le_a[sel] = np.searchsorted(xs[x], sa[sel], "right")
+        le_b[sel] = np.searchsorted(xs[x], sb[sel], "right")
+    m_a = le_a - ca * (oa <= sa) - cb * (ob <= sa)  # kept replicas <= sa
+    m_b = le_b - ca * (oa <= sb) - cb * (ob <= sb)
+    a_first = pa < pb
+    p1 = np.where(a_first, pa, pb)
+    c1 = np.where(a_first, ca, cb)
+    c2 = np.where(a_first, cb, ca)
+    p2 = np.where(a_first, pb, pa)
+    kept = P - ca - cb
+    # kept pieces in kept-index space: shifts change at the removed runs and the blocks
+    q = np.sort(np.stack([p1, p2 - c1, m_a, m_b], 1), 1)
+    q = np.minimum(np.maximum(q, 0), kept[:, None])
+    bnd = np.concatenate([np.zeros((K, 1), dtype=np.int64), q, kept[:, None]], 1)  # [K, 6]
+    m = bnd[:, :5]
+    offset = c1[:, None] * (m >= p1[:, None]) + c2[:, None] * (m >= (p2 - c1)[:, None])
+    shift = na[:, None] * (m >= m_a[:, None]) + nb[:, None] * (m >= m_b[:, None])
+    delta = shift - offset  # new rank minus old position, per kept piece   [K, 5]
+    start = np.empty((K, 7), dtype=np.int64)  # 5 kept pieces, block a, block b (new ranks)
+    end = np.empty((K, 7), dtype=np.int64)
+    start[:, :5], end[:, :5] = bnd[:, :5] + shift, bnd[:, 1:] + shift
+    start[:, 5] = m_a + nb * (sb < sa)
+    start[:, 6] = m_b + na * (sa <= sb)
+    end[:, 5], end[:, 6] = start[:, 5] + na, start[:, 6] + nb
+    empty = start >= end
+    shift7 = np.zeros((K, 7), dtype=np.int64)  # per interval: shift of a kept piece
+    shift7[:, :5] = delta
+    value7 = np.zeros((K, 7))  # value of a block
+    value7[:, 5], value7[:, 6] = sa, sb
+    H = P // 2
+    out = np.full(K, np.inf)
+    tie = np.zeros(K, dtype=bool)
+    live = np.arange(K)
+
+    def value_at(q, at):  # the replica at new rank q of the moves ``live[at]``
+        k = ((start[at] <= q[:, None]) & (q[:, None] < end[at])).argmax(1)
+        kept_val = xs[row[at], np.clip(q - shift7[at, k], 0, P - 1)]
+        return np.where(k >= 5, value7[at, k], kept_val)
+
+    if bound is not None:  # actual pairs of the new list bound its objective: those at the
+        # ranks of the row's three largest pairs and those of each block's first replica;
+        # a move whose bound is not below ``bound`` is dropped (checks cheapest-first)
+        sums = xs[:, :H] + xs[:, ::-1][:, :H]
+        top = np.argsort(-sums, axis=1, kind="stable")[:, :3]
+        checks = [("pair", c) for c in range(top.shape[1])] + [("block", 5), ("block", 6)]
+        for kind, c in checks:
+            if kind == "pair":
+                q = top[row[live], c]
+                lb = value_at(q, live) + value_at(P - 1 - q, live)
+            else:
+                lb = value7[live, c] + value_at(P - 1 - start[live, c], live)
+            live = live[better(lb, bound[live])]
+            if not live.size:
+                return out, tie
+    tie[live] = value_at(np.full(live.size, H - 1), live) == value_at(np.full(live.size, H), live)
+    start, end, empty, shift7, value7 = (v[live] for v in (start, end, empty, shift7, value7))
+    row = row[live]
+    K = live.size
+    # segments: ranks where the interval of r or of its partner P - 1 - r changes
+    pts_a = np.where(empty, P, start)
+    pts_b = np.where(empty, P, P - end)
+    allp = np.concatenate([pts_a, pts_b], 1)  # [K, 14]
+    srt = np.argsort(allp, axis=1, kind="stable")
+    base = np.arange(K)[:, None]
+    lo = allp[base, srt]
+    hi = np.empty_like(lo)
+    hi[:, :-1] = lo[:, 1:]
+    hi[:, -1] = P
+    seg = lo < hi
+    from_a = srt < 7
+    ta = np.cumsum(from_a, 1) - 1
+    tb = np.arange(1, 15) - ta - 2
+    t = np.argsort(pts_a, axis=1, kind="stable")[base, np.maximum(ta, 0)]
+    u = np.argsort(pts_b, axis=1, kind="stable")[base, np.maximum(tb, 0)]
+    # per interval: shift (kept pieces) or value (blocks); flat lookups
+    t_block, u_block = t >= 5, u >= 5
+    flat_t, flat_u = base * 7 + t, base * 7 + u
+    dt, du = shift7.ravel()[flat_t], shift7.ravel()[flat_u]
+    rr = row[:, None]
+    left = np.where(t_block, value7.ravel()[flat_t], xs[rr, np.clip(hi - 1 - dt, 0, P - 1)])
+    right = np.where(u_block, value7.ravel()[flat_u], xs[rr, np.clip(P - 1 - lo - du, 0, P - 1)])
+    best = np.where(seg, left + right, -np.inf)
+    both = seg & ~t_block & ~u_block  # two kept pieces: a range maximum of shifted pair sums
+    if both.any():
+        kk, ss = np.nonzero(both)
+        d = dt[kk, ss] + du[kk, ss]
+        lo_j, hi_j = lo[kk, ss] - dt[kk, ss], hi[kk, ss] - dt[kk, ss]
+        key, which = np.unique(row[kk] * (2 * P + 1) + (d + P), return_inverse=True)
+        lev = np.floor(np.log2(hi_j - lo_j)).astype(np.int64)
+        tab = _pair_tables(xs, key // (2 * P + 1), key % (2 * P + 1) - P, int(lev.max()) + 1)
+        best[kk, ss] = np.maximum(tab[lev, which, lo_j], tab[lev, which, hi_j - (1 << lev)])
+    out[live] = best.max(1)
+    return out, tie
+
+
+def _pair_tables(xs: np.ndarray, rows: np.ndarray, ds: np.ndarray, levels: int) -> np.ndarray:
+    """``float64[levels, U, P]``: for each (row, shift ``d``) the maxima of ``x_j +
+    x_{P-1-d-j}`` over ``j .. j + 2**k - 1`` at level ``k`` (a sparse table; ``-inf`` where
+    the partner falls outside the row)."""
+    P = xs.shape[1]
+    j = np.arange(P)
+    k = P - 1 - ds[:, None] - j[None, :]  # [U, P]
+    ok = (k >= 0) & (k < P)
+    out = np.empty((levels, len(ds), P))
+    g = xs[rows] + np.take_along_axis(xs[rows], np.clip(k, 0, P - 1), 1)
+    out[0] = np.where(ok, g, -np.inf)
+    for lev in range(1, levels):
+        h = 1 << (lev - 1)
+        np.maximum(out[lev - 1, :, : P - h], out[lev - 1, :, h:], out=out[lev, :, : P - h])
+        out[lev, :, P - h :] = -np.inf
+    return out
 
 
 def _moved_objective(xs, xe, a, b, ca, cb, sa, sb, distinct, chunk: int = 1 << 21) -> np.ndarray:
-    """Pair objective after moving one replica from expert ``a`` to ``b`` (``[K]`` moves).
-
-    ``xs, xe: [K, P]`` sorted replica sizes and experts before the move; ``ca, cb`` the
-    counts before; ``sa = w_a / (ca - 1)``, ``sb = w_b / (cb + 1)`` the new replica sizes.
-    """
+    """Reference for `moved_objectives`: rebuilds the sorted list of every move (``xs, xe:
+    [K, P]`` sorted sizes and experts before each move). O(P) per move; tests only."""
     K, P = xs.shape
     out = np.empty(K)
     step = max(1, chunk // max(P, 1))
@@ -201,244 +370,3 @@ def _ordinal(items_e: np.ndarray) -> np.ndarray:
     new[:, 1:] = items_e[:, 1:] != items_e[:, :-1]
     pos = np.broadcast_to(np.arange(P), (X, P))
     return pos - np.maximum.accumulate(np.where(new, pos, 0), axis=1)
-
-
-# --------------------------------------------------------------------------- exact method
-@dataclass
-class Certificate:
-    """Result of `certify` for one layer."""
-
-    counts: np.ndarray  # int64[E]
-    objective: float  # largest GPU load of the sorted pairing for ``counts``
-    bound: float  # proven lower bound on the optimum
-    status: str  # "optimal" (bound within CERT_TOL) or "time_limit"
-    milp_calls: int
-    seconds: float
-
-    @property
-    def gap(self) -> float:
-        return 0.0 if self.objective <= 0 else max(0.0, 1 - self.bound / self.objective)
-
-
-def _options(w: np.ndarray, P: int, T: float, cap: int):
-    """Count options ``(expert, count)`` allowed under target ``T`` (or None if none)."""
-    E = w.shape[0]
-    tol = 1e-12 * T
-    with np.errstate(divide="ignore", invalid="ignore"):
-        clo = np.maximum(1, np.ceil(np.where(T > 0, w / T, np.where(w > 0, np.inf, 1)) - 1e-12))
-    if not np.all(np.isfinite(clo)):
-        return None
-    clo = clo.astype(np.int64)
-    clo = np.where(w / clo > T + tol, clo + 1, clo)
-    if np.any(clo > cap):
-        return None
-    F = P - int(clo.sum())
-    if F < 0:
-        return None
-    num = np.minimum(F, cap - clo) + 1
-    oe = np.repeat(np.arange(E), num)
-    oc = clo[oe] + np.arange(oe.size) - np.repeat(np.cumsum(num) - num, num)
-    return oe, oc
-
-
-def _model(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1):
-    """Sparse ballot model at target ``T``: ``(oe, oc, n, K, A_eq, b_eq, a_slots)`` or None.
-
-    ``companions``: small replicas each big one needs on its GPU (``S - 1``; the model is
-    exact for ``S = 2`` and a relaxation for larger ``S``).
-    """
-    from scipy.sparse import coo_matrix, vstack
-
-    opts = _options(w, P, T, cap)
-    if opts is None:
-        return None
-    oe, oc = opts
-    n = oe.size
-    E = w.shape[0]
-    tol = 1e-12 * T
-    s = w[oe] / oc
-    big = s > T / 2 + tol
-    pos = np.where(big, s, T - s)
-    levels = np.unique(pos[big])[::-1]  # descending thresholds
-    K = levels.size
-    k_of = np.searchsorted(-levels, -pos - tol, side="left")  # first level <= pos (+tol)
-    rel = np.nonzero(k_of < K)[0]
-    sign = np.where(big, -float(companions), 1.0) * oc
-    # balance_k = balance_{k-1} + sum(sign * x over options at level k); balance >= 0
-    rows = np.r_[k_of[rel], np.arange(K), np.arange(1, K)]
-    cols = np.r_[rel, n + np.arange(K), n + np.arange(K - 1)]
-    vals = np.r_[sign[rel], -np.ones(K), np.ones(K - 1)]
-    chain = coo_matrix((vals, (rows, cols)), shape=(K, n + K))
-    one = coo_matrix((np.ones(n), (oe, np.arange(n))), shape=(E, n + K))
-    a_eq = vstack([chain, one]).tocsr()
-    b_eq = np.r_[np.zeros(K), np.ones(E)]
-    a_slots = np.r_[oc.astype(float), np.zeros(K)]
-    return oe, oc, n, K, a_eq, b_eq, a_slots
-
-
-def _fill(w: np.ndarray, counts: np.ndarray, P: int, cap: int) -> np.ndarray:
-    """Hand surplus slots to the expert with the smallest next replica (keeps pairs valid)."""
-    counts = counts.copy()
-    while counts.sum() < P:
-        nxt = np.where(counts < cap, w / (counts + 1), np.inf)
-        counts[int(nxt.argmin())] += 1
-    return counts
-
-
-def lp_feasible(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1) -> bool:
-    """LP relaxation of the ballot model at ``T``; False proves ``T`` unreachable."""
-    from scipy.optimize import linprog
-
-    m = _model(w, P, T, cap, companions)
-    if m is None:
-        return False
-    oe, oc, n, K, a_eq, b_eq, a_slots = m
-    res = linprog(
-        np.zeros(n + K), A_ub=a_slots[None, :], b_ub=[P], A_eq=a_eq, b_eq=b_eq,
-        bounds=[(0, 1)] * n + [(0, None)] * K, method="highs",
-    )
-    return res.status == 0
-
-
-def milp_counts(w: np.ndarray, P: int, T: float, cap: int, time_limit: float, seed: int = 0,
-                hint: np.ndarray | None = None):
-    """Integer ballot model at ``T`` (OR-Tools CP-SAT, one worker, ``time_limit`` in
-    deterministic seconds). Returns ``(result, deterministic_seconds)``: ``result`` is counts
-    reaching ``T``, ``None`` if ``T`` is proven unreachable, or ``"time_limit"``. ``hint``:
-    counts to start the search from (usually the incumbent, just above ``T``)."""
-    from ortools.sat.python import cp_model
-
-    opts = _options(w, P, T, cap)
-    if opts is None:
-        return None, 0.0
-    oe, oc = opts
-    n = oe.size
-    tol = 1e-12 * T
-    s = w[oe] / oc
-    big = s > T / 2 + tol
-    pos = np.where(big, s, T - s)
-    levels = np.unique(pos[big])[::-1]
-    K = levels.size
-    k_of = np.searchsorted(-levels, -pos - tol, side="left")
-    sign = np.where(big, -1, 1) * oc
-    m = cp_model.CpModel()
-    x = [m.NewBoolVar(f"x{i}") for i in range(n)]
-    starts = np.searchsorted(oe, np.arange(w.size))
-    ends = np.r_[starts[1:], n]
-    for lo, hi in zip(starts, ends, strict=True):
-        m.AddExactlyOne(x[lo:hi])
-    m.Add(sum(int(c) * v for c, v in zip(oc, x, strict=True)) <= P)
-    if hint is not None:
-        for i in range(n):
-            m.AddHint(x[i], int(hint[oe[i]] == oc[i]))
-    prev = 0
-    order = np.argsort(k_of, kind="stable")
-    cut = np.searchsorted(k_of[order], np.arange(K + 1))
-    for k in range(K):
-        idx = order[cut[k] : cut[k + 1]]
-        bal = m.NewIntVar(0, P, f"b{k}")
-        m.Add(bal == prev + sum(int(sign[i]) * x[i] for i in idx))
-        prev = bal
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
-    solver.parameters.max_deterministic_time = max(time_limit, 0.01)
-    solver.parameters.max_time_in_seconds = 5 * max(time_limit, 0.01) + 5  # safety net
-    status = solver.Solve(m)
-    used = solver.deterministic_time
-    if status == cp_model.INFEASIBLE:
-        return None, used
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "time_limit", used
-    chosen = np.array([solver.Value(v) for v in x], dtype=bool)
-    counts = np.zeros(w.shape[0], dtype=np.int64)
-    counts[oe[chosen]] = oc[chosen]
-    return _fill(w, counts, P, cap), used
-
-
-def simple_bound(w: np.ndarray, P: int, cap: int) -> float:
-    """max(total / G, smallest possible largest replica) for one layer."""
-    from solvers.replication import waterfill
-
-    c = waterfill(w[None], P, cap)[0]
-    return float(max(w.sum() / (P // 2), (w / c).max()))
-
-
-def lp_bound(
-    w: np.ndarray, P: int, cap: int, lo: float, hi: float, iters: int = 40, companions: int = 1,
-    rel_tol: float = CERT_TOL,
-) -> float:
-    """Largest target proven unreachable by the LP relaxation in ``[lo, hi]`` (``lo`` a known
-    bound, ``hi`` a reachable value), to a relative ``rel_tol``; ``lo`` if nothing better.
-
-    Gallops down from ``hi`` (the LP is usually tight, so one or two solves suffice), then
-    bisects.
-    """
-    step = rel_tol
-    top = hi
-    for _ in range(iters):
-        t = top * (1 - step)
-        if t <= lo:
-            break
-        if not lp_feasible(w, P, t, cap, companions):
-            lo = t
-            break
-        hi, step = t, step * 4
-    for _ in range(iters):
-        if hi - lo <= rel_tol * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if lp_feasible(w, P, mid, cap, companions):
-            hi = mid
-        else:
-            lo = mid
-    return lo
-
-
-def certify(
-    w: np.ndarray, P: int, start: np.ndarray, *, cap: int | None = None,
-    time_limit: float | None = 60.0,
-) -> Certificate:
-    """Exact ``S = 2`` optimum of one layer ``w: float[E]`` with ``P`` slots (``P // 2`` GPUs).
-
-    ``start: int64[E]`` initial counts (e.g. the greedy's). ``cap`` limits replicas per expert
-    (default ``P - E + 1``: any count, i.e. the true problem, duplicates on a GPU allowed).
-    ``time_limit``: CP-SAT deterministic seconds in total (deterministic result).
-    """
-    t0 = time.perf_counter()
-    E = w.shape[0]
-    cap = P - E + 1 if cap is None else cap
-    budget = np.inf if time_limit is None else float(time_limit)  # deterministic seconds
-    counts = improve_counts(w[None], start[None], cap, distinct=False)[0]
-    ub = float(pair_objective(w[None], counts[None])[0])
-    lb = simple_bound(w, P, cap)
-    calls = 0
-    status = "time_limit"
-    while True:
-        if ub <= lb * (1 + CERT_TOL) or ub <= 0:
-            status = "optimal"
-            break
-        target = ub * (1 - CERT_TOL)
-        if not lp_feasible(w, P, target, cap):
-            lb = max(lb, target)
-            status = "optimal"
-            break
-        if budget <= 0:
-            break
-        calls += 1
-        found, used = milp_counts(w, P, target, cap, min(budget, 1e6), hint=counts)
-        budget -= used
-        if found is None:
-            lb = max(lb, target)
-            status = "optimal"
-            break
-        if isinstance(found, str):
-            break
-        found = improve_counts(w[None], found[None], cap, distinct=False)[0]
-        value = float(pair_objective(w[None], found[None])[0])
-        if value >= ub:  # cannot happen for a correct model; stop rather than loop
-            break
-        counts, ub = found, value
-    if status != "optimal":
-        lb = max(lb, lp_bound(w, P, cap, lb, ub))
-    return Certificate(counts, ub, min(lb, ub), status, calls, time.perf_counter() - t0)

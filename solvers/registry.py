@@ -1,36 +1,100 @@
 """Registry of placement policies and the one entry point, `solve`.
 
-A solver is a function ``fn(load, topology, *, num_groups, previous, seed, time_limit,
-**options) -> Placement``; `solve` checks the input, times the call, validates the output and
-records ``meta["solver"] = {"name", "params", "seconds", ...}`` (a solver may pre-fill
-more keys such as ``objective``, ``bound``, ``gap`` or ``policy`` in ``meta["solver"]``).
+A policy is a function ``fn(load, topology, *, <common arguments it uses>, <options>) ->
+Placement`` (or an ``int64[L, P]`` ``phy2log`` table). The common arguments are
+``num_groups``, ``previous``, ``seed`` and ``time_limit``: `solve` passes each one the
+function declares (all of them to a function taking ``**kwargs``) and drops the others, so a
+policy declares only what it uses. Every other keyword-only parameter with a default is an
+*option*: `options` lists them, `solve` refuses unknown ones and checks values against the
+annotations (`solvers.validation.check_option`).
+
+`solve` checks the input, times the call, validates the output, relabels against
+``previous`` (unless the policy placed against it itself and says so with
+``meta["solver"]["relabeled"] = True``), sets the model ``layer_ids`` and records
+``meta["solver"] = {"name", "params", "seconds", ...}`` (a policy may pre-fill more keys
+such as ``objective``, ``bound``, ``gap`` or ``policy``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
-from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
 from solvers.failures import expand, solve_surviving
+from solvers.legacy import LEGACY, route
+from solvers.migration import relabel, replicas_moved
+from solvers.validation import (
+    check_layer_ids,
+    check_num_groups,
+    check_option,
+    check_seed,
+    check_size,
+    check_solver_load,
+    check_time_limit,
+)
+from traces.model import Trace
 
 SolverFn = Callable[..., Placement]
-_REGISTRY: dict[str, SolverFn] = {}
+COMMON = ("num_groups", "previous", "seed", "time_limit")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What `solve` knows about a registered policy."""
+
+    fn: SolverFn
+    common: frozenset[str]  # common arguments the function takes
+    options: dict[str, Any]  # option name -> default
+    hints: dict[str, Any]  # option name -> annotation (for checking values)
+    open_options: bool  # the function takes **kwargs: any option is passed through
+
+
+_REGISTRY: dict[str, Spec] = {}
+
+
+def _spec(fn: SolverFn) -> Spec:
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        hints = {}
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2:
+        raise TypeError(f"a solver takes (load, topology, ...); {fn.__name__} takes {sig}")
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    named = {
+        p.name: p
+        for p in params[2:]
+        if p.kind is not p.VAR_KEYWORD and p.kind is not p.VAR_POSITIONAL
+    }
+    common = frozenset(COMMON if var_kw else [c for c in COMMON if c in named])
+    opts = {k: p.default for k, p in named.items() if k not in COMMON}
+    missing = [k for k, v in opts.items() if v is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
+    return Spec(fn, common, opts, {k: hints[k] for k in opts if k in hints}, var_kw)
 
 
 def register(name: str) -> Callable[[SolverFn], SolverFn]:
-    """Decorator adding a solver to the registry under ``name``."""
+    """Decorator adding a policy to the registry under ``name`` (see module docstring)."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"a solver name must be a non-empty string, got {name!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise ValueError(f"solver {name!r} is already registered")
-        _REGISTRY[name] = fn
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise InputError(f"solver {name!r} is already registered")
+        _REGISTRY[name] = _spec(fn)
         return fn
 
     return deco
@@ -41,16 +105,71 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get(name: str) -> SolverFn:
+def _lookup(name) -> Spec:
+    if not isinstance(name, str):
+        raise InputError(f"solver name must be a string, got {name!r}")
     try:
         return _REGISTRY[name]
     except KeyError:
         raise InputError(f"unknown solver {name!r}; available: {', '.join(available())}") from None
 
 
+def get(name: str) -> SolverFn:
+    """The policy registered as ``name``, callable as ``fn(load, topology, *, num_groups,
+    previous, seed, time_limit, **options)`` whatever common arguments it declares (those it
+    does not take are dropped). No checks, no relabeling: `solve` does those."""
+    spec = _lookup(name)
+
+    @functools.wraps(spec.fn)
+    def call(load, topology, **kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in COMMON or k in spec.common}
+        return spec.fn(load, topology, **kw)
+
+    return call
+
+
+def options(name: str) -> dict[str, Any]:
+    """Options of solver ``name`` with their defaults (besides ``num_groups``, ``previous``,
+    ``seed``, ``time_limit``), e.g. ``{"budget": 10000}``; what ``--option KEY=VALUE``
+    accepts on the command line."""
+    return dict(_lookup(name).options)
+
+
+def resolve(
+    name: str, opts: dict[str, Any], *, previous: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """``(policy, options)`` that `solve` would run for ``name`` and ``opts`` (old spellings
+    mapped, `solvers.legacy`; ``previous``: whether a live placement is given), options
+    checked; `InputError` for unknown solvers, unknown options or bad values."""
+    name, opts = route(name, dict(opts), previous) if isinstance(name, str) else (name, opts)
+    return name, check_options(name, opts)
+
+
+def check_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` checked for solver ``name``: unknown names and bad values raise `InputError`
+    naming the solver's accepted options; returns the normalised values."""
+    spec = _lookup(name)
+    out = {}
+    for key, value in opts.items():
+        if key in spec.options:
+            hint = spec.hints.get(key)
+            out[key] = value if hint is None else check_option(name, key, value, hint)
+        elif spec.open_options:
+            out[key] = value
+        else:
+            accepted = ", ".join(spec.options) if spec.options else "none"
+            old = ", ".join(LEGACY.get(name, ()))
+            raise InputError(
+                f"solver {name!r} has no option {key!r}; its options: {accepted} "
+                f"(besides num_groups, previous, seed, time_limit)"
+                + (f"; older spellings still accepted: {old}" if old else "")
+            )
+    return out
+
+
 def check_problem(load, topology: Topology, num_groups: int | None = None) -> np.ndarray:
     """Validate a solver's inputs; return ``load: float64[L, E]`` (read-only)."""
-    load = check_load(load)
+    load = check_solver_load(load)
     if not isinstance(topology, Topology):
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
     E, P = load.shape[1], topology.num_slots
@@ -59,12 +178,22 @@ def check_problem(load, topology: Topology, num_groups: int | None = None) -> np
             f"{P} slots cannot hold {E} experts; every expert needs a slot, use >= "
             f"{-(-E // topology.num_gpus) * topology.num_gpus} slots"
         )
-    if num_groups is not None:
-        if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
-            raise InputError(f"num_groups must be an integer, got {num_groups!r}")
-        if num_groups < 1:
-            raise InputError(f"num_groups must be >= 1, got {num_groups}")
+    check_num_groups(num_groups, E)
+    check_size(load.shape[0], E, topology)
     return load
+
+
+def _problem_ids(load, layer_ids, previous) -> tuple[Any, np.ndarray | None]:
+    """(array load, explicit model layer ids or None) from a `Trace` or an array."""
+    if isinstance(load, Trace):
+        ids = load.layer_ids
+        if layer_ids is not None and not np.array_equal(np.asarray(layer_ids), ids):
+            raise InputError(
+                f"layer_ids {np.asarray(layer_ids).tolist()} differ from the trace's "
+                f"{ids.tolist()}; pass layer_ids only with an array load"
+            )
+        return load.load(), ids
+    return load, layer_ids
 
 
 def solve(
@@ -76,59 +205,125 @@ def solve(
     previous: Placement | None = None,
     seed: int = 0,
     time_limit: float | None = None,
+    layer_ids=None,
     **options: Any,
 ) -> Placement:
-    """Place ``load: float[L, E]`` on ``topology`` with solver ``name``; a validated `Placement`.
+    """Place ``load`` on ``topology`` with solver ``name``; a validated `Placement`.
 
-    ``num_groups``: expert groups for group-limited routing (hierarchical policies).
+    ``load``: ``float[L, E]`` tokens per expert, or a `traces.Trace` (its summed
+    ``trace.load()`` is placed and its model ``layer_ids`` are carried into the placement).
+    ``layer_ids``: ``int64[L]`` model layer ids of the rows for an array load (default: those
+    of ``previous`` if given, else ``0..L-1``); exports need the model's ids.
+    ``num_groups``: expert groups (must divide the experts) for group-limited routing.
     ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
-    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were
-    (unless the solver sets ``meta["solver"]["relabeled"]``: it placed against ``previous``
-    itself, e.g. greedy's incremental repair), and
-    ``meta["solver"]["replicas_moved"]`` (per layer) / ``replicas_moved_total`` count the rest.
-    ``seed``: every random choice is drawn from it. ``time_limit``: seconds, for search solvers.
+    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were, unless
+    the policy placed against ``previous`` itself (``meta["solver"]["relabeled"]``: ``repair``,
+    ``ilp`` with migration terms); ``meta["solver"]["replicas_moved"]`` (per layer) and
+    ``replicas_moved_total`` count the rest.
+    ``seed``: every random choice is drawn from it. ``time_limit``: wall seconds for the whole
+    solve (search solvers; finite, > 0). ``options``: the solver's own (`options`); old
+    spellings such as ``solve("greedy", weighted=True)`` are mapped to today's policies
+    (`solvers.legacy`; ``meta["solver"]["legacy"]`` records the call as made).
     ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
-    empty (-1); ``replicas_moved`` then counts moves onto surviving GPUs (`solvers.failures`).
+    empty (-1); ``previous`` may then be the live placement from before (more) GPUs failed,
+    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.failures`).
     """
-    fn = get(name)
+    requested, given = name, dict(options)
+    name, options = (
+        route(name, options, previous is not None) if isinstance(name, str) else (name, options)
+    )
+    spec = _lookup(name)
+    load, ids = _problem_ids(load, layer_ids, previous)
     load = check_problem(load, topology, num_groups)
+    L, E = load.shape
+    if ids is not None:
+        ids = check_layer_ids(ids, L)
+    seed = check_seed(seed)
+    time_limit = check_time_limit(time_limit)
+    opts = check_options(name, options)
     if previous is not None:
         if not isinstance(previous, Placement):
             raise InputError(f"previous must be a Placement, got {type(previous).__name__}")
-        if previous.phy2log.shape != (load.shape[0], topology.num_slots) or (
-            previous.num_experts != load.shape[1]
+        if (
+            not _same_cluster(previous.topology, topology)
+            or previous.phy2log.shape != (L, topology.num_slots)
+            or previous.num_experts != E
         ):
             raise InputError(
                 f"previous placement is [{previous.num_layers} layers, {previous.num_experts} "
-                f"experts, {previous.num_slots} slots] but the problem is [{load.shape[0]} layers, "
-                f"{load.shape[1]} experts, {topology.num_slots} slots]"
+                f"experts, {previous.num_slots} slots on {previous.topology}] but the problem is "
+                f"[{L} layers, {E} experts, {topology.num_slots} slots on {topology}]"
             )
-    if time_limit is not None and not (time_limit > 0):
-        raise InputError(f"time_limit must be > 0 seconds, got {time_limit!r}")
+        if not topology.failed_gpus:  # with failures it may have lost an expert's replicas
+            previous.validate()
+        if ids is None:
+            ids = previous.layer_ids
+    common = {
+        "num_groups": None if num_groups is None else int(num_groups),
+        "previous": previous,
+        "seed": seed,
+        "time_limit": time_limit,
+    }
     start = time.perf_counter()
-    kw = dict(num_groups=num_groups, seed=seed, time_limit=time_limit, **options)
+
+    def run(ld, topo, prev):
+        c = {**common, "previous": prev}
+        return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
+
     if topology.failed_gpus:  # place on the survivors, expand below (solvers.failures)
-        placement, previous, slots = solve_surviving(fn, load, topology, previous=previous, **kw)
+        out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
     else:
-        placement = fn(load, topology, previous=previous, **kw)
+        out, small = run(load, topology, previous), topology
     seconds = time.perf_counter() - start
-    placement.validate()
+    placement = _as_placement(out, name, E, small)
     info = dict(placement.meta.get("solver") or {})
     if previous is not None:  # relabeling is part of the solve: timed with it
-        from solvers.migration import relabel, replicas_moved
-
-        if not info.get("relabeled"):  # a solver that placed against previous itself is kept
+        if not info.get("relabeled"):
             start = time.perf_counter()
-            placement = relabel(placement, previous)
+            placement = relabel(placement, previous).validate()
             seconds += time.perf_counter() - start
-            placement.validate()
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
+    if name != requested or given != options:
+        info["legacy"] = {"name": requested, "options": given}
     if topology.failed_gpus:
         placement = expand(placement, topology, slots).validate()
     info.update(
         name=name,
-        params={"num_groups": num_groups, "seed": seed, "time_limit": time_limit, **options},
+        params={"num_groups": common["num_groups"], "seed": seed, "time_limit": time_limit, **opts},
         seconds=seconds,
     )
-    return placement.with_meta(solver=info)
+    return Placement(
+        placement.phy2log,
+        E,
+        topology,
+        placement.replica_share,
+        {**placement.meta, "solver": info},
+        ids if ids is not None else None,
+    )  # the tables were validated above; only meta and layer ids are new
+
+
+def _same_cluster(old: Topology, new: Topology) -> bool:
+    """``old`` is ``new``, or ``new`` before some of its failed GPUs failed."""
+    return set(old.failed_gpus) <= set(new.failed_gpus) and (
+        replace(old, failed_gpus=new.failed_gpus) == new
+    )
+
+
+def _as_placement(out, name: str, num_experts: int, topology: Topology) -> Placement:
+    """A policy's return value as a validated `Placement` of the problem's shape."""
+    if isinstance(out, Placement):
+        p = out
+    else:
+        if not isinstance(out, np.ndarray):
+            raise InputError(
+                f"solver {name!r} returned {type(out).__name__}; a solver returns a Placement "
+                "or an int64[L, P] phy2log array"
+            )
+        p = Placement(out, num_experts, topology)
+    if p.topology != topology or p.num_experts != num_experts:
+        raise InputError(
+            f"solver {name!r} returned a placement for {p.num_experts} experts on "
+            f"{p.topology}, not {num_experts} experts on {topology}"
+        )
+    return p.validate()

@@ -1,4 +1,5 @@
-"""Weighted placements: choose ``replica_share`` as well as slots (``weighted=True``).
+"""Weighted placements: choose ``replica_share`` as well as slots (primitives of the weighted
+policies ``greedy_weighted`` and ``ilp_weighted``).
 
 A runtime that splits an expert's tokens among its replicas by ``replica_share`` (weighted
 dispatch) can balance far better than an even split, but only if the placement gives it
@@ -14,7 +15,7 @@ room: the GPUs must be linked by split experts. Two parts:
   packed whole (LPT on remaining room, cardinality ``S - 2`` inside, ``S - 1`` at the ends) to
   the target ``total / G - (half of each neighbouring chain expert)``. Spare slots take extra
   replicas of the heaviest experts. With ``P - E >= G - 1`` spare slots this typically reaches
-  ``total / G`` exactly; `weighted_greedy` keeps, per layer, the better of the chain and the
+  ``total / G`` exactly; ``greedy_weighted`` keeps, per layer, the better of the chain and the
   even-split greedy placement, each with its optimal shares.
 """
 
@@ -22,12 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.placement import Placement
 from eplb.topology import Topology
 
 
-def optimal_shares(load: np.ndarray, phy2log: np.ndarray, topology: Topology
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def optimal_shares(
+    load: np.ndarray, phy2log: np.ndarray, topology: Topology
+) -> tuple[np.ndarray, np.ndarray]:
     """Best shares for ``phy2log: int64[L, P]`` on ``load: float[L, E]``.
 
     Returns ``replica_share: float64[L, P]`` (sums to 1 per expert) and ``float64[L]`` the
@@ -61,22 +62,27 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
     # variables: tokens f_i of free slot idx[i], then T
     rows_g = gpu[idx]
     a_ub = coo_matrix(
-        (np.r_[np.ones(n), -np.ones(G)], (np.r_[rows_g, np.arange(G)], np.r_[np.arange(n),
-                                                                              np.full(G, n)])),
+        (
+            np.r_[np.ones(n), -np.ones(G)],
+            (np.r_[rows_g, np.arange(G)], np.r_[np.arange(n), np.full(G, n)]),
+        ),
         shape=(G, n + 1),
     ).tocsr()
     experts, col = np.unique(slots[idx], return_inverse=True)
     a_eq = coo_matrix((np.ones(n), (col, np.arange(n))), shape=(experts.size, n + 1)).tocsr()
     cost = np.zeros(n + 1)
     cost[n] = 1.0
-    res = linprog(cost, A_ub=a_ub, b_ub=-fixed, A_eq=a_eq, b_eq=w[experts],
-                  bounds=(0, None), method="highs")
+    res = linprog(
+        cost, A_ub=a_ub, b_ub=-fixed, A_eq=a_eq, b_eq=w[experts], bounds=(0, None), method="highs"
+    )
     if res.status != 0:  # cannot happen for a consistent input; keep the even split
-        return share, float((fixed + np.bincount(rows_g, weights=(w[slots] * even)[idx],
-                                                 minlength=G)).max())
+        return share, float(
+            (fixed + np.bincount(rows_g, weights=(w[slots] * even)[idx], minlength=G)).max()
+        )
     f = np.maximum(res.x[:n], 0.0)
     tot = np.bincount(col, weights=f, minlength=experts.size)
-    share[idx] = f / tot[col]  # renormalise away solver round-off
+    ok = tot[col] > 0  # loads below the LP's tolerance may come back as zero flow: even split
+    share[idx[ok]] = f[ok] / tot[col][ok]  # renormalise away solver round-off
     loads = fixed + np.bincount(rows_g, weights=w[slots][idx] * share[idx], minlength=G)
     return share, float(loads.max())
 
@@ -131,40 +137,3 @@ def _chain_one(w: np.ndarray, T: float, G: int, S: int, E: int) -> np.ndarray:
             if e not in slots[g] or k > 2 * E:
                 slots[g].append(e)
     return np.array(slots, dtype=np.int64)
-
-
-def weighted_greedy(load: np.ndarray, topology: Topology, *, rdma_weight: float = 0.0,
-                    budget: int = 10_000) -> Placement:
-    """Greedy with shares: the better (per layer) of the chain structure and the even-split
-    greedy (or traffic-aware greedy if ``rdma_weight > 0``), each with optimal shares."""
-    from solvers.greedy import pack_even, pack_traffic
-
-    L, E = load.shape
-    G, S = topology.num_gpus, topology.slots_per_gpu
-    info: dict = {"policy": "global", "weighted": True}
-    if rdma_weight > 0:
-        packed, _ = pack_traffic(load, topology, rdma_weight, budget=budget)
-        base = packed.slot_e.reshape(L, G * S)
-        share, best = optimal_shares(load, base, topology)
-        info.update(rdma_weight=rdma_weight, structure=["traffic"] * L,
-                    duplicates=_duplicates(base, S))
-        return Placement(base, E, topology, share, meta={"solver": info})
-    base = pack_even(load, G, S, budget=budget).slot_e.reshape(L, G * S)
-    share, best = optimal_shares(load, base, topology)
-    structure = np.array(["greedy"] * L, dtype=object)
-    chain = chain_layout(load, topology)
-    if chain is not None:
-        c_share, c_best = optimal_shares(load, chain, topology)
-        take = c_best < best * (1 - 1e-12)
-        base = np.where(take[:, None], chain, base)
-        share = np.where(take[:, None], c_share, share)
-        best = np.where(take, c_best, best)
-        structure[take] = "chain"
-    info["structure"] = structure.tolist()
-    info["duplicates"] = _duplicates(base, S)
-    return Placement(base, E, topology, share, meta={"solver": info})
-
-
-def _duplicates(phy2log: np.ndarray, S: int) -> int:
-    e = np.sort(phy2log.reshape(phy2log.shape[0], -1, S), axis=2)
-    return int((e[:, :, 1:] == e[:, :, :-1]).sum())

@@ -1,4 +1,5 @@
-"""Expected-RDMA proxy used by the traffic-aware option ``rdma_weight`` of ``greedy`` and ``ilp``.
+"""Expected-RDMA proxy used by the traffic-aware policies (``greedy_traffic``, the ``rdma_weight``
+option of ``greedy_weighted``, ``ilp`` and ``ilp_weighted``).
 
 Model: the tokens picking expert ``e`` come from source GPUs spread evenly over the ``N``
 nodes, and dispatch is local-first (a token is served on its own node when the node holds a
@@ -26,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.validation import check_solver_load
 
 
 def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
@@ -55,15 +56,12 @@ def expected_rdma(placement_or_phy2log, load, topology: Topology | None = None) 
         phy2log = np.asarray(placement_or_phy2log)
         if topology is None:
             raise InputError("expected_rdma needs a topology when given a phy2log table")
-    load = check_load(load)
+    load = check_solver_load(load)
     if phy2log.ndim != 2 or phy2log.shape[0] != load.shape[0]:
-        raise InputError(
-            f"phy2log has shape {phy2log.shape} but load has {load.shape[0]} layers"
-        )
+        raise InputError(f"phy2log has shape {phy2log.shape} but load has {load.shape[0]} layers")
     if phy2log.shape[1] != topology.num_slots:
         raise InputError(
-            f"phy2log has {phy2log.shape[1]} slots but topology {topology} has "
-            f"{topology.num_slots}"
+            f"phy2log has {phy2log.shape[1]} slots but topology {topology} has {topology.num_slots}"
         )
     E = load.shape[1]
     if phy2log.min() < 0 or phy2log.max() >= E:
@@ -82,13 +80,3 @@ def traffic_objective(gpu_load: np.ndarray, rdma: np.ndarray, rdma_weight: float
     """``float64[L]`` max GPU load + ``rdma_weight * rdma / G`` for ``gpu_load: float[L, G]``."""
     G = gpu_load.shape[1]
     return gpu_load.max(1) + rdma_weight * rdma / G
-
-
-def check_rdma_weight(value) -> float:
-    try:
-        lam = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"rdma_weight must be a number >= 0, got {value!r}") from None
-    if not np.isfinite(lam) or lam < 0:
-        raise InputError(f"rdma_weight must be a finite number >= 0, got {value!r}")
-    return lam

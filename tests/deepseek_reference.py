@@ -51,7 +51,7 @@ def rebalance_layer(w, num_phy: int, num_groups: int, num_nodes: int, num_gpus: 
     gs = E // num_groups
     gpn = num_groups // num_nodes
     per_gpu = num_phy // num_gpus
-    group_w = [f32(sum(float(x) for x in w[g * gs:(g + 1) * gs])) for g in range(num_groups)]
+    group_w = [f32(sum(float(x) for x in w[g * gs : (g + 1) * gs])) for g in range(num_groups)]
     gpack, grank = pack(group_w, num_nodes)
     # node n owns blocks n*gpn .. ; expert order inside a group is kept
     mlog2log = [0] * E
@@ -64,7 +64,7 @@ def rebalance_layer(w, num_phy: int, num_groups: int, num_nodes: int, num_gpus: 
     gpus_per_node = num_gpus // num_nodes
     phy2log = [0] * num_phy
     for n in range(num_nodes):
-        experts = mlog2log[n * per_node_e:(n + 1) * per_node_e]
+        experts = mlog2log[n * per_node_e : (n + 1) * per_node_e]
         ww = [w[e] for e in experts]
         p2m, cnt = replicate(ww, per_node_p)
         rep_w = [f32(ww[m] / f32(cnt[m])) for m in p2m]

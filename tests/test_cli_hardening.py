@@ -306,13 +306,13 @@ def test_absurd_and_inconsistent_options(work, capsys, argv, fragments):
 
 # ----------------------------------------------------------------- §3 --option
 @pytest.mark.parametrize(("verb", "option", "fragments"), [
-    ("solve", "bogus=1", ["bogus", "solver greedy has no such option", "rdma_weight"]),
+    ("solve", "bogus=1", ["bogus", "solver 'greedy' has no option", "rdma_weight"]),
     ("solve", "time_limit=abc", ["time_limit is not a solver option; use --time-limit"]),
     ("solve", "seed=3", ["use --seed"]),
-    ("solve", "budget=\"x\"", ["greedy needs a number for budget"]),
-    ("solve", "weighted=yes", ["greedy needs true or false for weighted"]),
-    ("compare", "bogus=1", ["bogus", "has no such option"]),
-    ("compare", "greedy.budget=abc", ["greedy needs a number for budget"]),
+    ("solve", "budget=\"x\"", ["greedy: option budget must be an integer"]),
+    ("solve", "weighted=yes", ["greedy: option weighted must be true or false"]),
+    ("compare", "bogus=1", ["bogus", "has no option"]),
+    ("compare", "greedy.budget=abc", ["greedy: option budget must be an integer"]),
     ("compare", "time_limit=5", ["use --time-limit"]),
 ])
 def test_bad_solver_options(work, capsys, verb, option, fragments):

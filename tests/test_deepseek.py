@@ -173,11 +173,25 @@ def test_hierarchical_group_permutation_relabels(problem, rnd):
     np.testing.assert_array_equal(b.phy2log, pi[a.phy2log])
 
 
-@given(problems())
+@st.composite
+def one_slot_problems(draw):
+    """(load, topology) with one slot per GPU (``S == 1``, so ``G >= E``), drawn directly."""
+    E = draw(st.integers(1, 12))
+    nodes = draw(st.integers(1, 3))
+    gpn = -(-E // nodes) + draw(st.integers(0, 2))
+    L = draw(st.integers(1, 3))
+    elem = st.floats(0, 1e4, allow_nan=False, allow_infinity=False)
+    load = np.array(
+        draw(st.lists(st.lists(elem, min_size=E, max_size=E), min_size=L, max_size=L)),
+        dtype=np.float64,
+    )
+    return load, Topology(nodes, gpn, 1)
+
+
+@given(one_slot_problems())
 def test_one_slot_per_gpu_packs_positionally(problem):
     """S == 1, global policy: slot j < E holds expert j; extra slots in replica creation order."""
-    load, topo, _ = problem
-    assume(topo.slots_per_gpu == 1)
+    load, topo = problem
     p = solvers.solve("deepseek", load, topo)
     E = load.shape[1]
     np.testing.assert_array_equal(p.phy2log[:, :E], np.broadcast_to(np.arange(E), (len(load), E)))
@@ -198,12 +212,12 @@ def test_hierarchical_keeps_groups_on_their_node():
 @pytest.mark.parametrize(
     ("load", "topo", "groups", "match"),
     [
-        (np.ones((2, 12)), Topology(2, 4, 2), 8, "num_groups 8 does not divide 12"),
+        (np.ones((2, 12)), Topology(2, 4, 2), 8, "num_groups 8 does not divide 12 experts"),
         (np.ones((2, 40)), Topology(2, 4, 2), 4, "16 slots cannot hold 40 experts"),
         (np.ones(12), Topology(2, 4, 2), 4, "2-D"),
         (np.full((1, 12), np.nan), Topology(2, 4, 2), 4, "finite"),
         (-np.ones((1, 12)), Topology(2, 4, 2), 4, ">= 0"),
-        (np.ones((1, 12)), Topology(2, 4, 2), 0, "num_groups must be >= 1"),
+        (np.ones((1, 12)), Topology(2, 4, 2), 0, "num_groups must be an integer >= 1"),
     ],
 )
 def test_preconditions_raise_clear_errors(load, topo, groups, match):

@@ -16,7 +16,7 @@ import yaml
 
 import solvers
 import traces
-from eplb import InputError, Placement, PlacementError, Topology
+from eplb import Placement, PlacementError, Topology
 from eplb.io import read_placement, write_placement
 from evaluation import metrics
 from evaluation.align import align, with_layers
@@ -77,12 +77,8 @@ def test_api_round_trip_with_trace_layer_ids(trace, tmp_path):
 
 def test_api_round_trip_solving_the_trace_itself(trace, tmp_path):
     """The README's API export path: ``solvers.solve(name, trace, topology)`` carries the
-    trace's layer ids, and both runtime files read back onto the trace's layers. (Needs the
-    solver branch's ``solve(Trace)``; until it is merged this test reports xfail.)"""
-    try:
-        p = solvers.solve("greedy", trace, TOPO)
-    except InputError as exc:
-        pytest.xfail(f"solvers.solve(name, trace, ...) comes with the solver branch ({exc})")
+    trace's layer ids, and both runtime files read back onto the trace's layers."""
+    p = solvers.solve("greedy", trace, TOPO)
     assert np.array_equal(p.layer_ids, trace.layer_ids)
     for fmt, name in (("sglang", "sg.json"), ("trtllm", "lb.yaml")):
         write_placement(p, tmp_path / name, fmt,

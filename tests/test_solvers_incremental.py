@@ -46,8 +46,12 @@ def cases(draw):
     kind = draw(st.sampled_from(["greedy", "deepseek", "random"]))
     P = topo.num_slots
     if kind == "random":
-        tab = np.stack([rng.permutation(np.concatenate([np.arange(E), rng.integers(0, E, P - E)]))
-                        for _ in range(L)])
+        tab = np.stack(
+            [
+                rng.permutation(np.concatenate([np.arange(E), rng.integers(0, E, P - E)]))
+                for _ in range(L)
+            ]
+        )
         live = Placement(tab, E, topo)
     else:
         live = solvers.solve(kind, old, topo)
@@ -80,8 +84,9 @@ def test_budget_caps_changed_slots(case, budget, tol):
     # no move puts a second replica of an expert on a GPU
     fresh = solvers.solve("greedy", new, topo)
     S = topo.slots_per_gpu
-    assert (_dups(p.phy2log, S) <= np.maximum(_dups(live.phy2log, S),
-                                              _dups(fresh.phy2log, S))).all()
+    assert (
+        _dups(p.phy2log, S) <= np.maximum(_dups(live.phy2log, S), _dups(fresh.phy2log, S))
+    ).all()
 
 
 @settings(max_examples=40, deadline=None)
@@ -105,8 +110,12 @@ _ULP_TOPO = Topology(1, 4, 2)
 
 
 @settings(max_examples=30, deadline=None)
-@given(cases(), st.sampled_from([{"tolerance": 0.0}, {"tolerance": 0.01},
-                                 {"migration_budget": 0}, {"migration_budget": 5}]))
+@given(
+    cases(),
+    st.sampled_from(
+        [{"tolerance": 0.0}, {"tolerance": 0.01}, {"migration_budget": 0}, {"migration_budget": 5}]
+    ),
+)
 @example((_ULP, _ULP, _ULP_TOPO, None), {"tolerance": 0.0})
 def test_same_load_moves_nothing(case, options):
     old, _, topo, _ = case
@@ -117,15 +126,22 @@ def test_same_load_moves_nothing(case, options):
 
 
 @settings(max_examples=20, deadline=None)
-@given(cases(), st.sampled_from([{"tolerance": 0.002}, {"migration_budget": 3},
-                                 {"tolerance": 0.0, "migration_budget": 4}]))
+@given(
+    cases(),
+    st.sampled_from(
+        [{"tolerance": 0.002}, {"migration_budget": 3}, {"tolerance": 0.0, "migration_budget": 4}]
+    ),
+)
 def test_deterministic_and_not_relabeled_again(case, options):
     _, new, topo, live = case
     a = solvers.solve("greedy", new, topo, previous=live, **options)
     b = solvers.solve("greedy", new, topo, previous=live, **options)
     assert a.equals(b)
-    raw = solvers.get("greedy")(new, topo, previous=live, **options)  # what the solver made
+    raw = solvers.get("repair")(new, topo, previous=live, **options)  # what the solver made
     assert np.array_equal(raw.phy2log, a.phy2log)  # solve() kept it as it was
+    assert a.meta["solver"]["name"] == "repair"  # old spelling mapped
+    assert a.meta["solver"]["legacy"]["name"] == "greedy"
+    assert solvers.solve("repair", new, topo, previous=live, **options).equals(a)
 
 
 @settings(max_examples=30, deadline=None)
@@ -155,9 +171,14 @@ def test_bad_options_are_input_errors():
     topo = Topology(1, 2, 2)
     load = np.array([[5.0, 3.0, 1.0]])
     live = solvers.solve("greedy", load, topo)
-    for bad in ({"tolerance": -0.1}, {"tolerance": "x"}, {"tolerance": float("nan")},
-                {"migration_budget": -1}, {"migration_budget": 1.5},
-                {"migration_budget": True}):
+    for bad in (
+        {"tolerance": -0.1},
+        {"tolerance": "x"},
+        {"tolerance": float("nan")},
+        {"migration_budget": -1},
+        {"migration_budget": 1.5},
+        {"migration_budget": True},
+    ):
         with pytest.raises(InputError, match=next(iter(bad))):
             solvers.solve("greedy", load, topo, previous=live, **bad)
     for other in ({"weighted": True}, {"rdma_weight": 1.0}):
@@ -165,8 +186,9 @@ def test_bad_options_are_input_errors():
             solvers.solve("greedy", load, topo, previous=live, tolerance=0.01, **other)
     # without previous= the options change nothing (replay's first solve passes them too)
     plain = solvers.solve("greedy", load, topo)
-    assert np.array_equal(solvers.solve("greedy", load, topo, tolerance=0.01).phy2log,
-                          plain.phy2log)
+    assert np.array_equal(
+        solvers.solve("greedy", load, topo, tolerance=0.01).phy2log, plain.phy2log
+    )
 
 
 def test_real_deepseek_perturbed_load(deepseek_jsons):

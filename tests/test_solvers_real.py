@@ -50,7 +50,7 @@ def test_greedy_two_slots_never_worse_than_deepseek(loads):
 
 def test_weighted_reaches_the_average(loads):
     for name, load in loads.items():
-        p = solvers.solve("greedy", load, PREFILL, weighted=True)
+        p = solvers.solve("greedy_weighted", load, PREFILL)
         gpu = p.gpu_load(load)
         assert (gpu.max(1) / gpu.mean(1)).max() <= 1.001, name
         assert p.replica_share is not None
@@ -75,7 +75,7 @@ def test_hierarchical_keeps_groups_and_beats_deepseek(loads):
 
 def test_ilp_one_layer_certified_gap(loads):
     load = next(iter(loads.values()))[:1]
-    p = solvers.solve("ilp", load, PREFILL, time_limit=1, workers=1)
+    p = solvers.solve("ilp", load, PREFILL, deterministic_time=1, workers=1)
     g = solvers.solve("greedy", load, PREFILL)
     assert p.gpu_load(load).max() <= g.gpu_load(load).max() * (1 + 1e-12)
     info = p.meta["solver"]

@@ -194,61 +194,34 @@ RESERVED_OPTIONS = {"num_groups": "--groups", "seed": "--seed", "time_limit": "-
                     "previous": None, "load": None, "topology": None}
 
 
-def solver_options(name: str) -> dict[str, object] | None:
-    """``{option: default}`` of solver ``name``'s ``--option`` keys, or ``None`` if it takes
-    any keyword. Uses ``solvers.options(name)`` when the registry offers it, else the solver
-    function's keyword-only parameters."""
-    import inspect
-
+def solver_options(name: str) -> dict[str, object]:
+    """``{option: default}`` of solver ``name``'s ``--option`` keys (`solvers.options`), plus
+    the older spellings `solvers.legacy` still maps (default ``None``)."""
     import solvers
+    from solvers.legacy import LEGACY
 
-    listed = getattr(solvers, "options", None)
-    if callable(listed):
-        got = listed(name)
-        return dict(got) if isinstance(got, Mapping) else {k: None for k in got}
-    fn = solvers.get(name)
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return {p.name: (None if p.default is p.empty else p.default) for p in params
-            if p.kind is p.KEYWORD_ONLY and p.name not in RESERVED_OPTIONS}
+    opts = dict(solvers.options(name))
+    for key in LEGACY.get(name, ()):
+        opts.setdefault(key, None)
+    return opts
 
 
 def describe_options(name: str) -> str:
-    opts = solver_options(name)
-    if opts is None:
-        return "any keyword"
-    return ", ".join(sorted(opts)) or "none"
+    return ", ".join(sorted(solver_options(name))) or "none"
 
 
-def check_solver_options(name: str, options: Mapping[str, object], flag: str = "--option") -> None:
-    """Refuse unknown ``--option`` keys of solver ``name`` and values of the wrong kind."""
+def check_solver_options(name: str, options: Mapping[str, object], flag: str = "--option",
+                         *, previous: bool = False) -> None:
+    """Refuse keys that have their own flags, unknown ``--option`` keys of solver ``name`` and
+    values of the wrong kind (`solvers.resolve`: the solver package's own checks)."""
+    import solvers
+
     for key in options:
         if key in RESERVED_OPTIONS:
             own = RESERVED_OPTIONS[key]
             raise InputError(f"{flag} {key}=...: {key} is not a solver option"
                              + (f"; use {own}" if own else ""))
-    accepted = solver_options(name)
-    if accepted is None:
-        return
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise InputError(f"{flag} {unknown[0]}: solver {name} has no such option; its options "
-                         f"are {describe_options(name)}")
-    for key, value in options.items():
-        default = accepted[key]
-        if isinstance(default, bool):
-            ok, want = isinstance(value, bool), "true or false"
-        elif isinstance(default, (int, float)):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            want = "a number"
-        elif isinstance(default, str):
-            ok, want = isinstance(value, str), "a string"
-        else:
-            continue
-        if not ok:
-            raise InputError(f"{flag} {key}={json.dumps(value)}: solver {name} needs {want} "
-                             f"for {key} (default {json.dumps(default)})")
+    solvers.resolve(name, dict(options), previous=previous)
 
 
 def run_solver(name: str, load, topology: Topology, **kw):

@@ -94,8 +94,7 @@ def _options(items, names):
             out[solver][opt] = value
             check_solver_options(solver, {opt: value})
         else:
-            takers = [n for n in names if (solver_options(n) is None
-                                           or key in solver_options(n))]
+            takers = [n for n in names if key in solver_options(n)]
             if not takers:
                 check_solver_options(names[0], {key: value})  # raises, listing the options
             for n in takers:  # an option some solvers lack applies to the ones that have it

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
     solvers.get(args.solver)
     options = parse_options(args.option)
-    check_solver_options(args.solver, options)
+    check_solver_options(args.solver, options, previous=True)  # replay passes previous=
     if args.interval < 1:
         raise InputError(f"--interval must be a positive integer, got {args.interval}")
     if args.expert_bytes is not None and not (0 <= args.expert_bytes < float("inf")):

@@ -1,0 +1,72 @@
+"""`assert_valid_placement`: a placement's invariants as one assertion (no hypothesis needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.errors import EplbError
+from eplb.placement import Placement
+
+
+def assert_valid_placement(
+    p: Placement,
+    load=None,
+    *,
+    no_duplicates: bool = False,
+    group_contract: int | None = None,
+) -> None:
+    """Raise ``AssertionError`` unless ``p`` is a valid placement.
+
+    Always: ``p`` is a `Placement` whose `Placement.validate` passes (every slot holds an
+    expert, every expert has a replica, shares are ``>= 0`` and sum to 1 per expert).
+    ``load: float[L, E]``: the placement has its shape, and the GPU loads account for every
+    token exactly once. ``no_duplicates``: no GPU holds two replicas of one expert.
+    ``group_contract``: the number of expert groups (``E / group_contract`` consecutive
+    experts each) that must each live on a single node, as DeepSeek's hierarchical policy.
+    """
+    if not isinstance(p, Placement):
+        raise AssertionError(f"expected a Placement, got {type(p).__name__}")
+    try:
+        p.validate()
+    except EplbError as exc:
+        raise AssertionError(f"invalid placement: {exc}") from None
+    topo = p.topology
+    L, E = p.num_layers, p.num_experts
+    if load is not None:
+        load = np.asarray(load, dtype=np.float64)
+        if load.shape != (L, E):
+            raise AssertionError(f"placement is for [{L}, {E}] but load has shape {load.shape}")
+        gpu = p.gpu_load(load)
+        total = load.sum(1)
+        bad = ~np.isclose(gpu.sum(1), total, rtol=1e-9, atol=1e-9)
+        if bad.any():
+            layer = int(np.argmax(bad))
+            raise AssertionError(
+                f"layer {layer}: GPU loads sum to {gpu.sum(1)[layer]!r}, not the layer's "
+                f"{total[layer]!r} tokens"
+            )
+    S = topo.slots_per_gpu
+    if no_duplicates:
+        g = p.phy2log.reshape(L, topo.num_gpus, S)
+        for layer in range(L):
+            for gpu_id in range(topo.num_gpus):
+                vals, cnt = np.unique(g[layer, gpu_id], return_counts=True)
+                if (cnt > 1).any():
+                    raise AssertionError(
+                        f"layer {layer}: GPU {gpu_id} holds {int(cnt.max())} replicas of expert "
+                        f"{int(vals[np.argmax(cnt)])}"
+                    )
+    if group_contract is not None:
+        k = int(group_contract)
+        if k < 1 or E % k:
+            raise AssertionError(f"group_contract {k} does not divide {E} experts")
+        node = topo.node_of_slot
+        group = p.phy2log // (E // k)
+        for layer in range(L):
+            for grp in range(k):
+                nodes = np.unique(node[group[layer] == grp])
+                if nodes.size > 1:
+                    raise AssertionError(
+                        f"layer {layer}: group {grp} (experts {grp * (E // k)}.."
+                        f"{(grp + 1) * (E // k) - 1}) is on nodes {nodes.tolist()}, not one node"
+                    )

@@ -1,0 +1,147 @@
+"""Hypothesis strategies for placement problems (requires ``hypothesis``).
+
+- `loads(layers, experts)`: ``float64[L, E]`` token counts mixing plain random counts, ties
+  (few distinct values), zeros and heavy skew (a few experts carrying most tokens);
+- `topologies(...)`: small `Topology` objects;
+- `problems(...)`: ``(load, topology, num_groups)`` that fit (``P >= E``; ``num_groups``
+  divides ``E`` and is a multiple of the node count, so both DeepSeek policies apply);
+- `placements(load_or_experts, topology)`: random valid `Placement` (every expert at least
+  once, duplicates on a GPU allowed);
+- `token_routing(...)`: ``(topk_ids: int16[N, L, K], token_rank: int32[N])`` with distinct
+  experts per token, optionally group-limited (each token's experts from ``topk_groups``
+  groups).
+
+Sizes default to what brute force and the exact solvers handle in milliseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from eplb.placement import Placement
+from eplb.topology import Topology
+
+__all__ = ["loads", "placements", "problems", "token_routing", "topologies"]
+
+
+_LAYERS = st.integers(1, 2)
+_EXPERTS = st.integers(2, 8)
+_TOKENS = st.integers(1, 64)
+
+
+@st.composite
+def loads(draw, layers=_LAYERS, experts=_EXPERTS, *, max_count: int = 1000) -> np.ndarray:
+    """``float64[L, E]``; ``layers`` / ``experts``: ints or integer strategies."""
+    L = draw(layers) if isinstance(layers, st.SearchStrategy) else int(layers)
+    E = draw(experts) if isinstance(experts, st.SearchStrategy) else int(experts)
+    kind = draw(st.sampled_from(["random", "ties", "zeros", "skew", "float"]))
+    if kind == "ties":
+        values = st.sampled_from([0, max_count // 10, max_count // 10, max_count // 2])
+    elif kind == "float":
+        values = st.floats(0, max_count, allow_nan=False, allow_infinity=False)
+    else:
+        values = st.integers(0, max_count)
+    rows = draw(st.lists(st.lists(values, min_size=E, max_size=E), min_size=L, max_size=L))
+    load = np.array(rows, dtype=np.float64)
+    if kind == "zeros":
+        mask = np.array(draw(st.lists(st.booleans(), min_size=E, max_size=E)))
+        load[:, mask] = 0.0
+    elif kind == "skew":
+        hot = draw(st.lists(st.integers(0, E - 1), min_size=1, max_size=max(1, E // 3)))
+        load[:, hot] = load[:, hot] * draw(st.integers(10, 100)) + max_count
+    return load
+
+
+@st.composite
+def topologies(
+    draw, max_nodes: int = 2, max_gpus_per_node: int = 3, max_slots: int = 4, min_slots: int = 1
+) -> Topology:
+    """A small `Topology`."""
+    return Topology(
+        draw(st.integers(1, max_nodes)),
+        draw(st.integers(1, max_gpus_per_node)),
+        draw(st.integers(min_slots, max_slots)),
+    )
+
+
+@st.composite
+def problems(
+    draw,
+    *,
+    max_nodes: int = 2,
+    max_gpus_per_node: int = 3,
+    max_group_size: int = 3,
+    max_layers: int = 2,
+    spare_slots: int = 2,
+) -> tuple[np.ndarray, Topology, int]:
+    """``(load: float64[L, E], topology, num_groups)`` with ``E = num_groups * M``,
+    ``num_groups`` a multiple of the nodes and ``S`` between the fewest slots per GPU that
+    hold the experts and ``spare_slots`` more."""
+    N = draw(st.integers(1, max_nodes))
+    gpn = draw(st.integers(1, max_gpus_per_node))
+    groups = N * draw(st.integers(1, 2))
+    M = draw(st.integers(1, max_group_size))
+    E = groups * M
+    G = N * gpn
+    S0 = max(1, -(-E // G))
+    S = draw(st.integers(S0, S0 + spare_slots))
+    load = draw(loads(st.integers(1, max_layers), E))
+    return load, Topology(N, gpn, S), groups
+
+
+@st.composite
+def placements(draw, load_or_experts, topology: Topology, layers: int | None = None) -> Placement:
+    """A random valid `Placement` of ``E`` experts (``load_or_experts``: a ``[L, E]`` load or
+    ``E``; ``layers`` defaults to the load's)."""
+    if isinstance(load_or_experts, (int, np.integer)):
+        E, L = int(load_or_experts), layers or 1
+    else:
+        L, E = np.shape(load_or_experts)
+    P = topology.num_slots
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    rows = [
+        rng.permutation(np.concatenate([np.arange(E), rng.integers(0, E, P - E)])) for _ in range(L)
+    ]
+    return Placement(np.array(rows, dtype=np.int64), E, topology)
+
+
+@st.composite
+def token_routing(
+    draw,
+    layers: int = 2,
+    experts: int = 8,
+    top_k: int = 2,
+    *,
+    num_tokens=_TOKENS,
+    num_ranks: int = 4,
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(topk_ids: int16[N, L, K], token_rank: int32[N])``: each token picks ``K`` distinct
+    experts per layer (from ``topk_groups`` of ``num_groups`` groups when both are given) and
+    comes from one of ``num_ranks`` source ranks. Skewed: experts are drawn Zipf-like."""
+    if num_groups and (
+        experts % num_groups or top_k > (topk_groups or num_groups) * (experts // num_groups)
+    ):
+        raise ValueError(
+            f"top_k {top_k} does not fit {topk_groups} of {num_groups} groups of {experts} experts"
+        )
+    N = draw(num_tokens) if isinstance(num_tokens, st.SearchStrategy) else int(num_tokens)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    weight = 1.0 / np.arange(1, experts + 1) ** draw(st.sampled_from([0.0, 1.0, 2.0]))
+    ids = np.empty((N, layers, top_k), dtype=np.int16)
+    size = experts // num_groups if num_groups else experts
+    for layer in range(layers):
+        perm = rng.permutation(experts)  # which experts are hot differs per layer
+        w = weight[np.argsort(perm)]
+        for n in range(N):
+            allowed = np.arange(experts)
+            if num_groups and topk_groups:
+                grp = rng.choice(num_groups, size=topk_groups, replace=False)
+                allowed = (grp[:, None] * size + np.arange(size)).ravel()
+            p = w[allowed] / w[allowed].sum()
+            ids[n, layer] = rng.choice(allowed, size=top_k, replace=False, p=p)
+    rank = rng.integers(0, num_ranks, size=N).astype(np.int32)
+    return ids, rank

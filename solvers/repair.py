@@ -1,0 +1,54 @@
+"""``repair``: rebalance by repairing the live placement instead of solving afresh.
+
+Needs ``previous=`` (the live placement). Single improving moves (re-point a slot, swap two
+replicas), all layers at once, until each layer is within ``tolerance`` of a fresh ``greedy``
+solve of the new load or ``migration_budget`` slots per layer have changed
+(`solvers.incremental`). The result is placed against ``previous`` (``solve`` does not relabel
+it); ``meta["solver"]["incremental"]`` reports the steps and the layers that took the fresh
+solve. Old spelling: ``greedy`` with ``previous=`` and ``tolerance`` / ``migration_budget``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.errors import InputError
+from eplb.placement import Placement
+from eplb.topology import Topology
+from solvers.even_split import place_even
+from solvers.incremental import incremental
+from solvers.registry import register
+from solvers.validation import NonNegFloat, NonNegInt
+
+
+@register("repair")
+def repair(
+    load: np.ndarray,
+    topology: Topology,
+    *,
+    num_groups: int | None = None,
+    previous: Placement | None = None,
+    tolerance: NonNegFloat | None = None,
+    migration_budget: NonNegInt | None = None,
+    budget: NonNegInt = 10_000,
+) -> Placement:
+    """Repair ``previous`` for ``load: float64[L, E]`` (module docstring).
+
+    ``tolerance``: relative slack against a fresh greedy solve (default 0 when only a budget
+    is given; with neither, 0: repair until as good as fresh greedy). ``migration_budget``:
+    max slots changed per layer. ``budget``: swap iterations of the fresh greedy and max
+    repair steps.
+    """
+    if previous is None:
+        raise InputError("repair needs previous= (the live placement to repair)")
+    phy2log, _ = place_even(load, topology, num_groups, budget)
+    fresh = Placement(phy2log, load.shape[1], topology)
+    return incremental(
+        load,
+        topology,
+        previous,
+        fresh,
+        tolerance=tolerance,
+        migration_budget=migration_budget,
+        max_steps=budget,
+    )

@@ -1,0 +1,54 @@
+"""Traffic-aware greedy packing: balance traded against expected RDMA (`traffic_cost`).
+
+Objective per layer: ``max GPU load + rdma_weight * expected_rdma / G`` (both in tokens per
+GPU). Count candidates: water-filling where the next replica of an expert on fewer than
+``N`` nodes also earns ``beta * load_e / N`` priority, for a few ``beta`` multiples of
+``rdma_weight / G``; LPT penalises GPUs on nodes already holding the expert by the
+objective's marginal ``rdma_weight * load_e / (N G)``; swaps score the exact change of the
+objective. The best candidate per layer wins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eplb.topology import Topology
+from solvers import packing
+from solvers.replication import default_cap, waterfill
+from solvers.tolerance import better
+from solvers.traffic_cost import rdma_from_node_count, traffic_objective
+
+BETAS = (0.0, 1.0, 4.0, 16.0, 64.0)  # count-priority multiples of rdma_weight / G
+
+
+def pack_traffic(
+    load: np.ndarray, topology: Topology, rdma_weight: float, *, budget: int = 10_000
+) -> tuple[packing.Packed, np.ndarray]:
+    """Traffic-aware packing of ``load: float64[L, E]``: the packing and ``float64[L]``
+    objective values (module docstring)."""
+    L, E = load.shape
+    G, S, N = topology.num_gpus, topology.slots_per_gpu, topology.num_nodes
+    gpn = topology.gpus_per_node
+    cap = default_cap(E, G, S)
+    weight = rdma_weight / G
+    best_obj = np.full(L, np.inf)
+    best: packing.Packed | None = None
+    for beta in BETAS:
+        bonus = None
+        if beta > 0:
+            bonus = np.zeros((L, E, N + 1))
+            bonus[:, :, 1:N] = (beta * weight * load / N)[:, :, None]
+        counts = waterfill(load, G * S, cap, bonus=bonus)
+        packed = packing.lpt(load, counts, G, S, node_penalty=weight * load / N, gpus_per_node=gpn)
+        term = packing.TrafficTerm(packing.node_counts(packed, gpn), load, weight, gpn)
+        packing.improve(packed, budget=budget, traffic=term)
+        obj = traffic_objective(
+            packed.gpu, rdma_from_node_count(term.node_count, load), rdma_weight
+        )
+        if best is None:
+            best, best_obj = packed, obj
+            continue
+        take = better(obj, best_obj)
+        best.assign(packed, take)
+        best_obj = np.where(take, obj, best_obj)
+    return best, best_obj

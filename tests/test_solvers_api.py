@@ -1,0 +1,258 @@
+"""The `solvers.solve` entry point: traces and model layer ids, option checking, bad input
+(every error an `EplbError` naming the argument), the options listing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import solvers
+import traces
+from eplb import EplbError, InputError, Placement, Topology
+
+TOPO = Topology(2, 2, 3)
+
+
+def _trace(ids=(3, 4, 7)) -> traces.Trace:
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 100, size=(2, len(ids), 8)).astype(float)
+    return traces.Trace(counts, np.array(ids))
+
+
+FAST = [n for n in solvers.available() if not n.startswith("eval_")]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_trace_input_carries_model_layer_ids(name):
+    tr = _trace()
+    kw = {"num_groups": 4}
+    if name.startswith("ilp"):
+        kw["workers"] = 1
+    if name == "ilp":
+        kw["deterministic_time"] = 0.05
+    if name == "repair":
+        kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO)
+    p = solvers.solve(name, tr, TOPO, **kw)
+    assert p.layer_ids.tolist() == [3, 4, 7]
+    q = solvers.solve(name, tr.load(), TOPO, **kw)
+    assert q.layer_ids.tolist() == [0, 1, 2]
+    assert np.array_equal(p.phy2log, q.phy2log)  # the same problem: the summed load
+    if name == "repair":  # the ids follow previous when not given: give them explicitly
+        kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO, layer_ids=[0, 1, 2])
+    r = solvers.solve(name, tr.load(), TOPO, layer_ids=[3, 4, 7], **kw)
+    assert r.layer_ids.tolist() == [3, 4, 7] and np.array_equal(r.phy2log, q.phy2log)
+
+
+def test_layer_ids_follow_previous_when_not_given():
+    tr = _trace()
+    live = solvers.solve("greedy", tr, TOPO)
+    p = solvers.solve("greedy", tr.load() * 1.1, TOPO, previous=live)
+    assert p.layer_ids.tolist() == [3, 4, 7]
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        ([3, 4], "3 integers"),
+        ([3, 3, 4], "distinct"),
+        ([1.5, 2, 3], "integers"),
+        ([-1, 2, 3], ">= 0"),
+        ("abc", "integers"),
+    ],
+)
+def test_bad_layer_ids(ids, match):
+    with pytest.raises(InputError, match=match):
+        solvers.solve("greedy", _trace().load(), TOPO, layer_ids=ids)
+
+
+def test_trace_with_other_layer_ids_is_refused():
+    with pytest.raises(InputError, match="differ from the trace"):
+        solvers.solve("greedy", _trace(), TOPO, layer_ids=[0, 1, 2])
+
+
+def test_options_listing():
+    assert solvers.options("deepseek") == {}
+    assert solvers.options("hierarchical") == {"budget": 10_000}
+    assert "budget" in solvers.options("greedy")
+    assert {"workers", "threads", "progress"} <= set(solvers.options("ilp"))
+    with pytest.raises(InputError, match="unknown solver"):
+        solvers.options("nope")
+
+
+@pytest.mark.parametrize(
+    ("name", "kw", "match"),
+    [
+        ("deepseek", {"bogus": 1}, "solver 'deepseek' has no option 'bogus'; its options: none"),
+        ("greedy", {"bogus": 1}, "has no option 'bogus'; its options: .*budget"),
+        ("greedy", {"budget": "x"}, "option budget must be an integer"),
+        ("greedy", {"budget": -1}, "option budget must be an integer >= 0"),
+        ("greedy", {"budget": 2.0}, "option budget must be an integer"),
+        ("greedy", {"budget": True}, "option budget must be an integer"),
+        ("greedy", {"weighted": "yes"}, "option weighted must be true or false"),
+        ("greedy", {"rdma_weight": -1}, "option rdma_weight must be a number >= 0"),
+        ("ilp", {"weighted": 1}, "option weighted must be true or false"),
+        ("hierarchical", {"budget": None, "num_groups": 4}, "budget must be an integer, got None"),
+        ("ilp", {"counts": "some"}, "counts must be one of 'auto', 'free', 'fixed'"),
+        ("ilp", {"workers": 0}, "workers must be an integer >= 1"),
+        ("ilp", {"threads": 1.5}, "threads must be an integer"),
+        ("ilp", {"progress": "yes"}, "progress must be true or false"),
+    ],
+)
+def test_bad_options_name_the_solver_and_option(name, kw, match):
+    with pytest.raises(InputError, match=match):
+        solvers.solve(name, np.ones((1, 8)), TOPO, **kw)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"time_limit": "5"}, "time_limit must be a number"),
+        ({"time_limit": float("inf")}, "finite"),
+        ({"time_limit": 0}, "time_limit must be a finite number of seconds > 0"),
+        ({"time_limit": float("nan")}, "time_limit"),
+        ({"seed": "abc"}, "seed must be a non-negative integer"),
+        ({"seed": -1}, "seed must be a non-negative integer"),
+        ({"seed": 1.0}, "seed"),
+        ({"num_groups": 3}, "num_groups 3 does not divide 8 experts"),
+        ({"num_groups": "4"}, "num_groups must be an integer"),
+        ({"num_groups": True}, "num_groups must be an integer"),
+        ({"previous": "x"}, "previous must be a Placement"),
+    ],
+)
+def test_bad_common_arguments(kw, match):
+    with pytest.raises(InputError, match=match):
+        solvers.solve("greedy", np.ones((1, 8)), TOPO, **kw)
+
+
+@pytest.mark.parametrize(
+    ("load", "match"),
+    [
+        (np.full((1, 8), 1e308), "2\\*\\*53"),
+        (np.ones((1, 8)) * (1 + 1j), "complex"),
+        (np.ones((1, 8), dtype=bool), "booleans"),
+        ([["1"] * 8], "strings"),
+        ([[1, 2], [3]], "numeric array"),
+        (np.array([[1, 2, None, 4, 5, 6, 7, 8]], dtype=object), "Python objects"),
+        (None, "Python objects|2-D"),
+        (np.ones((1, 100)), "cannot hold 100 experts"),
+    ],
+)
+@pytest.mark.parametrize("name", ["deepseek", "greedy", "hierarchical", "ilp"])
+def test_bad_loads_raise_eplb_errors(name, load, match):
+    with pytest.raises(EplbError, match=match):
+        solvers.solve(name, load, TOPO, num_groups=4)
+
+
+def test_absurd_sizes_are_refused_before_allocating():
+    topo = Topology(256, 256, 16)  # within Topology's own caps, but 58 x 256 x 65,536 entries
+    with pytest.raises(InputError, match="problem too large"):
+        solvers.solve("greedy", np.ones((58, 256)), topo)
+
+
+def test_plain_function_solvers():
+    """A registered function declares only the arguments it uses; it may return phy2log."""
+
+    @solvers.register("test_round_robin")
+    def round_robin(load, topology):
+        L, E = load.shape
+        return np.broadcast_to(np.arange(topology.num_slots) % E, (L, topology.num_slots)).copy()
+
+    try:
+        p = solvers.solve(
+            "test_round_robin", np.ones((2, 8)), TOPO, seed=3, time_limit=1, num_groups=4
+        )
+        assert isinstance(p, Placement) and p.meta["solver"]["name"] == "test_round_robin"
+        assert solvers.options("test_round_robin") == {}
+        with pytest.raises(InputError, match="has no option 'x'"):
+            solvers.solve("test_round_robin", np.ones((2, 8)), TOPO, x=1)
+    finally:
+        solvers.registry._REGISTRY.pop("test_round_robin")
+
+
+def test_register_twice_is_refused():
+    with pytest.raises(InputError, match="already registered"):
+        solvers.register("greedy")(lambda load, topology: None)
+
+
+# ------------------------------------------------------------------ junk at the public API
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from solvers.bounds import lower_bound  # noqa: E402
+from solvers.migration import relabel, replicas_moved  # noqa: E402
+from solvers.traffic_cost import expected_rdma  # noqa: E402
+
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True),
+    st.complex_numbers(),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(-5, 5), max_size=4),
+    st.dictionaries(st.text(max_size=2), st.integers()),
+    st.just(object()),
+    st.just(np.ones((2, 2, 2))),
+    st.just(np.array([["a", "b"]])),
+    st.just(np.full((1, 8), 1e308)),
+    st.just(-np.ones((1, 8))),
+    st.just(np.ones((0, 8))),
+)
+GOOD = {"load": np.ones((1, 8)), "topology": TOPO}
+
+
+def _only_eplb_errors(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except EplbError:
+        pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    junk=JUNK,
+    where=st.sampled_from(
+        [
+            "load",
+            "topology",
+            "num_groups",
+            "previous",
+            "seed",
+            "time_limit",
+            "layer_ids",
+            "budget",
+            "name",
+        ]
+    ),
+)
+def test_solve_refuses_junk_with_eplb_errors(junk, where):
+    """Issue 13: no TypeError, IndexError, OverflowError... from solve, whatever the input."""
+    kw = {"num_groups": None, "seed": 0}
+    args = dict(GOOD)
+    name = "greedy"
+    if where in args:
+        args[where] = junk
+    elif where == "name":
+        name = junk
+    else:
+        kw[where] = junk
+    _only_eplb_errors(solvers.solve, name, args["load"], args["topology"], **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(junk=JUNK, where=st.integers(0, 5))
+def test_bounds_and_helpers_refuse_junk(junk, where):
+    args = [np.ones((1, 8)), TOPO, None, False, False, "auto"]
+    args[where] = junk
+    load, topo, groups, hier, weighted, lp = args
+    _only_eplb_errors(
+        lower_bound, load, topo, num_groups=groups, hierarchical=hier, weighted=weighted, lp=lp
+    )
+    p = solvers.solve("greedy", np.ones((1, 8)), TOPO)
+    _only_eplb_errors(replicas_moved, p, junk)
+    _only_eplb_errors(relabel, junk, p)
+    _only_eplb_errors(expected_rdma, junk, np.ones((1, 8)), TOPO)
+    _only_eplb_errors(expected_rdma, p, junk)
+    _only_eplb_errors(solvers.options, junk)
+    _only_eplb_errors(solvers.check_options, "greedy", {"budget": junk})

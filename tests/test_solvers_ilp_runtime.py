@@ -1,0 +1,196 @@
+"""How ilp runs (issue 13): the time limit is wall seconds for the whole solve, deterministic
+time gives reproducible runs, progress shows off a terminal, bound and gap are in the
+metadata, and worker processes never outlive their parent (Linux process checks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import solvers
+from eplb import InputError, Topology
+from solvers import workers
+
+REPO = Path(__file__).resolve().parents[1]
+HARD = Topology(2, 4, 10)  # 80 slots
+
+
+def _hard_load(layers: int = 4) -> np.ndarray:
+    """Zipf loads on 64 experts: far from any analytic bound, so every layer is searched."""
+    return np.random.default_rng(0).zipf(1.3, size=(layers, 64)).astype(float)
+
+
+def test_time_limit_is_wall_seconds_for_the_whole_solve():
+    load = _hard_load(6)
+    t = time.perf_counter()
+    p = solvers.solve("ilp", load, HARD, time_limit=3, workers=1, counts="free", progress=False)
+    wall = time.perf_counter() - t
+    assert wall < 3 + 2.5  # the limit plus model building of the last layer
+    info = p.meta["solver"]
+    assert info["time_limit"] == 3 and info["deterministic_time"] is None
+    assert info["wall_limited"] >= 1  # the search was cut, and says so
+    for key in ("objective", "bound", "gap", "status"):
+        assert len(info[key]) == 6
+    assert info["gap_max"] == max(info["gap"]) and info["bound_min"] == min(info["bound"])
+    assert (np.array(info["bound"]) <= p.gpu_load(load).max(1) + 1e-9).all()
+
+
+def test_deterministic_time_is_reproducible():
+    load = _hard_load(2)
+    kw = dict(workers=1, deterministic_time=0.2, counts="free", progress=False)
+    a = solvers.solve("ilp", load, HARD, **kw)
+    b = solvers.solve("ilp", load, HARD, **kw)
+    assert a.equals(b)
+    assert a.meta["solver"]["objective"] == b.meta["solver"]["objective"]
+    assert a.meta["solver"]["wall_limited"] == 0
+
+
+def test_progress_lines_when_not_a_terminal(capsys):
+    load = _hard_load(12)
+    solvers.solve("ilp", load, HARD, workers=1, deterministic_time=0.01, counts="fixed")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("ilp layers: 10/12 layers")
+    assert err[-1].startswith("ilp layers: 12/12 layers")
+    solvers.solve(
+        "ilp", load, HARD, workers=1, deterministic_time=0.01, counts="fixed", progress=False
+    )
+    assert capsys.readouterr().err == ""
+
+
+def test_seed_beyond_cp_sat_is_one_clear_error():
+    with pytest.raises(InputError, match="seed 9999999999999999999999999 is too large"):
+        solvers.solve("ilp", np.ones((1, 8)), HARD, seed=9999999999999999999999999)
+    with pytest.raises(InputError, match="too large"):
+        solvers.solve("ilp", np.ones((1, 8)), HARD, seed=2**31, weighted=True)
+
+
+def _boom(x):
+    if x == 3:
+        raise InputError("task 3 failed")
+    return x * x
+
+
+def _nested(x):
+    return workers.run(_boom, [x, x + 1], workers=2)  # inside a daemon: runs inline
+
+
+def test_daemonic_callers_run_inline():
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as p:  # Pool workers are daemons
+        assert p.map(_nested, [0]) == [[0, 1]]
+
+
+def test_worker_errors_reach_the_parent_and_stop_the_pool():
+    assert workers.run(_boom, [0, 1, 2], workers=2) == [0, 1, 4]
+    with pytest.raises(InputError, match="task 3 failed"):
+        workers.run(_boom, list(range(6)), workers=2)
+
+
+# ----------------------------------------------------------------- processes (Linux only)
+SCRIPT = """
+import numpy as np, solvers
+from eplb import Topology
+load = np.random.default_rng(0).zipf(1.3, size=(4, 64)).astype(float)
+print("start", flush=True)
+solvers.solve("ilp", load, Topology(2, 4, 10), workers=2, deterministic_time=600,
+              counts="free", progress=False)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start() -> tuple[subprocess.Popen, list[int]]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    kids: list[int] = []
+    while time.monotonic() < deadline and len(kids) < 2:
+        time.sleep(0.2)
+        kids = [k for k in _children(proc.pid) if _alive(k)]
+        assert proc.poll() is None, proc.stderr.read().decode()
+    assert len(kids) >= 2, "workers did not start"
+    time.sleep(0.5)  # let them enter the search
+    return proc, kids
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(_alive(k) for k in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+
+@linux
+def test_workers_die_with_a_killed_parent():
+    proc, kids = _start()
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _gone(kids, 5), "workers outlived their parent"
+    finally:
+        for k in kids:
+            if _alive(k):
+                os.kill(k, signal.SIGKILL)
+
+
+@linux
+@pytest.mark.parametrize("group", [False, True])
+def test_ctrl_c_stops_parent_and_workers_fast(group):
+    """One Ctrl-C (to the parent alone, or to the whole group twice) ends everything."""
+    proc, kids = _start()
+    try:
+        t = time.monotonic()
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)  # a second Ctrl-C must not hang
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=15)
+        assert time.monotonic() - t < 6
+        assert proc.returncode != 0
+        assert _gone(kids, 3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for k in kids:
+            if _alive(k):
+                os.kill(k, signal.SIGKILL)
