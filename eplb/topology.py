@@ -8,7 +8,7 @@ figures for H800 nodes (NVLink ~160 GB/s, InfiniBand ~50 GB/s per NIC).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -131,8 +131,6 @@ class Topology:
 
     def with_failed(self, gpus) -> Topology:
         """This topology with ``gpus`` failed as well (the union with `failed_gpus`)."""
-        from dataclasses import replace
-
         return replace(self, failed_gpus=(*self.failed_gpus, *_failed(gpus, self.num_gpus)))
 
     # ------------------------------------------------------------------ views
