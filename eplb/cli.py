@@ -22,7 +22,7 @@ from eplb.atomic import Terminated
 from eplb.errors import EplbError
 
 # verb modules under eplb.commands, each with add_parser(subparsers); add a verb by name here
-COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload")
+COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate")
 
 
 def _raise_terminated(signum, frame) -> None:

@@ -201,6 +201,12 @@ def write_placement(
     if fmt in ("sglang", "trtllm"):
         check_model_layer_ids(p, {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[fmt],
                               layer_ids_are_model_ids)
+        if p.topology.failed_gpus:
+            raise InputError(
+                f"the placement leaves failed GPUs {list(p.topology.failed_gpus)} empty; "
+                f"{'SGLang' if fmt == 'sglang' else 'TensorRT-LLM'} files have no empty slot: "
+                "export the native format, or solve for the smaller cluster that is left"
+            )
     if fmt == "native":
         atomic_write_text(path, dumps_native(p))
     elif fmt == "npz":

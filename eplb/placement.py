@@ -9,6 +9,10 @@ Tables (names and meanings shared with DeepSeek's EPLB, vLLM and SGLang):
   ``compute_logical_maps`` and SGLang's ``init_by_mapping`` order by slot, as we do.)
 - ``replica_share: float64[L, P]`` or ``None``: fraction of its expert's tokens each replica
   receives; ``None`` means an even split ``1 / logcnt``.
+
+Failed GPUs (``Topology.failed_gpus``): their slots hold ``-1`` (empty), and only theirs;
+``logcnt``, ``log2phy``, ``share`` (0) and the loads skip empty slots, and ``logcnt.sum(-1)``
+is the number of surviving slots.
 """
 
 from __future__ import annotations
@@ -140,13 +144,13 @@ class Placement:
         if self.replica_share is not None:
             return self.replica_share
         cnt = np.take_along_axis(self.logcnt, np.clip(self.phy2log, 0, self.num_experts - 1), 1)
-        return _readonly(1.0 / np.maximum(cnt, 1))
+        return _readonly(np.where(self.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0))
 
     # ------------------------------------------------------------------ loads
     def slot_load(self, load) -> np.ndarray:
         """float64[L, P]: tokens each slot receives for ``load: float[L, E]``."""
         load = self._check_load(load)
-        return np.take_along_axis(load, self.phy2log, axis=1) * self.share
+        return np.take_along_axis(load, np.maximum(self.phy2log, 0), axis=1) * self.share
 
     def gpu_load(self, load) -> np.ndarray:
         """float64[L, G]: tokens each GPU receives for ``load: float[L, E]`` (shares honoured)."""
@@ -185,13 +189,24 @@ class Placement:
             )
         if P % topo.num_gpus:
             raise PlacementError(f"{P} slots is not a multiple of {topo.num_gpus} GPUs")
-        bad = (self.phy2log < 0) | (self.phy2log >= E)
+        alive = topo.slot_alive  # [P]; empty slots (-1) only on failed GPUs, and all of them
+        bad = (self.phy2log < -1) | (self.phy2log >= E) | ((self.phy2log == -1) & alive)
         if bad.any():
             layer, slot = (int(i) for i in np.argwhere(bad)[0])
             raise PlacementError(
                 f"layer {layer} slot {slot} holds expert {self.phy2log[layer, slot]}, "
                 f"outside 0..{E - 1}"
+                + (" (-1, an empty slot, only on a failed GPU: Topology.failed_gpus)"
+                   if self.phy2log[layer, slot] == -1 else "")
             )
+        on_failed = (self.phy2log != -1) & ~alive
+        if on_failed.any():
+            layer, slot = (int(i) for i in np.argwhere(on_failed)[0])
+            raise PlacementError(
+                f"layer {layer} slot {slot} is on failed GPU {int(topo.gpu_of_slot[slot])} but "
+                f"holds expert {self.phy2log[layer, slot]}; a failed GPU's slots must be -1"
+            )
+        P = int(alive.sum())
         if P < E:
             raise PlacementError(f"{P} slots cannot hold {E} experts (need P >= E)")
         cnt = self.logcnt
@@ -238,7 +253,11 @@ class Placement:
                 f"replica_share[{layer}, {slot}] is {share[layer, slot]}; shares must be >= 0"
             )
         L, E = self.num_layers, self.num_experts
-        flat = (self.phy2log + (np.arange(L) * E)[:, None]).ravel()
+        empty = self.phy2log < 0
+        if (share[empty] != 0).any():
+            layer, slot = (int(i) for i in np.argwhere(empty & (share != 0))[0])
+            raise PlacementError(f"replica_share[{layer}, {slot}] of an empty slot must be 0")
+        flat = (np.maximum(self.phy2log, 0) + (np.arange(L) * E)[:, None]).ravel()
         sums = np.bincount(flat, weights=share.ravel(), minlength=L * E).reshape(L, E)
         off = np.abs(sums - 1.0) > SHARE_TOL * 10
         if off.any():

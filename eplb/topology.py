@@ -8,7 +8,7 @@ figures for H800 nodes (NVLink ~160 GB/s, InfiniBand ~50 GB/s per NIC).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -23,6 +23,24 @@ MAX_GPUS = 2**16
 MAX_SLOTS = 2**20
 
 
+def _failed(value: object, num_gpus: int) -> tuple[int, ...]:
+    """``failed_gpus`` as a sorted tuple of unique GPU indices, at least one GPU left."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TopologyError(f"failed_gpus must be a list of GPU indices, got {value!r}")
+    out = set()
+    for g in value:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 0 <= g < num_gpus:
+            raise TopologyError(
+                f"failed_gpus holds {g!r}; GPU indices run 0..{num_gpus - 1}"
+            )
+        out.add(int(g))
+    if len(out) >= num_gpus:
+        raise TopologyError(f"failed_gpus lists all {num_gpus} GPUs; at least one must survive")
+    return tuple(sorted(out))
+
+
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TopologyError(f"{name} must be a positive integer, got {value!r}")
@@ -33,13 +51,18 @@ def _positive_int(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class Topology:
-    """``num_nodes`` nodes of ``gpus_per_node`` GPUs, each GPU holding ``slots_per_gpu`` slots."""
+    """``num_nodes`` nodes of ``gpus_per_node`` GPUs, each GPU holding ``slots_per_gpu`` slots.
+
+    ``failed_gpus``: GPUs that have failed (sorted, unique, at least one GPU survives); their
+    slots hold no expert (-1 in a `Placement`), and `solvers.solve` places on the others.
+    """
 
     num_nodes: int
     gpus_per_node: int
     slots_per_gpu: int
     nvlink_gbps: float = 160.0
     rdma_gbps: float = 50.0
+    failed_gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_nodes", "gpus_per_node", "slots_per_gpu"):
@@ -63,6 +86,7 @@ class Topology:
                 f"{self.num_gpus} GPUs x {self.slots_per_gpu} slots = {self.num_slots} slots per "
                 f"layer exceeds the limit of {MAX_SLOTS}"
             )
+        object.__setattr__(self, "failed_gpus", _failed(self.failed_gpus, self.num_gpus))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -96,6 +120,19 @@ class Topology:
         out.flags.writeable = False
         return out
 
+    @cached_property
+    def slot_alive(self) -> np.ndarray:
+        """bool[P]: slots on GPUs that have not failed."""
+        alive = np.ones(self.num_gpus, dtype=bool)
+        alive[list(self.failed_gpus)] = False
+        out = alive[self.gpu_of_slot]
+        out.flags.writeable = False
+        return out
+
+    def with_failed(self, gpus) -> Topology:
+        """This topology with ``gpus`` failed as well (the union with `failed_gpus`)."""
+        return replace(self, failed_gpus=(*self.failed_gpus, *_failed(gpus, self.num_gpus)))
+
     # ------------------------------------------------------------------ views
     def graph(self):
         """networkx.Graph of GPUs (nodes ``0..G-1``, attribute ``node``) and their links.
@@ -125,13 +162,16 @@ class Topology:
         return g
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "num_nodes": self.num_nodes,
             "gpus_per_node": self.gpus_per_node,
             "slots_per_gpu": self.slots_per_gpu,
             "nvlink_gbps": self.nvlink_gbps,
             "rdma_gbps": self.rdma_gbps,
         }
+        if self.failed_gpus:
+            out["failed_gpus"] = list(self.failed_gpus)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Topology:
@@ -152,13 +192,16 @@ class Topology:
         nvlink_gbps: float = 160.0,
         rdma_gbps: float = 50.0,
         min_slots: int | None = None,
+        failed_gpus=None,
     ) -> Topology:
         """Parse ``"NODESxGPUS"`` (then ``slots`` = total slots P) or ``"NODESxGPUSxSLOTS"``.
 
         ``Topology.parse("4x8", slots=288)`` is 4 nodes x 8 GPUs x 9 slots per GPU.
         ``min_slots`` (e.g. the expert count E) is checked too (``P >= min_slots``), and the
         fix a message suggests satisfies it: ``--slots 200`` for 256 experts on 32 GPUs says
-        "use 256", not a multiple of 32 that still cannot hold the experts.
+        "use 256", not a multiple of 32 that still cannot hold the experts. ``failed_gpus``:
+        GPU indices that have failed (their slots stay empty; the surviving slots must hold
+        ``min_slots``).
         """
         if not isinstance(text, str):
             raise TopologyError(f"topology must be a string like '4x8', got {text!r}")
@@ -212,7 +255,17 @@ class Topology:
                 f"{per * num_gpus} slots cannot hold {need} experts (every expert needs a "
                 f"slot); use {fix(need)}"
             )
-        return cls(nodes, gpus, per, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps)
+        topo = cls(nodes, gpus, per, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps,
+                   failed_gpus=failed_gpus)
+        alive = int(topo.slot_alive.sum())
+        if topo.failed_gpus and alive < need:
+            raise TopologyError(
+                f"the {num_gpus - len(topo.failed_gpus)} surviving GPUs hold {alive} slots, "
+                f"fewer than the {need} experts; use more slots per GPU"
+            )
+        return topo
 
     def __str__(self) -> str:
-        return f"{self.num_nodes}x{self.gpus_per_node}x{self.slots_per_gpu}"
+        failed = ",".join(map(str, self.failed_gpus))
+        failed = f" (failed GPUs {failed})" if failed else ""
+        return f"{self.num_nodes}x{self.gpus_per_node}x{self.slots_per_gpu}{failed}"

@@ -290,8 +290,8 @@ def _policy_share(placement: Placement, policy: str) -> np.ndarray:
     """``float64[L, P]``: probability that a pick of a slot's expert goes to that slot."""
     if policy == "weighted":
         return placement.share
-    cnt = np.take_along_axis(placement.logcnt, placement.phy2log, 1)
-    return 1.0 / cnt
+    cnt = np.take_along_axis(placement.logcnt, np.maximum(placement.phy2log, 0), 1)
+    return np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)  # empty slots: 0
 
 
 def _sources(placement: Placement, source_counts, load) -> tuple[np.ndarray, str]:

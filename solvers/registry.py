@@ -22,7 +22,7 @@ import inspect
 import time
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.topology import Topology
+from solvers.failures import expand, solve_surviving
 from solvers.legacy import LEGACY, route
 from solvers.migration import relabel, replicas_moved
 from solvers.validation import (
@@ -223,6 +224,9 @@ def solve(
     solve (search solvers; finite, > 0). ``options``: the solver's own (`options`); old
     spellings such as ``solve("greedy", weighted=True)`` are mapped to today's policies
     (`solvers.legacy`; ``meta["solver"]["legacy"]`` records the call as made).
+    ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
+    empty (-1); ``previous`` may then be the live placement from before (more) GPUs failed,
+    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.failures`).
     """
     requested, given = name, dict(options)
     name, options = (
@@ -241,7 +245,7 @@ def solve(
         if not isinstance(previous, Placement):
             raise InputError(f"previous must be a Placement, got {type(previous).__name__}")
         if (
-            previous.topology != topology
+            not _same_cluster(previous.topology, topology)
             or previous.phy2log.shape != (L, topology.num_slots)
             or previous.num_experts != E
         ):
@@ -250,7 +254,8 @@ def solve(
                 f"experts, {previous.num_slots} slots on {previous.topology}] but the problem is "
                 f"[{L} layers, {E} experts, {topology.num_slots} slots on {topology}]"
             )
-        previous.validate()
+        if not topology.failed_gpus:  # with failures it may have lost an expert's replicas
+            previous.validate()
         if ids is None:
             ids = previous.layer_ids
     common = {
@@ -260,9 +265,17 @@ def solve(
         "time_limit": time_limit,
     }
     start = time.perf_counter()
-    out = spec.fn(load, topology, **{k: v for k, v in common.items() if k in spec.common}, **opts)
+
+    def run(ld, topo, prev):
+        c = {**common, "previous": prev}
+        return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
+
+    if topology.failed_gpus:  # place on the survivors, expand below (solvers.failures)
+        out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
+    else:
+        out, small = run(load, topology, previous), topology
     seconds = time.perf_counter() - start
-    placement = _as_placement(out, name, E, topology)
+    placement = _as_placement(out, name, E, small)
     info = dict(placement.meta.get("solver") or {})
     if previous is not None:  # relabeling is part of the solve: timed with it
         if not info.get("relabeled"):
@@ -273,6 +286,8 @@ def solve(
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     if name != requested or given != options:
         info["legacy"] = {"name": requested, "options": given}
+    if topology.failed_gpus:
+        placement = expand(placement, topology, slots).validate()
     info.update(
         name=name,
         params={"num_groups": common["num_groups"], "seed": seed, "time_limit": time_limit, **opts},
@@ -286,6 +301,13 @@ def solve(
         {**placement.meta, "solver": info},
         ids if ids is not None else None,
     )  # the tables were validated above; only meta and layer ids are new
+
+
+def _same_cluster(old: Topology, new: Topology) -> bool:
+    """``old`` is ``new``, or ``new`` before some of its failed GPUs failed."""
+    return set(old.failed_gpus) <= set(new.failed_gpus) and (
+        replace(old, failed_gpus=new.failed_gpus) == new
+    )
 
 
 def _as_placement(out, name: str, num_experts: int, topology: Topology) -> Placement:

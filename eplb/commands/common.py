@@ -90,11 +90,33 @@ def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> N
         metavar="GB/s",
         help="RDMA bandwidth per GPU in GB/s (default 50)",
     )
+    p.add_argument(
+        "--failed-gpus",
+        metavar="G,G",
+        help="GPU indices that have failed: their slots stay empty (-1) and experts are "
+        "placed on the others (native output formats only)",
+    )
+
+
+def failed_gpus_arg(text: str | None) -> list[int] | None:
+    """``--failed-gpus 3,17`` -> ``[3, 17]`` (None when absent)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(
+            f"--failed-gpus {text!r} is not a comma-separated list of GPU indices (e.g. 3,17)"
+        ) from None
 
 
 def topology_from(args: argparse.Namespace) -> Topology:
     return Topology.parse(
-        args.topology, args.slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps
+        args.topology,
+        args.slots,
+        nvlink_gbps=args.nvlink_gbps,
+        rdma_gbps=args.rdma_gbps,
+        failed_gpus=failed_gpus_arg(getattr(args, "failed_gpus", None)),
     )
 
 

@@ -12,6 +12,7 @@ from eplb.commands.common import (
     check_groups,
     check_outputs,
     check_solver_options,
+    failed_gpus_arg,
     load_of,
     parse_options,
     run_solver,
@@ -142,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     load, how = load_of(trace, args)
     E = trace.num_experts
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
-                              rdma_gbps=args.rdma_gbps, min_slots=E)
+                              rdma_gbps=args.rdma_gbps, min_slots=E,
+                              failed_gpus=failed_gpus_arg(args.failed_gpus))
     check_groups(args.groups, E)
     placement = run_solver(
         args.solver,

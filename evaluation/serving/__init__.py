@@ -9,6 +9,9 @@
 - `evaluation.serving.config`: `ClusterConfig` (+ `UnitConfig`, `EplbConfig`, `KVConfig`,
   `SLOConfig`, `RoutingConfig`) with TOML files and presets.
 - `evaluation.serving.steady`: `steady_state`.
+- `evaluation.serving.simulator`: `simulate` (discrete-event PD cluster) -> `SimResult`
+  (`evaluation.serving.result`); `GpuFailure` (`evaluation.serving.faults`); `compare`
+  (paired runs over seeds, `evaluation.serving.compare`).
 
 See docs/serving.md and docs/serving-calibration.md. Nothing outside ``evaluation.serving``
 imports it.
@@ -16,6 +19,7 @@ imports it.
 
 from evaluation.serving import balancers, workload
 from evaluation.serving.balancers import RankState, RequestBatch
+from evaluation.serving.compare import compare, paired_table
 from evaluation.serving.config import (
     ClusterConfig,
     EplbConfig,
@@ -24,9 +28,12 @@ from evaluation.serving.config import (
     SLOConfig,
     UnitConfig,
 )
+from evaluation.serving.faults import GpuFailure
 from evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
 from evaluation.serving.kvcache import KVStore, RankCaches
 from evaluation.serving.model import ModelSpec, deepseek_v3, get_model
+from evaluation.serving.result import SimResult
+from evaluation.serving.simulator import simulate
 from evaluation.serving.steady import steady_state
 from evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
 from evaluation.serving.workload import Workload, rescale
@@ -34,6 +41,7 @@ from evaluation.serving.workload import Workload, rescale
 __all__ = [
     "ClusterConfig",
     "EplbConfig",
+    "GpuFailure",
     "Hardware",
     "KVConfig",
     "KVStore",
@@ -45,18 +53,22 @@ __all__ = [
     "RequestBatch",
     "RoutingConfig",
     "SLOConfig",
+    "SimResult",
     "StepModel",
     "StepTime",
     "UnitConfig",
     "Workload",
     "balancers",
+    "compare",
     "deepseek_v3",
     "get_hardware",
     "get_model",
     "h100",
     "h200",
     "h800",
+    "paired_table",
     "rescale",
+    "simulate",
     "steady_state",
     "step_time",
     "workload",

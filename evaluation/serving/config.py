@@ -30,6 +30,7 @@ from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
 from eplb.executor.routing import POLICIES
 from eplb.topology import Topology
+from evaluation.serving.faults import as_fault
 from evaluation.serving.hardware import Hardware, get_hardware
 from evaluation.serving.model import ModelSpec, get_model
 
@@ -41,7 +42,8 @@ else:  # pragma: no cover - Python 3.10
 PHASES = ("prefill", "decode")
 MIGRATION_MODES = ("stall", "overlap")
 ROUTING_SOURCES = ("calibrated", "uniform", "trace")
-EXTRA_SOLVERS = ("static", "oracle")
+EXTRA_SOLVERS = ("static", "oracle", "balanced")
+INITIAL_PLACEMENTS = ("trivial", "history")
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
 
 
@@ -187,10 +189,15 @@ class UnitConfig:
 @dataclass(frozen=True)
 class EplbConfig:
     """Expert-placement policy of every unit: ``solver`` (a registered solver, ``static`` =
-    keep the initial placement, ``oracle`` = place on the future load) with ``options``,
+    keep the initial placement, ``oracle`` = place on the future load, ``balanced`` =
+    perfectly balanced routing, SGLang's "simulated perfect EPLB") with ``options``,
     rebalanced every ``rebalance_interval_s`` from the last ``history_s`` of load; moving
     weights at ``migration_gbps`` (GB/s per GPU) either stalls the unit (``stall``) or runs
-    beside serving (``overlap``)."""
+    beside serving (``overlap``). ``initial``: the placement at the start, ``trivial`` (slot
+    ``p`` holds expert ``p mod E``, a runtime's default) or ``history`` (solved on the
+    ``history_s`` of expected load before the start, as from a recorded distribution).
+    ``base_solver``: the registered solver ``static`` (for a ``history`` start) and
+    ``oracle`` place with."""
 
     solver: str = "deepseek"
     rebalance_interval_s: float = 600.0
@@ -198,6 +205,8 @@ class EplbConfig:
     migration: str = "overlap"
     migration_gbps: float = 50.0
     options: dict = field(default_factory=dict)
+    initial: str = "trivial"
+    base_solver: str = "deepseek"
 
     def check(self) -> None:
         import solvers
@@ -207,6 +216,12 @@ class EplbConfig:
             raise InputError(
                 f"eplb.solver {self.solver!r} is unknown; use one of {', '.join(names)}"
             )
+        if self.base_solver not in solvers.available():
+            raise InputError(
+                f"eplb.base_solver {self.base_solver!r} is unknown; use one of "
+                f"{', '.join(solvers.available())}"
+            )
+        _choice("eplb.initial", self.initial, INITIAL_PLACEMENTS)
         _num("eplb.rebalance_interval_s", self.rebalance_interval_s)
         _num("eplb.history_s", self.history_s)
         _choice("eplb.migration", self.migration, MIGRATION_MODES)
@@ -344,6 +359,21 @@ class ClusterConfig:
         _str("name", self.name)
         if not isinstance(self.faults, tuple):
             raise InputError(f"faults must be a list, got {type(self.faults).__name__}")
+        faults = tuple(as_fault(f) for f in self.faults)
+        for i, fault in enumerate(faults):
+            phase, index = fault.unit
+            unit = getattr(self, phase)
+            if index >= unit.count:
+                raise InputError(
+                    f"faults[{i}]: unit ({phase!r}, {index}) does not exist; the cluster has "
+                    f"{unit.count} {phase} unit(s), indices 0..{unit.count - 1}"
+                )
+            if fault.gpu >= unit.num_gpus:
+                raise InputError(
+                    f"faults[{i}]: GPU {fault.gpu} does not exist; a {phase} unit has "
+                    f"{unit.num_gpus} GPUs, indices 0..{unit.num_gpus - 1}"
+                )
+        object.__setattr__(self, "faults", faults)
         return self
 
     # --------------------------------------------------------------- files
@@ -424,7 +454,8 @@ class ClusterConfig:
         profile). One unit of each: Day-6's fleet averaged 226.75 nodes, about 24 prefill
         and 7 decode units of these sizes [derived in serving-facts.md]; set ``count``.
         Assumptions (not published): ``even`` dispatch, one MTP draft token accepted with
-        0.85 (DeepSeek-V3 report: 85-90%), rebalancing every 10 minutes from the last 10,
+        0.85 (DeepSeek-V3 report: 85-90%), rebalancing every 10 minutes from the last 10
+        (starting from a placement solved on the 10 minutes before, as a running service has),
         an unbounded on-disk store read at 40 GiB/s per node (3FS README), SLOs of 2 s TTFT
         and 50 ms TPOT (Day-6's 20-22 tok/s per user).
         """
@@ -449,7 +480,12 @@ class ClusterConfig:
                 balancer="deepseek_decode",
             ),
             dispatch="even",
-            eplb=EplbConfig(solver="deepseek", rebalance_interval_s=600.0, history_s=600.0),
+            eplb=EplbConfig(
+                solver="deepseek",
+                rebalance_interval_s=600.0,
+                history_s=600.0,
+                initial="history",
+            ),
             kv=KVConfig(store_capacity_blocks=None, store_load_gbps=42.9),
             slo=SLOConfig(ttft_s=2.0, tpot_s=0.05),
             routing=RoutingConfig(source="calibrated"),

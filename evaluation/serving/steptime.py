@@ -146,6 +146,17 @@ class RankBatch:
     def num_ranks(self) -> int:
         return self.tokens.size
 
+    @classmethod
+    def trusted(cls, tokens, attention, kv_tokens, logits) -> RankBatch:
+        """From four ``float64[G]`` arrays the caller guarantees finite, >= 0 and of one
+        length (no copies, no checks: the simulator's per-step constructor)."""
+        b = object.__new__(cls)
+        object.__setattr__(b, "tokens", tokens)
+        object.__setattr__(b, "attention", attention)
+        object.__setattr__(b, "kv_tokens", kv_tokens)
+        object.__setattr__(b, "logits", logits)
+        return b
+
     def mean(self) -> RankBatch:
         """Every rank at the mean of the ranks (the batch a perfect DP balancer would give)."""
         n = self.num_ranks
@@ -287,12 +298,33 @@ class GemmCurve:
 
     def seconds(self, m) -> np.ndarray:
         m = np.asarray(m, dtype=np.float64)
+        if m.ndim == 1 and 0 < m.size <= _MEMO_MAX_SIZE:  # per-rank arrays: memoised halves
+            h = m * 2.0
+            j = h.astype(np.intp)
+            if (j == h).all() and 0 <= j.min() and j.max() < _MEMO_HALVES:
+                return self.memo().take(j)
+        return self._compute(m)
+
+    def memo(self) -> np.ndarray:
+        """``float64[_MEMO_HALVES]``: seconds at ``j / 2`` tokens (built on first use)."""
+        table = self.__dict__.get("_memo")
+        if table is None:
+            table = self.__dict__["_memo"] = self._compute(np.arange(_MEMO_HALVES) / 2.0)
+        return table
+
+    def _compute(self, m: np.ndarray) -> np.ndarray:
         eff = np.maximum(m, MIN_GEMM_M)
         lm = np.log2(eff)
         out = np.zeros_like(eff)
         for flops, xs, rates in self.parts:
             out += flops * eff / np.interp(lm, xs, rates)
         return np.where(m > 0, out, 0.0)
+
+
+# GemmCurve memoises whole and half token counts below this many halves (per-rank tokens per
+# micro-batch of decode and prefill steps are such counts), for arrays of at most this size
+_MEMO_HALVES = 1 << 16
+_MEMO_MAX_SIZE = 4096
 
 
 class ExpertCurve:
@@ -319,6 +351,41 @@ class ExpertCurve:
         return np.where(m > 0, t, 0.0)
 
 
+class TabulatedCurve:
+    """`ExpertCurve.seconds` from a table, for the simulator's per-step hot path.
+
+    Seconds are tabulated at every ``step`` tokens from 0 to the curve's last table row (beyond
+    it the throughput is flat, so the time is linear in the tokens and the last interval
+    extrapolates exactly) and linearly interpolated: no logarithm per call (``np.log2``
+    dominates `ExpertCurve.seconds`). Below the curve's floor the time is the floor's, 0 tokens
+    cost 0. Relative error against the curve < `TABLE_TOL` (tested over 1e-6..1e6 tokens;
+    largest just above the floor).
+    """
+
+    def __init__(self, curve: ExpertCurve, step: float = 0.25) -> None:
+        top = float(2.0 ** curve.xs[-1])
+        self.inv = 1.0 / step
+        grid = np.arange(int(np.ceil(top / step)) + 2) * step
+        t = curve.seconds(np.maximum(grid, curve.floor))
+        self.t = t
+        self.dt = np.append(np.diff(t), t[-1] - t[-2])
+        self.last = len(grid) - 2
+
+    def seconds(self, m: np.ndarray) -> np.ndarray:
+        pos = m * self.inv
+        i = pos.astype(np.intp)
+        np.minimum(i, self.last, out=i)
+        pos -= i
+        out = self.dt.take(i)
+        out *= pos
+        out += self.t.take(i)
+        out *= m > 0
+        return out
+
+
+TABLE_TOL = 1e-5  # relative error of TabulatedCurve against ExpertCurve
+
+
 # -------------------------------------------------------------- routing of one placement
 @dataclass(frozen=True, eq=False)
 class _Routing:
@@ -330,6 +397,24 @@ class _Routing:
     w_node: np.ndarray  # ... on the same node (0 on all but the first such slot)
     key_gpu: np.ndarray  # int64[L, P] bincount key (layer, GPU, group) of each slot
     key_node: np.ndarray  # int64[L, P] bincount key (layer, node, group)
+
+
+@dataclass(frozen=True, eq=False)
+class RoutedPlacement:
+    """A placement and an expected step load prepared by `StepModel.prepare` (``placement``
+    None: perfectly balanced routing, every other field None)."""
+
+    placement: Placement | None
+    dist: np.ndarray | None  # float64[L, E] expected share of a layer's picks per expert
+    gather: np.ndarray | None  # int64[L * P] flat index ``layer * E + expert`` of each slot
+    share: np.ndarray | None  # float64[L, P] share of its expert's picks a slot receives
+    v: np.ndarray | None  # float64[L, G] visit probability of each GPU (prefill)
+    vn: np.ndarray | None  # float64[L, N] ... of each node (prefill)
+
+    @property
+    def load(self) -> np.ndarray | None:
+        """The prepared distribution (``dist``), as a load `StepModel.time` accepts."""
+        return self.dist
 
 
 def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarray:
@@ -349,13 +434,16 @@ def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarr
 @lru_cache(maxsize=32)
 def _routing(placement: Placement, policy: str, num_groups: int, topk_groups: int) -> _Routing:
     topo = placement.topology
-    expert = placement.phy2log
+    empty = placement.phy2log < 0  # slots of failed GPUs: no expert, no picks
+    expert = np.maximum(placement.phy2log, 0)
     L = expert.shape[0]
     share = (
         placement.share
         if policy == "weighted"
-        else 1.0 / np.take_along_axis(placement.logcnt, expert, 1)
+        else 1.0 / np.maximum(np.take_along_axis(placement.logcnt, expert, 1), 1)
     )
+    if empty.any():
+        share = np.where(empty, 0.0, share)
     ng = num_groups if topk_groups < num_groups else 1
     group = expert // (placement.num_experts // ng)
     rows = np.arange(L)[:, None]
@@ -718,21 +806,265 @@ class StepModel:
             raise InputError(
                 f"batch has {batch.num_ranks} ranks but the unit has {G} GPUs (one DP rank per GPU)"
             )
+        a1, a2, sh = self._rank_stages(batch)
+        gpu = self._gpu_side(batch, placement, load)
+        return self._assemble(batch, a1, a2, sh, *gpu, balanced=placement is None)
+
+    def prepare(self, placement: Placement | None, load=None) -> RoutedPlacement:
+        """``placement`` with an expected step load ``float[L, E]`` prepared for many steps
+        (`time_routed`): the routing tables, each slot's share of a layer's picks and (prefill)
+        the per-GPU / per-node visit probabilities, computed once. ``placement=None``:
+        perfectly balanced routing (``load`` must be None). Not for ``local_first`` dispatch or
+        per-source loads (use `time`)."""
+        m, topo = self.model, self.topology
+        if placement is None:
+            if load is not None:
+                raise InputError(
+                    "load needs a placement to route through; give placement= "
+                    "or leave load out for perfectly balanced routing"
+                )
+            return RoutedPlacement(None, None, None, None, None, None)
+        self._check_placement(placement)
+        if self.dispatch == "local_first":
+            raise InputError(
+                "prepare() covers the even/random/weighted dispatch policies; local_first "
+                "routes per source rank: call time(batch, placement, load) instead"
+            )
+        L, E, K = m.moe_layers, m.num_experts, m.top_k
+        arr = np.ones((L, E)) if load is None else _check_step_load(load, L, topo.num_gpus, E)
+        if arr.ndim != 2:
+            raise InputError("prepare() takes a load float[L, E]; per-source loads need time()")
+        dist = _normalise(arr)
+        rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+        gather = (np.arange(L)[:, None] * E + rt.expert).ravel()
+        v = vn = None
+        if self.phase == "prefill":
+            v, vn = _visits(rt, np.minimum(dist * K, 1.0), m, topo)
+        return RoutedPlacement(placement, dist, gather, rt.share, v, vn)
+
+    def time_routed(
+        self,
+        batch: RankBatch,
+        routed: RoutedPlacement,
+        load=None,
+        *,
+        check: bool = True,
+        tabulated: bool = False,
+        picks: bool = False,
+    ) -> StepTime:
+        """`time` on a prepared placement (`prepare`): the simulator's hot path.
+
+        ``load``: this step's expert load ``float[L, E]`` (only each row's shape matters; it is
+        scaled to ``top_k`` x the batch's tokens); None uses the prepared one, and then the
+        result equals ``time(batch, routed.placement, routed.load)``. Expert picks per slot come
+        from the step's load; the all-to-all visit probabilities (prefill) from the prepared
+        load (an expectation over tokens either way). ``check=False`` skips validating
+        ``load`` (the caller guarantees finite counts >= 0 of the right shape).
+        ``tabulated``: routed-expert GEMM seconds from `TabulatedCurve` (relative error <
+        `TABLE_TOL`, ~4x faster). ``picks``: ``load`` holds the step's absolute expert picks
+        (both micro-batches; e.g. drawn counts whose total is ``top_k`` x tokens up to
+        sampling noise), used as they are instead of rescaled to ``top_k`` x tokens.
+        """
+        if check:
+            if not isinstance(batch, RankBatch):
+                raise InputError(f"batch must be a RankBatch, got {type(batch).__name__}")
+            if batch.num_ranks != self.topology.num_gpus:
+                raise InputError(
+                    f"batch has {batch.num_ranks} ranks but the unit has "
+                    f"{self.topology.num_gpus} GPUs (one DP rank per GPU)"
+                )
+            if not isinstance(routed, RoutedPlacement):
+                raise InputError(f"routed must come from prepare(), got {type(routed).__name__}")
+        if routed.placement is None:
+            if load is not None:
+                raise InputError("balanced routing (placement None) takes no load")
+            a1, a2, sh = self._rank_stages(batch)
+            gpu = self._gpu_side(batch, None, None)
+        else:
+            m = self.model
+            if load is None:
+                dist = routed.dist
+            elif picks:
+                if check:
+                    load = _check_step_load(
+                        load, m.moe_layers, self.topology.num_gpus, m.num_experts
+                    )
+                dist = load
+            else:
+                if check:
+                    load = _check_step_load(
+                        load, m.moe_layers, self.topology.num_gpus, m.num_experts
+                    )
+                    if load.ndim != 2:
+                        raise InputError("time_routed takes a load float[L, E]; use time()")
+                dist = _normalise(load)
+            if self.phase == "decode":
+                return self._decode_routed(
+                    batch,
+                    self._decode_rank_side(batch),
+                    routed,
+                    dist,
+                    tabulated,
+                    picks and load is not None,
+                )
+            a1, a2, sh = self._rank_stages(batch)
+            gpu = self._gpu_side_routed(batch, routed, dist, tabulated, picks and load is not None)
+        return self._assemble(batch, a1, a2, sh, *gpu, balanced=routed.placement is None)
+
+    def _decode_rank_side(self, batch: RankBatch):
+        """Decode rank-side seconds ``(a1, a2, shared, dense FFN, output head)`` per rank, read
+        from the memoised GEMM tables when every rank's tokens are whole or half tokens in
+        range (decode batches are: requests x query tokens), else computed."""
+        m, hw, mb = self.model, self.hardware, self.micro_batches
+        h = batch.tokens * (2.0 / mb)
+        j = h.astype(np.intp)
+        h2 = batch.logits * 2.0
+        j2 = h2.astype(np.intp)
+        a2 = np.maximum(
+            batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
+            batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.mla_decode_gbps * 1e9),
+        )
+        if (
+            (j == h).all()
+            and (j2 == h2).all()
+            and j.min() >= 0
+            and j2.min() >= 0
+            and max(j.max(), j2.max()) < _MEMO_HALVES
+        ):
+            head = self.__dict__.get("_head_memo")
+            if head is None:
+                head = self.__dict__["_head_memo"] = self._head(np.arange(_MEMO_HALVES) / 2.0)
+            return (
+                self.mla.memo().take(j),
+                a2,
+                m.shared_experts * self.ffn.memo().take(j),
+                self.dense_ffn.memo().take(j),
+                head.take(j2),
+            )
+        a1, a2, sh = self._rank_stages(batch)
+        return a1, a2, sh, self.dense_ffn.seconds(batch.tokens / mb), self._head(batch.logits)
+
+    def _decode_routed(self, batch, rank, routed, dist, tabulated, picks) -> StepTime:
+        """`_gpu_side_routed` + `_assemble` for decode, with only the reductions decode needs:
+        the low-latency kernels move one copy per pick, so a layer's dispatch and combine
+        copies are ``max(top_k x tokens sent, picks received)`` on the worst GPU (as-is), with
+        DP equalised (mean sender) and with EP equalised too (mean receiver); the expert GEMMs
+        depend on the received picks only, so their DP-equalised value is the actual one."""
+        m, hw, topo, mb = self.model, self.hardware, self.topology, self.micro_batches
+        L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
+        o = hw.fit.layer_overhead_s
+        a1, a2, sh, dense_ffn, head_r = rank
+        src = batch.tokens / mb
+        slot = dist.ravel().take(routed.gather).reshape(L, -1)
+        slot *= routed.share
+        slot *= (1.0 / mb) if picks else K * src.sum()
+        recv = _per_gpu(slot, S)
+        curve = self.expert_table if tabulated else self.expert
+        moe = _per_gpu(curve.seconds(slot), S)
+        inv_g = 1.0 / G
+        recv_max = np.maximum.reduce(recv, -1)
+        recv_mean = np.add.reduce(recv, -1) * inv_g
+        moe_act = np.maximum.reduce(moe, -1)
+        moe_bal = np.minimum(moe_act, np.add.reduce(moe, -1) * inv_g)
+        ks = K * src
+        out_max, out_mean = float(ks.max()), float(ks.sum() * inv_g)
+        ll_d, ll_c = self.ll
+        copies_act = np.maximum(out_max, recv_max)
+        copies_dp = np.minimum(copies_act, np.maximum(out_mean, recv_max))
+        copies_bal = np.minimum(copies_dp, np.maximum(out_mean, recv_mean))
+        a1m, a2m, shm = a1.sum() * inv_g, a2.sum() * inv_g, sh.sum() * inv_g
+        t_act = self._layer(
+            a1.max(), a2.max(), sh.max(), o, moe_act, copies_act * ll_d, copies_act * ll_c
+        )
+        t_dp = self._layer(a1m, a2m, shm, o, moe_act, copies_dp * ll_d, copies_dp * ll_c)
+        t_bal = self._layer(a1m, a2m, shm, o, moe_bal, copies_bal * ll_d, copies_bal * ll_c)
+        per = mb * self.sm_factor
+        attention = per * L * (a1m + a2m)
+        shared = per * L * shm
+        overhead_l = per * L * o
+        moe_c = per * moe_bal.sum()
+        t_bal_sum = t_bal.sum()
+        comm = t_bal_sum - attention - shared - overhead_l - moe_c
+        dense_r = m.dense_layers * mb * (a1 + a2 + dense_ffn + o)
+        dense_m, head_m = dense_r.sum() * inv_g, head_r.sum() * inv_g
+        dense_x, head_x = dense_r.max(), head_r.max()
+        t_act_sum = t_act.sum()
+        breakdown = {
+            "attention": float(attention),
+            "shared_expert": float(shared),
+            "moe": float(moe_c),
+            "comm_exposed": float(comm),
+            "dp_wait": float(t_act_sum - t_dp.sum() + (dense_x - dense_m) + (head_x - head_m)),
+            "ep_wait": float(t_dp.sum() - t_bal_sum),
+            "dense_layers": float(dense_m),
+            "lm_head": float(head_m),
+            "overhead": float(overhead_l + hw.fit.step_overhead_s),
+        }
+        return StepTime(
+            self.phase,
+            float(t_act_sum + dense_x + head_x + hw.fit.step_overhead_s),
+            breakdown,
+            t_act,
+            recv_max * mb,
+            recv_mean * mb,
+            float(batch.tokens.sum()),
+            meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": False},
+        )
+
+    @property
+    def expert_table(self) -> TabulatedCurve:
+        """The routed-expert curve as a `TabulatedCurve` (built on first use)."""
+        table = self.__dict__.get("_expert_table")
+        if table is None:
+            table = self.__dict__["_expert_table"] = TabulatedCurve(self.expert)
+        return table
+
+    def _gpu_side_routed(
+        self,
+        batch: RankBatch,
+        routed: RoutedPlacement,
+        dist: np.ndarray,
+        tabulated: bool,
+        picks: bool = False,
+    ):
+        """`_gpu_side` for a prepared placement and a step distribution ``dist: float[L, E]``
+        (``picks``: absolute picks of the whole step instead)."""
+        m, topo, mb = self.model, self.topology, self.micro_batches
+        L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
+        src = batch.tokens / mb
+        uniform = bool(np.all(src == src[0]))
+        slot = dist.ravel().take(routed.gather).reshape(L, -1)
+        slot *= routed.share
+        slot *= (1.0 / mb) if picks else K * src.sum()
+        recv = _per_gpu(slot, S)
+        curve = self.expert_table if tabulated else self.expert
+        moe = _per_gpu(curve.seconds(slot), S)
+        links = self._links(src, recv, routed.v, routed.vn)
+        if uniform:
+            return moe, recv * mb, links, moe, links
+        links_eq = self._links(np.full(G, src.mean()), recv, routed.v, routed.vn)
+        return moe, recv * mb, links, moe, links_eq
+
+    def _assemble(
+        self, batch, a1, a2, sh, moe, recv, links, moe_eq, links_eq, *, balanced: bool
+    ) -> StepTime:
+        """The step's time and breakdown from its rank-side and GPU-side stage times."""
         m, hw, mb = self.model, self.hardware, self.micro_batches
         o = hw.fit.layer_overhead_s
-        a1, a2, sh = self._rank_stages(batch)
-        moe, recv, links, moe_eq, links_eq = self._gpu_side(batch, placement, load)
         # actual, DP-equalised and balanced stage values per layer; each equalisation is
         # clamped so it never adds time (T grows with every stage)
-        moe_act = moe.max(-1)
-        moe_dp = np.minimum(moe_act, moe_eq.max(-1))
-        moe_bal = np.minimum(moe_dp, moe_eq.mean(-1))
-        d_act, c_act = self._comm(links, np.max, np.max)
-        d_dp, c_dp = self._comm(links_eq, np.max, np.max)
-        d_dp, c_dp = np.minimum(d_act, d_dp), np.minimum(c_act, c_dp)
-        d_bal, c_bal = self._comm(links_eq, np.mean, np.mean)
+        moe_act = np.maximum.reduce(moe, -1)
+        moe_dp = moe_act if moe_eq is moe else np.minimum(moe_act, np.maximum.reduce(moe_eq, -1))
+        moe_bal = np.minimum(moe_dp, _mean(moe_eq, -1))
+        d_act, c_act = self._comm(links, np.maximum.reduce, np.maximum.reduce)
+        if links_eq is links:
+            d_dp, c_dp = d_act, c_act
+        else:
+            d_dp, c_dp = self._comm(links_eq, np.maximum.reduce, np.maximum.reduce)
+            d_dp, c_dp = np.minimum(d_act, d_dp), np.minimum(c_act, c_dp)
+        d_bal, c_bal = self._comm(links_eq, _mean, _mean)
         d_bal, c_bal = np.minimum(d_dp, d_bal), np.minimum(c_dp, c_bal)
-        a1m, a2m, shm = a1.mean(), a2.mean(), sh.mean()
+        a1m, a2m, shm = _mean(a1, 0), _mean(a2, 0), _mean(sh, 0)
         t_act = self._layer(a1.max(), a2.max(), sh.max(), o, moe_act, d_act, c_act)
         t_dp = self._layer(a1m, a2m, shm, o, moe_dp, d_dp, c_dp)
         t_bal = self._layer(a1m, a2m, shm, o, moe_bal, d_bal, c_bal)
@@ -746,9 +1078,9 @@ class StepModel:
         # dense layers and output head: rank-local, the slowest rank decides
         dense_r = m.dense_layers * mb * (a1 + a2 + self.dense_ffn.seconds(batch.tokens / mb) + o)
         head_r = self._head(batch.logits)
-        dp_wait = (
-            (t_act - t_dp).sum() + (dense_r.max() - dense_r.mean()) + (head_r.max() - head_r.mean())
-        )
+        dense_m, head_m = _mean(dense_r, 0), _mean(head_r, 0)
+        dense_x, head_x = np.maximum.reduce(dense_r), np.maximum.reduce(head_r)
+        dp_wait = (t_act - t_dp).sum() + (dense_x - dense_m) + (head_x - head_m)
         breakdown = {
             "attention": float(attention),
             "shared_expert": float(shared),
@@ -756,20 +1088,20 @@ class StepModel:
             "comm_exposed": float(comm),
             "dp_wait": float(dp_wait),
             "ep_wait": float((t_dp - t_bal).sum()),
-            "dense_layers": float(dense_r.mean()),
-            "lm_head": float(head_r.mean()),
+            "dense_layers": float(dense_m),
+            "lm_head": float(head_m),
             "overhead": float(overhead_l + hw.fit.step_overhead_s),
         }
-        total = float(t_act.sum() + dense_r.max() + head_r.max() + hw.fit.step_overhead_s)
+        total = float(t_act.sum() + dense_x + head_x + hw.fit.step_overhead_s)
         return StepTime(
             self.phase,
             total,
             breakdown,
             t_act,
-            recv.max(-1),
-            recv.mean(-1),
+            np.maximum.reduce(recv, -1),
+            _mean(recv, -1),
             float(batch.tokens.sum()),
-            meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": placement is None},
+            meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": balanced},
         )
 
     def _head(self, rows: np.ndarray) -> np.ndarray:
@@ -779,6 +1111,22 @@ class StepModel:
         t = self.head.seconds(rows)
         floor = m.vocab * m.hidden * 2 / (hw.hbm_gbps * 1e9)
         return np.where(rows > 0, np.maximum(t, floor), 0.0)
+
+
+def _mean(x: np.ndarray, axis: int) -> np.ndarray:
+    """Mean over ``axis`` without `np.mean`'s per-call overhead."""
+    return np.add.reduce(x, axis) * (1.0 / x.shape[axis])
+
+
+def _per_gpu(slot: np.ndarray, S: int) -> np.ndarray:
+    """``float[L, G]``: sums of ``slot: float[L, G * S]`` over each GPU's ``S`` slots (strided
+    adds: faster than a reduction over a short last axis)."""
+    if S == 1:
+        return slot.copy()
+    out = slot[:, 0::S] + slot[:, 1::S]
+    for s in range(2, S):
+        out += slot[:, s::S]
+    return out
 
 
 def _check_step_load(load, L: int, G: int, E: int) -> np.ndarray:

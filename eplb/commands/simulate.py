@@ -1,0 +1,296 @@
+"""``eplb simulate``: run the serving simulator on a cluster config and a workload.
+
+Writes an output folder all at once (built in a hidden temporary folder beside it, renamed at
+the end): ``summary.json`` (summary and run metadata), ``requests.parquet``, ``steps.parquet``,
+``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``, ``config.toml`` (the config as
+run) and ``plots/`` (TTFT/TPOT CDFs, tokens/s per node over time, per-rank utilisation,
+step-time breakdown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from eplb.errors import InputError
+
+PRESETS = ("deepseek_day6", "sglang_96xh100")
+SYNTH_KEYS = (
+    "rate",
+    "arrival",
+    "cv",
+    "input_mean",
+    "input_sigma",
+    "output_mean",
+    "output_sigma",
+    "hit_rate",
+    "session_prob",
+    "system_prompts",
+    "system_prompt_tokens",
+    "open_sessions",
+    "max_input_tokens",
+    "block_size",
+    "seed",
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a PD-disaggregated serving cluster (TTFT, TPOT, tok/s per node)",
+        description="Simulate a prefill/decode-disaggregated MoE serving cluster: DP balancers, "
+        "KV store and transfers, expert placement with EPLB rebalancing in the loop, GPU "
+        "failures. Prints a summary table and writes OUTDIR (summary.json, requests.parquet, "
+        "steps.parquet, rebalances.csv, faults.csv, utilisation.parquet, config.toml, plots/).",
+        epilog="examples: eplb simulate cluster.toml --workload "
+        "../shared/requests/mooncake_conversation.jsonl --rate 20 --duration 600 -o run1; "
+        "eplb simulate deepseek_day6 --workload synth:n=20000,rate=60,hit_rate=0.563 -o run2",
+    )
+    p.add_argument(
+        "config",
+        metavar="CONFIG",
+        help="cluster config TOML file (ClusterConfig), or a preset name: " + ", ".join(PRESETS),
+    )
+    p.add_argument(
+        "--workload",
+        required=True,
+        metavar="PATH|synth:KEY=VALUE,...",
+        help="a workload file (Mooncake .jsonl, Azure .csv, .csv/.parquet) or a synthetic "
+        "spec 'synth:n=N,rate=R,...' with the keys of `eplb workload synth` "
+        "(" + ", ".join(SYNTH_KEYS) + ")",
+    )
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--rate", type=float, metavar="REQ/S", help="replay the workload at this mean rate"
+    )
+    scale.add_argument(
+        "--speedup", type=float, metavar="X", help="replay the workload X times faster"
+    )
+    p.add_argument("--head", type=int, metavar="N", help="use the first N requests only")
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="stop after S simulated seconds (default: run until every request has finished)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--window",
+        metavar="T0:T1",
+        help="summarise over simulated seconds [T0, T1) (default: the whole run)",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder")
+    p.add_argument("--force", action="store_true", help="replace OUTDIR if it exists (atomically)")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _value(raw: str):
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def parse_synth(spec: str) -> dict:
+    """``"synth:n=5000,rate=8"`` -> keyword arguments of `workload.synthesize`."""
+    body = spec.split(":", 1)[1] if ":" in spec else ""
+    kw: dict = {}
+    for item in filter(None, (x.strip() for x in body.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise InputError(f"--workload {spec!r}: {item!r} is not KEY=VALUE (e.g. rate=8)")
+        if key in ("n", "requests", "num_requests"):
+            key = "num_requests"
+        elif key not in SYNTH_KEYS:
+            raise InputError(
+                f"--workload {spec!r}: unknown key {key!r}; use n and " + ", ".join(SYNTH_KEYS)
+            )
+        kw[key] = _value(raw.strip())
+    kw.setdefault("num_requests", 1000)
+    return kw
+
+
+def load_config(text: str):
+    from evaluation.serving import ClusterConfig
+
+    path = Path(text)
+    if not path.exists() and text in PRESETS:
+        return getattr(ClusterConfig, text)()
+    if not path.exists():
+        raise InputError(
+            f"cluster config {text!r} does not exist; give a TOML file or a preset "
+            f"({', '.join(PRESETS)})"
+        )
+    return ClusterConfig.from_toml(path)
+
+
+def load_workload(args: argparse.Namespace, block_size: int):
+    from evaluation.serving import workload as W
+
+    spec = args.workload
+    if spec == "synth" or spec.startswith("synth:"):
+        kw = parse_synth(spec)
+        kw.setdefault("block_size", block_size)
+        wl = W.synthesize(**kw)
+    else:
+        wl = W.read(spec, block_size=block_size)
+    if args.head is not None:
+        if args.head < 1:
+            raise InputError(f"--head must be >= 1, got {args.head}")
+        wl = wl.head(args.head)
+    if args.rate is not None or args.speedup is not None:
+        wl = W.rescale(wl, rate=args.rate, speedup=args.speedup)
+    return wl
+
+
+def _window(text: str | None):
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    try:
+        t0, t1 = float(a), float(b)
+    except ValueError:
+        raise InputError(f"--window {text!r} is not T0:T1 in seconds (e.g. 600:3600)") from None
+    if not sep or not (t1 > t0 >= 0):
+        raise InputError(f"--window {text!r} needs 0 <= T0 < T1 (seconds)")
+    return (t0, t1)
+
+
+def _check_output(out: Path, force: bool) -> None:
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"-o {out} exists and is not a folder; choose another path")
+        if any(out.iterdir()) and not force:
+            raise InputError(
+                f"-o {out} exists and is not empty; choose a new folder or pass --force"
+            )
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"cannot write {out}: folder {parent} does not exist")
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return str(obj)
+
+
+def write_outputs(result, folder: Path, config, *, window, plots: bool) -> None:
+    """Everything `eplb simulate` writes, into ``folder`` (which exists and is empty)."""
+    import pandas as pd
+
+    result.requests.to_parquet(folder / "requests.parquet", index=False)
+    result.steps.to_parquet(folder / "steps.parquet", index=False)
+    result.rebalances.to_csv(folder / "rebalances.csv", index=False)
+    result.faults.to_csv(folder / "faults.csv", index=False)
+    util = []
+    for name, frame in result.utilisation.items():
+        long = frame.stack().rename("utilisation").reset_index()
+        long.insert(0, "unit", name)
+        util.append(long)
+    if util:
+        pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet", index=False)
+    (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
+    summary = result.summary(window)
+    payload = {"summary": summary, "window": window, "meta": result.meta}
+    (folder / "summary.json").write_text(
+        json.dumps(payload, indent=1, default=_json_default, allow_nan=False)
+        if _finite(payload)
+        else json.dumps(_nan_to_none(payload), indent=1, default=_json_default),
+        encoding="utf-8",
+    )
+    if plots:
+        result.plot(folder / "plots")
+
+
+def _finite(obj) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(_finite(v) for v in obj)
+    return True
+
+
+def _nan_to_none(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluation.serving import simulate
+
+    out = Path(args.output)
+    _check_output(out, args.force)
+    window = _window(args.window)
+    config = load_config(args.config)
+    if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
+        raise InputError(f"--duration must be seconds > 0, got {args.duration}")
+    workload = load_workload(args, config.kv.block_size)
+    result = simulate(
+        config,
+        workload,
+        seed=args.seed,
+        duration_s=args.duration,
+        progress=not args.no_progress,
+    )
+    parent = out.parent if str(out.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    try:
+        write_outputs(result, tmp, config, window=window, plots=not args.no_plots)
+        os.chmod(tmp, 0o777 & ~_umask())
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(result.summary_table(window))
+    print(
+        f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
+        f"{len(result.rebalances)} rebalances)"
+    )
+    return 0
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.rmdir(old)
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,162 @@
+"""`compare`: paired simulations of several configs on one workload, over seeds.
+
+Runs with the same seed are paired: the same arrivals (the workload), the same expert
+popularity over time and the same per-unit noise banks (`evaluation.serving.routing_source`),
+so differences between configs are not sampling noise of the traffic. One row per
+``(config, seed)`` with the `SimResult.summary` keys, plus for every metric in `PAIRED`
+``d_<metric>`` (value minus the first config's at the same seed) and ``r_<metric>`` (value
+over it, minus 1). `paired_table` averages them over seeds.
+
+Tasks run inline (``workers=1``), on a local process pool or on a Dask cluster
+(``scheduler=``), through the executors of `evaluation.compare`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import InputError
+from evaluation.serving.config import ClusterConfig
+from evaluation.serving.workload_model import Workload
+
+__all__ = ["PAIRED", "compare", "paired_table", "run_task"]
+
+PAIRED = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
+    "input_tok_s_per_node",
+    "output_tok_s_per_node",
+    "goodput",
+)
+
+
+def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """One simulation: ``task`` holds ``name``, ``config``, ``workload``, ``seed``,
+    ``duration_s``, ``window``; returns the summary row (with ``wall_s``)."""
+    import time
+
+    from evaluation.serving.simulator import simulate
+
+    start = time.perf_counter()
+    res = simulate(
+        task["config"],
+        task["workload"],
+        seed=task["seed"],
+        duration_s=task["duration_s"],
+        progress=False,
+    )
+    row = {"config": task["name"], "seed": task["seed"], **res.summary(task["window"])}
+    row["wall_s"] = time.perf_counter() - start
+    return row
+
+
+def _named(configs) -> dict[str, ClusterConfig]:
+    if isinstance(configs, ClusterConfig):
+        configs = [configs]
+    if isinstance(configs, Mapping):
+        items = list(configs.items())
+    else:
+        items = []
+        seen: dict[str, int] = {}
+        for cfg in configs:
+            name = getattr(cfg, "name", None) or "config"
+            seen[name] = seen.get(name, 0) + 1
+            items.append((name if seen[name] == 1 else f"{name}#{seen[name]}", cfg))
+    if not items:
+        raise InputError("compare needs at least one config")
+    out = {}
+    for name, cfg in items:
+        if not isinstance(cfg, ClusterConfig):
+            raise InputError(f"config {name!r} is a {type(cfg).__name__}, not a ClusterConfig")
+        out[str(name)] = cfg
+    return out
+
+
+def compare(
+    configs: Mapping[str, ClusterConfig] | Sequence[ClusterConfig],
+    workload: Workload,
+    seeds: Sequence[int] = (0,),
+    *,
+    duration_s: float | None = None,
+    window: tuple[float, float] | None = None,
+    workers: int = 1,
+    scheduler: Any = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Simulate every config on ``workload`` with every seed (paired; module doc).
+
+    ``configs``: ``{name: ClusterConfig}`` or a list (named by ``config.name``; the first is
+    the baseline of the ``d_`` / ``r_`` columns). ``duration_s``: as in `simulate`.
+    ``window``: the summary window (default the whole run). ``workers > 1``: a local process
+    pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
+    """
+    from evaluation.compare import _run_dask, _run_inline, _run_pool
+    from evaluation.serving.simulator import _check_args
+
+    named = _named(configs)
+    if not isinstance(workload, Workload):
+        raise InputError(f"workload must be a Workload, got {type(workload).__name__}")
+    seeds = list(seeds)
+    if not seeds:
+        raise InputError("compare needs at least one seed")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise InputError(f"seeds must be whole numbers >= 0, got {s!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"workers must be a positive integer, got {workers!r}")
+    for cfg in named.values():
+        _check_args(cfg, workload, 0, duration_s, 1.0)
+    tasks = [
+        {
+            "name": name,
+            "config": cfg,
+            "workload": workload,
+            "seed": int(seed),
+            "duration_s": duration_s,
+            "window": window,
+        }
+        for seed in seeds
+        for name, cfg in named.items()
+    ]
+    if scheduler is not None:
+        rows = _run_dask(tasks, scheduler, progress, fn=run_task, desc="simulate")
+    elif workers > 1:
+        rows = _run_pool(tasks, workers, progress, fn=run_task, desc="simulate")
+    else:
+        rows = _run_inline(tasks, progress, fn=run_task, desc="simulate")
+    frame = pd.DataFrame(rows)
+    base = next(iter(named))
+    ref = frame[frame["config"] == base].set_index("seed")
+    for metric in PAIRED:
+        b = frame["seed"].map(ref[metric])
+        frame[f"d_{metric}"] = frame[metric] - b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frame[f"r_{metric}"] = np.where(b != 0, frame[metric] / b - 1.0, math.nan)
+    frame.attrs["baseline"] = base
+    return frame
+
+
+def paired_table(frame: pd.DataFrame, metrics: Sequence[str] = PAIRED) -> pd.DataFrame:
+    """Per config: mean and standard deviation over seeds of each metric and of its paired
+    relative difference to the baseline (``r_``), in config order."""
+    order = list(dict.fromkeys(frame["config"]))
+    cols = {}
+    for m in metrics:
+        g = frame.groupby("config", sort=False)
+        cols[(m, "mean")] = g[m].mean()
+        cols[(m, "std")] = g[m].std(ddof=1)
+        if f"r_{m}" in frame:
+            cols[(f"r_{m}", "mean")] = g[f"r_{m}"].mean()
+            cols[(f"r_{m}", "std")] = g[f"r_{m}"].std(ddof=1)
+    out = pd.DataFrame(cols).loc[order]
+    out.columns = pd.MultiIndex.from_tuples(out.columns)
+    return out

@@ -1,0 +1,302 @@
+"""`SimResult`: what a simulation produced, as frames, a summary and plots.
+
+Frames (one row each):
+
+- ``requests``: per request that arrived before the end: ``request_id``, ``arrival_s``,
+  ``routed_s`` (placed on a prefill rank, last attempt), ``first_token_s`` (its prefill
+  finished: the first output token), ``decode_start_s`` (its first decode step began; NaN
+  for one-token outputs), ``finish_s`` (last token), ``input_tokens``,
+  ``cached_tokens`` (prompt tokens served by the store or the rank's cache, last attempt),
+  ``store_loaded_tokens`` (of those, loaded from the external store), ``output_tokens``,
+  ``prefill_unit``, ``prefill_rank``, ``decode_unit``, ``decode_rank`` (-1: none),
+  ``retries`` (times a failure sent it back to a balancer), ``prefills`` (prefills completed:
+  more than one when a failure made it prefill again), ``ttft_s``, ``tpot_s``
+  (``(finish - first token) / (output_tokens - 1)``, NaN for one-token outputs);
+- ``steps``: per unit step: ``phase``, ``unit``, ``step``, ``start_s``, ``duration_s``,
+  ``tokens`` (query tokens over the unit's ranks), ``requests`` (chunks in prefill, running
+  requests in decode), ``kv_tokens`` (decode context read), ``input_tokens_done`` (prompt
+  tokens, cached included, of the prompts this step finishes), ``output_tokens`` (decode tokens
+  emitted), ``gpu_load_max_over_mean`` (mean over MoE layers of the busiest GPU's routed picks
+  over the mean), ``placement_version`` and the step-time breakdown in seconds
+  (``attention_s`` ... ``overhead_s``, summing to ``duration_s``);
+- ``rebalances``: per EPLB rebalance: ``time_s``, ``phase``, ``unit``, ``solver``,
+  ``replicas_moved``, ``bytes_moved``, ``max_gpu_bytes``, ``copy_s`` (slowest GPU's copy),
+  ``stall_s`` (serving stopped), ``solve_wall_s`` (host seconds, not simulated time),
+  ``expected_balance_before`` / ``_after`` (mean over layers of max / mean GPU load of the live
+  and the new placement on the coming interval's expected load: a report, not an input);
+- ``faults``: per fault: ``time_s``, ``phase``, ``unit``, ``gpu``, ``requests_requeued`` (sent
+  back to a balancer), ``orphaned_experts`` ((layer, expert) pairs whose every replica was on
+  the failed GPUs), ``emergency_replicas_moved`` and ``stall_s`` (the emergency placement's
+  copy, during which the unit serves nothing; 0 without orphans).
+
+``utilisation``: per unit a frame (index: bucket start, seconds; columns: ranks) of the rank's
+load over the bucket's wall time: prefill new tokens per step over the token budget, decode
+running requests over ``max_running_requests``, time-weighted, idle time counting as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb.errors import InputError
+from evaluation.serving.steptime import BREAKDOWN
+
+__all__ = ["STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
+
+STEP_COLUMNS = (
+    "phase",
+    "unit",
+    "step",
+    "start_s",
+    "duration_s",
+    "tokens",
+    "requests",
+    "kv_tokens",
+    "input_tokens_done",
+    "output_tokens",
+    "gpu_load_max_over_mean",
+    "placement_version",
+    *(f"{k}_s" for k in BREAKDOWN),
+)
+
+# the summary's keys with their units (the CLI prints them; docs list them)
+SUMMARY_UNITS = {
+    "duration_s": "s",
+    "requests": "requests",
+    "requests_finished": "requests",
+    "retries": "retries",
+    "ttft_p50_s": "s",
+    "ttft_p90_s": "s",
+    "ttft_p99_s": "s",
+    "tpot_p50_s": "s",
+    "tpot_p90_s": "s",
+    "tpot_p99_s": "s",
+    "output_tok_s_per_request": "tok/s",
+    "input_tok_s_per_node": "tok/s/node",
+    "output_tok_s_per_node": "tok/s/node",
+    "kv_hit_rate": "fraction",
+    "goodput": "fraction",
+    "prefill_step_s": "s",
+    "decode_step_s": "s",
+    "decode_running_per_gpu": "requests",
+    "prefill_gpu_load_max_over_mean": "ratio",
+    "decode_gpu_load_max_over_mean": "ratio",
+    "rebalances": "rebalances",
+    "stall_s": "s",
+    "bytes_moved": "bytes",
+}
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if x.size else math.nan
+
+
+@dataclass
+class SimResult:
+    """A simulation's frames (module doc), per-unit ``utilisation`` and ``meta`` (config,
+    seed, end time, node counts, events processed)."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    rebalances: pd.DataFrame
+    faults: pd.DataFrame
+    utilisation: dict[str, pd.DataFrame] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_sim(cls, sim, end: float) -> SimResult:
+        df = sim.frame
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(sim.out > 1, (sim.finish_s - sim.first_token_s) / (sim.out - 1), np.nan)
+        requests = pd.DataFrame(
+            {
+                "request_id": df["request_id"].to_numpy(),
+                "arrival_s": sim.arrival,
+                "routed_s": sim.routed_s,
+                "first_token_s": sim.first_token_s,
+                "decode_start_s": sim.decode_start_s,
+                "finish_s": sim.finish_s,
+                "input_tokens": sim.inp,
+                "cached_tokens": sim.cached,
+                "store_loaded_tokens": sim.store_tokens,
+                "output_tokens": sim.out,
+                "prefill_unit": sim.p_unit,
+                "prefill_rank": sim.p_rank,
+                "decode_unit": sim.d_unit,
+                "decode_rank": sim.d_rank,
+                "retries": sim.retries,
+                "prefills": sim.prefills,
+                "ttft_s": sim.first_token_s - sim.arrival,
+                "tpot_s": tpot,
+            }
+        )
+        steps = pd.DataFrame.from_records(sim.step_rows, columns=list(STEP_COLUMNS))
+        if len(steps):
+            steps = steps.astype(
+                {"unit": np.int64, "step": np.int64, "placement_version": np.int64}
+            )
+        rebal_cols = [
+            "time_s",
+            "phase",
+            "unit",
+            "solver",
+            "replicas_moved",
+            "bytes_moved",
+            "max_gpu_bytes",
+            "copy_s",
+            "stall_s",
+            "solve_wall_s",
+            "expected_balance_before",
+            "expected_balance_after",
+        ]
+        rebalances = pd.DataFrame(sim.rebalance_rows, columns=rebal_cols)
+        fault_cols = [
+            "time_s",
+            "phase",
+            "unit",
+            "gpu",
+            "requests_requeued",
+            "orphaned_experts",
+            "emergency_replicas_moved",
+            "stall_s",
+        ]
+        faults = pd.DataFrame(sim.fault_rows, columns=fault_cols)
+        util = {}
+        for name, buckets in sim.util.items():
+            if not buckets:
+                continue
+            keys = sorted(buckets)
+            frame = pd.DataFrame(
+                np.stack([buckets[k] for k in keys]) / sim.bucket_s,
+                index=pd.Index([k * sim.bucket_s for k in keys], name="time_s"),
+            )
+            frame.columns.name = "rank"
+            util[name] = frame
+        cfg = sim.cfg
+        meta = {
+            "config": cfg.to_dict(),
+            "config_name": cfg.name,
+            "seed": sim.seed,
+            "end_s": float(end),
+            "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
+            "decode_nodes": cfg.decode.count * cfg.decode.nodes,
+            "prefill_gpus": cfg.prefill.num_gpus,
+            "decode_gpus": cfg.decode.num_gpus,
+            "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+            "events": sim.events,
+            "kv_store": sim.store.stats(),
+        }
+        return cls(requests, steps, rebalances, faults, util, meta)
+
+    # ------------------------------------------------------------------ summary
+    def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Latency percentiles, throughput per node, KV hit rate, goodput (`SUMMARY_UNITS`).
+
+        ``window=(t0, t1)`` (seconds): throughput from the steps starting in it, latencies and
+        goodput over the requests arriving in it (default: the whole run, ``(0, end)``).
+        Goodput is the share of the arrived requests that finished within both SLOs (TTFT, and
+        TPOT for outputs longer than one token); unfinished requests count as misses.
+        ``input_tok_s_per_node``: prompt tokens (cached included) of the prefills finished per
+        second per prefill node; ``output_tok_s_per_node``: tokens decode units emitted per
+        second per decode node (the first token of each request comes from prefill).
+        """
+        end = self.meta.get("end_s", 0.0)
+        t0, t1 = (0.0, end) if window is None else (float(window[0]), float(window[1]))
+        if not t1 > t0:
+            raise InputError(f"window must be (start, end) with end > start, got {window!r}")
+        span = t1 - t0
+        req = self.requests
+        sel = req[(req["arrival_s"] >= t0) & (req["arrival_s"] < t1)]
+        fin = sel[sel["finish_s"].notna()]
+        ttft = sel["ttft_s"].dropna().to_numpy()
+        tpot = fin["tpot_s"].dropna().to_numpy()
+        steps = self.steps
+        st = steps[(steps["start_s"] >= t0) & (steps["start_s"] < t1)] if len(steps) else steps
+        pre = st[st["phase"] == "prefill"] if len(st) else st
+        dec = st[st["phase"] == "decode"] if len(st) else st
+        slo = self.meta.get("slo", {})
+        ok = fin["ttft_s"] <= slo.get("ttft_s", math.inf)
+        ok &= fin["tpot_s"].isna() | (fin["tpot_s"] <= slo.get("tpot_s", math.inf))
+        routed = sel[sel["routed_s"].notna()]
+        inp = float(routed["input_tokens"].sum())
+        out: dict[str, Any] = {
+            "duration_s": span,
+            "requests": int(len(sel)),
+            "requests_finished": int(len(fin)),
+            "retries": int(sel["retries"].sum()),
+        }
+        for name, arr in (("ttft", ttft), ("tpot", tpot)):
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}_s"] = _pct(arr, q)
+        out["output_tok_s_per_request"] = float(np.mean(1.0 / tpot)) if tpot.size else math.nan
+        pn, dn = self.meta.get("prefill_nodes", 1), self.meta.get("decode_nodes", 1)
+        out["input_tok_s_per_node"] = (
+            float(pre["input_tokens_done"].sum()) / span / pn if len(pre) else 0.0
+        )
+        out["output_tok_s_per_node"] = (
+            float(dec["output_tokens"].sum()) / span / dn if len(dec) else 0.0
+        )
+        out["kv_hit_rate"] = float(routed["cached_tokens"].sum()) / inp if inp else 0.0
+        out["goodput"] = float(ok.sum()) / len(sel) if len(sel) else math.nan
+        for phase, part in (("prefill", pre), ("decode", dec)):
+            dur = part["duration_s"].to_numpy() if len(part) else np.zeros(0)
+            out[f"{phase}_step_s"] = float(dur.mean()) if dur.size else math.nan
+            out[f"{phase}_gpu_load_max_over_mean"] = (
+                float(np.average(part["gpu_load_max_over_mean"], weights=dur))
+                if dur.size and dur.sum() > 0
+                else math.nan
+            )
+        gpus = self.meta.get("decode_gpus", 1)
+        if len(dec):
+            out["decode_running_per_gpu"] = (
+                float(
+                    (dec["requests"] * dec["duration_s"]).sum()
+                    / max(dec["duration_s"].sum(), 1e-300)
+                )
+                / gpus
+            )
+        else:
+            out["decode_running_per_gpu"] = 0.0
+        rb = self.rebalances
+        rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < t1)] if len(rb) else rb
+        out["rebalances"] = int(len(rb))
+        out["stall_s"] = float(rb["stall_s"].sum()) if len(rb) else 0.0
+        out["bytes_moved"] = float(rb["bytes_moved"].sum()) if len(rb) else 0.0
+        return out
+
+    def summary_table(self, window=None) -> str:
+        """The summary as an aligned text table with a unit column."""
+        from eplb.commands.common import table
+
+        rows = []
+        for key, value in self.summary(window).items():
+            unit = SUMMARY_UNITS.get(key, "")
+            if isinstance(value, float):
+                if math.isnan(value):
+                    text = "nan"
+                elif unit == "s" and abs(value) < 10:
+                    text = f"{value:.4g}"
+                elif unit == "fraction":
+                    text = f"{value:.4f}"
+                else:
+                    text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
+            else:
+                text = f"{value:,}"
+            rows.append((key, text, unit))
+        return table(rows, header=("metric", "value", "unit"))
+
+    # ------------------------------------------------------------------ output
+    def plot(self, directory: str | os.PathLike) -> list[Path]:
+        """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
+        faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
+        from evaluation.serving import plots
+
+        return plots.write_all(self, Path(directory))

@@ -1,0 +1,181 @@
+"""Failed GPUs: `Topology.failed_gpus`, placements with empty slots, and every solver placing
+on the surviving GPUs (`solvers.failures`), from `solvers.solve` and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import solvers
+from eplb import InputError, Placement, Topology
+from eplb.errors import InfeasibleError, PlacementError, TopologyError
+from eplb.io import read_placement, write_placement
+from solvers.failures import surviving
+
+REPO = Path(__file__).resolve().parents[1]
+OPTIONS = {"ilp": {"time_limit": 0.5, "workers": 1}}
+
+
+@st.composite
+def failed_problems(draw):
+    """(load [L, E], topology with failed GPUs, groups) whose survivors hold every expert."""
+    N = draw(st.integers(1, 3))
+    gpn = draw(st.integers(1, 4))
+    G = N * gpn
+    groups = draw(st.sampled_from([1, 2]))
+    E = groups * draw(st.integers(1, 4))
+    k = draw(st.integers(1, max(1, G - 1))) if G > 1 else 0
+    failed = draw(st.lists(st.integers(0, G - 1), min_size=k, max_size=k, unique=True))
+    if len(failed) >= G:
+        failed = failed[:-1]
+    S = max(1, -(-E // (G - len(failed)))) + draw(st.integers(0, 2))
+    L = draw(st.integers(1, 2))
+    rows = draw(
+        st.lists(st.lists(st.integers(0, 500), min_size=E, max_size=E), min_size=L, max_size=L)
+    )
+    return np.array(rows, dtype=float), Topology(N, gpn, S, failed_gpus=failed), groups
+
+
+@given(prob=failed_problems(), name=st.sampled_from(["deepseek", "greedy", "hierarchical", "ilp"]))
+def test_every_solver_places_on_survivors(prob, name):
+    load, topo, groups = prob
+    p = solvers.solve(name, load, topo, num_groups=groups, **OPTIONS.get(name, {}))
+    p.validate()
+    assert p.topology == topo
+    dead = ~topo.slot_alive
+    assert (p.phy2log[:, dead] == -1).all()  # no replica on a failed GPU
+    assert (p.phy2log[:, ~dead] >= 0).all()  # every surviving slot used
+    assert (p.logcnt >= 1).all()  # every expert placed
+    assert (p.logcnt.sum(1) == topo.slot_alive.sum()).all()
+    assert np.allclose(p.gpu_load(load)[:, list(topo.failed_gpus)], 0)
+    assert np.allclose(p.gpu_load(load).sum(1), load.sum(1))
+    # again with the live placement as previous: still valid, moves counted on survivors
+    q = solvers.solve(
+        name, load[:, ::-1].copy(), topo, num_groups=groups, previous=p, **OPTIONS.get(name, {})
+    )
+    q.validate()
+    assert (q.phy2log[:, dead] == -1).all()
+    assert 0 <= q.meta["solver"]["replicas_moved_total"] <= topo.slot_alive.sum() * len(load)
+
+
+def test_previous_from_before_the_failure():
+    """A placement solved before GPU 5 failed is a valid previous for the emergency solve."""
+    load = np.random.default_rng(0).gamma(1.0, 100.0, size=(3, 64))
+    healthy = Topology(2, 4, 10)
+    before = solvers.solve("greedy", load, healthy)
+    after = solvers.solve("greedy", load, healthy.with_failed([5]), previous=before)
+    assert (after.phy2log[:, 50:60] == -1).all() and (after.logcnt >= 1).all()
+    # moves counted on the survivors: replicas a surviving GPU did not hold before
+    from collections import Counter
+
+    moved = 0
+    for layer in range(3):
+        for g in range(8):
+            if g == 5:
+                continue
+            new = Counter(after.phy2log[layer, g * 10 : (g + 1) * 10].tolist())
+            old = Counter(before.phy2log[layer, g * 10 : (g + 1) * 10].tolist())
+            moved += sum((new - old).values())
+    assert after.meta["solver"]["replicas_moved_total"] == moved
+
+
+def test_surviving_topology():
+    small, slots = surviving(Topology(3, 4, 2, failed_gpus=[4, 5, 6, 7]))
+    assert (small.num_nodes, small.gpus_per_node) == (2, 4)  # a whole node: nodes kept
+    assert slots.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+    small, slots = surviving(Topology(3, 4, 2, failed_gpus=[5]))
+    assert (small.num_nodes, small.gpus_per_node) == (1, 11)  # a partial node: one flat node
+    assert 10 not in slots and 11 not in slots and slots.size == 22
+
+
+def test_too_few_surviving_slots():
+    with pytest.raises(InfeasibleError, match="surviving GPUs"):
+        solvers.solve("deepseek", np.ones((1, 16)), Topology(1, 4, 4, failed_gpus=[0]))
+
+
+def test_topology_failed_gpus_checked_and_round_trip():
+    t = Topology(2, 4, 3, failed_gpus=[6, 1, 1])
+    assert t.failed_gpus == (1, 6)
+    assert Topology.from_dict(t.to_dict()) == t
+    assert "failed_gpus" not in Topology(2, 4, 3).to_dict()
+    assert t.with_failed([2]).failed_gpus == (1, 2, 6)
+    assert t.slot_alive.reshape(8, 3)[[1, 6]].sum() == 0
+    for bad in ([8], [-1], ["a"], [True], list(range(8))):
+        with pytest.raises(TopologyError):
+            Topology(2, 4, 3, failed_gpus=bad)
+    with pytest.raises(TopologyError, match="surviving"):
+        Topology.parse("1x4", slots=16, min_slots=14, failed_gpus=[0])
+
+
+def test_placement_empty_slots_only_on_failed_gpus():
+    t = Topology(1, 4, 2, failed_gpus=[1])
+    ok = Placement(np.array([[0, 1, -1, -1, 2, 3, 4, 5]]), 6, t).validate()
+    assert ok.logcnt.tolist() == [[1, 1, 1, 1, 1, 1]]
+    assert ok.share[0, 2:4].tolist() == [0.0, 0.0]
+    assert ok.log2phy.shape == (1, 6, 1) and (ok.log2phy >= 0).all()
+    with pytest.raises(PlacementError, match="failed GPU 1"):
+        Placement(np.array([[0, 1, 2, -1, 2, 3, 4, 5]]), 6, t).validate()
+    with pytest.raises(PlacementError, match="only on a failed GPU"):
+        Placement(np.array([[-1, 1, -1, -1, 2, 3, 4, 5]]), 6, t).validate()
+    with pytest.raises(PlacementError, match="empty slot must be 0"):
+        Placement(
+            np.array([[0, 1, -1, -1, 2, 3, 4, 5]]),
+            6,
+            t,
+            replica_share=np.array([[1, 1, 0.5, 0, 1, 1, 1, 1.0]]),
+        ).validate()
+
+
+def test_exports_refuse_empty_slots_native_round_trips(tmp_path):
+    t = Topology(1, 4, 2, failed_gpus=[1])
+    p = Placement(np.array([[0, 1, -1, -1, 2, 3, 4, 5]]), 6, t, layer_ids=[3]).validate()
+    write_placement(p, tmp_path / "p.json")
+    back = read_placement(tmp_path / "p.json")
+    assert back.equals(p) and back.topology.failed_gpus == (1,)
+    write_placement(p, tmp_path / "p.npz")
+    assert read_placement(tmp_path / "p.npz").equals(p)
+    for fmt in ("sglang", "trtllm"):
+        with pytest.raises(InputError, match="no empty slot"):
+            write_placement(p, tmp_path / f"p.{fmt}", fmt)
+        assert not (tmp_path / f"p.{fmt}").exists()
+
+
+def test_cli_failed_gpus(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    load = REPO / "traces" / "data" / "deepseek-v3-calibrated.npz"
+    out = tmp_path / "p.json"
+    run = [
+        sys.executable,
+        "-m",
+        "eplb",
+        "solve",
+        str(load),
+        "--topology",
+        "4x8",
+        "--slots",
+        "288",
+        "-o",
+        str(out),
+    ]
+    r = subprocess.run([*run, "--failed-gpus", "3,17"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["topology"]["failed_gpus"] == [3, 17]
+    assert all(row[27:36] == [-1] * 9 for row in doc["phy2log"])
+    for bad, msg in (("3,x", "comma-separated"), ("99", "GPU indices run")):
+        r = subprocess.run(
+            [*run[:-1], str(tmp_path / "q.json"), "--failed-gpus", bad],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "q.json").exists()
