@@ -126,8 +126,15 @@ def _ratio(num: np.ndarray, den: np.ndarray, idle: float) -> np.ndarray:
     return np.divide(num, den, out=np.full(np.shape(num), idle, dtype=np.float64), where=den > 0)
 
 
-def _load_columns(gpu: np.ndarray, node: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-row columns from ``gpu: float[..., G]`` and ``node: float[..., N]``."""
+def _load_columns(gpu: np.ndarray, topology: Topology) -> dict[str, np.ndarray]:
+    """Per-row columns from ``gpu: float[..., G]``; means and minima run over the GPUs (and
+    nodes) that have not failed (``topology.failed_gpus``)."""
+    node = gpu.reshape(*gpu.shape[:-1], topology.num_nodes, topology.gpus_per_node).sum(-1)
+    if topology.failed_gpus:
+        alive = np.ones(topology.num_gpus, dtype=bool)
+        alive[list(topology.failed_gpus)] = False
+        node = node[..., alive.reshape(topology.num_nodes, -1).any(-1)]
+        gpu = gpu[..., alive]
     mx, mean = gpu.max(-1), gpu.mean(-1)
     nmx, nmean = node.max(-1), node.mean(-1)
     return {
@@ -173,8 +180,7 @@ def score(
     num_groups = check_num_groups(num_groups, placement.num_experts)
     topo = placement.topology
     gpu = placement.gpu_load(load)  # [L, G]
-    node = gpu.reshape(gpu.shape[0], topo.num_nodes, topo.gpus_per_node).sum(-1)
-    cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, node)}
+    cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, topo)}
     if isinstance(bound, (bool, np.bool_)):
         bound = check_bool("bound", bound)
         lb = (layer_bound(load, placement.topology, num_groups) if bound
@@ -213,8 +219,7 @@ def score_windows(
     topo = placement.topology
     T, L = counts.shape[:2]
     gpu = gpu_loads(placement, counts, chunk=chunk)  # [T, L, G]
-    node = gpu.reshape(T, L, topo.num_nodes, topo.gpus_per_node).sum(-1)
-    cols = {k: v.ravel() for k, v in _load_columns(gpu, node).items()}
+    cols = {k: v.ravel() for k, v in _load_columns(gpu, topo).items()}
     labels = np.arange(T) if windows is None else as_int_array("windows", windows)
     if labels.shape != (T,):
         raise InputError(f"windows must label the {T} windows (int[{T}]), got shape "

@@ -45,6 +45,7 @@ from eplb.errors import InfeasibleError, InputError
 from eplb.topology import Topology
 from solvers import pairing, pairing_exact
 from solvers.even_split import pack_even
+from solvers.failures import surviving
 from solvers.partitions import best_partitions
 from solvers.replication import waterfill
 from solvers.validation import check_groups, check_int, check_solver_load
@@ -150,6 +151,8 @@ def lower_bound(
             raise InputError(f"{name} must be True or False, got {flag!r}")
     if num_groups is not None:
         check_int("num_groups", num_groups, lo=1)
+    if topology.failed_gpus:  # placements there are placements on the survivors: bound those
+        topology = surviving(topology)[0]
     L, E = load.shape
     G, S, N, P = topology.num_gpus, topology.slots_per_gpu, topology.num_nodes, topology.num_slots
     if P < E:

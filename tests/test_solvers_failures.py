@@ -179,3 +179,24 @@ def test_cli_failed_gpus(tmp_path):
         )
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "q.json").exists()
+
+
+@given(failed_problems())
+def test_bound_and_metrics_count_only_the_survivors(problem):
+    """The lower bound of a topology with failed GPUs is the survivors' bound (every placement
+    there is one on the survivors), never above what a solver reaches; `metrics.score` takes
+    means and minima over the surviving GPUs only."""
+    from evaluation import metrics
+    from solvers.bounds import lower_bound
+
+    load, topo, _ = problem
+    small, _ = surviving(topo)
+    lb = lower_bound(load, topo)
+    np.testing.assert_array_equal(lb, lower_bound(load, small))
+    assert np.all(lb >= lower_bound(load, Topology(topo.num_nodes, topo.gpus_per_node,
+                                                   topo.slots_per_gpu)) - 1e-9)
+    p = solvers.solve("greedy", load, topo)
+    frame = metrics.score(p, load)
+    alive = topo.num_gpus - len(topo.failed_gpus)
+    np.testing.assert_allclose(frame["gpu_mean"], load.sum(-1) / alive)
+    assert np.all(frame["gpu_max"] >= lb - 1e-9 * np.maximum(1.0, lb))
