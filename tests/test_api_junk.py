@@ -7,7 +7,6 @@ TypeError, IndexError, OverflowError, AttributeError or a numpy warning turned e
 from __future__ import annotations
 
 import os
-
 import warnings
 
 import numpy as np
