@@ -192,10 +192,19 @@ def polish(
         a = arr[r3, e]  # [n, gpn, S, R]
         now = _local(m, b, a) * ww  # [n, gpn, S, gpn]
         gpu = (now * eye[None, :, None, :]).sum((2, 3))  # own GPU's share, summed per GPU
-        # move u -> v: mask without u, with v
-        m2 = (m[..., None, :] & ~eye[None, :, None, None, :]) | eye[None, None, None, :, :]
-        new = _local(m2, b[..., None], a[..., None, :]) * ww[..., None]  # [n, gpn, S, gpn, gpn]
-        d = new - now[..., None, :]
+        # a replica alone on its node serves the node's sources wherever it sits: its load
+        # just moves; only experts with several replicas on the node are re-evaluated
+        own = (now * eye[None, :, None, :]).sum(-1)  # [n, gpn, S]
+        d = (eye[None, None, None, :, :] * 1.0 - eye[None, :, None, None, :]) * own[
+            ..., None, None
+        ]
+        multi = m.sum(-1) > 1  # [n, gpn, S]
+        if multi.any():
+            mm, bb, aa = m[multi], b[multi], a[multi]  # [k, gpn], [k], [k, R]
+            u = np.nonzero(multi)[1]
+            m2 = (mm[:, None, :] & ~eye[u][:, None, :]) | eye[None, :, :]  # [k, gpn(v), gpn]
+            new = _local(m2, bb[:, None], aa[:, None, :]) * ww[multi][:, None]
+            d[multi] = new - now[multi][:, None, :]
         bad = m | eye[None, :, None, :]  # v already holds the expert, or v == u
         d[bad] = np.nan
         return gpu, d
