@@ -195,9 +195,7 @@ def polish(
         # a replica alone on its node serves the node's sources wherever it sits: its load
         # just moves; only experts with several replicas on the node are re-evaluated
         own = (now * eye[None, :, None, :]).sum(-1)  # [n, gpn, S]
-        d = (eye[None, None, None, :, :] * 1.0 - eye[None, :, None, None, :]) * own[
-            ..., None, None
-        ]
+        d = (eye[None, None, None, :, :] * 1.0 - eye[None, :, None, None, :]) * own[..., None, None]
         multi = m.sum(-1) > 1  # [n, gpn, S]
         if multi.any():
             mm, bb, aa = m[multi], b[multi], a[multi]  # [k, gpn], [k], [k, R]
