@@ -287,6 +287,208 @@ def traffic_study(path: Path, out: dict) -> None:
     atomic_write_text(OUT / "tables" / "pareto.md", markdown(front, digits=4, index=False))
 
 
+# -------------------------------------------------------------------------- E4b
+RELAX_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+GROUP_LIMITED = {"top_k": 8, "num_groups": 8, "topk_groups": 4}  # DeepSeek-V3 routing
+
+
+def _served(p, load) -> tuple[float, float, float]:
+    """(step max/mean GPU tokens under local_first, RDMA bytes per step, step max/mean under
+    the even split) of placement ``p`` for ``load``: counts mode, sources spread evenly,
+    group-limited co-occurrence model."""
+    rep = traffic.simulate(p, load=load, policy="local_first", **GROUP_LIMITED)
+    gt = rep.gpu_tokens
+    even = p.gpu_load(load)
+    return (float(gt.max(1).sum() / gt.mean(1).sum()), float(rep.rdma_bytes.sum()),
+            float(even.max(1).sum() / even.mean(1).sum()))
+
+
+def relaxed_study(files: list[Path], out: dict) -> None:
+    """The `relaxed` policy against the group contract on every real file at 4x8/288, balance
+    measured under the dispatch actually used (local_first), RDMA with group-limited routing;
+    the Pareto figure with the new front; a token-level cross-check on one file."""
+    topo, groups = SETTINGS["prefill"]
+    points = [("deepseek (hierarchical)", "deepseek", {}), ("hierarchical", "hierarchical", {}),
+              ("greedy", "greedy", {}), ("greedy_traffic 1", "greedy_traffic",
+                                         {"rdma_weight": 1.0}),
+              ("greedy_traffic 10", "greedy_traffic", {"rdma_weight": 10.0})]
+    points += [(f"relaxed {r:g}", "relaxed", {"relax": r}) for r in RELAX_GRID]
+    rows = []
+    for f in tqdm(files, desc="E4b relaxed", unit="file"):
+        load = traces.read(f).load()
+        for label, name, opts in points:
+            p = solvers.solve(name, load, topo, num_groups=groups, **opts)
+            lf, rdma, even = _served(p, load)
+            rows.append({"trace": f.stem, "policy": label, "solver": name,
+                         "relax": opts.get("relax", np.nan), "lf_step_max_over_mean": lf,
+                         "rdma_bytes": rdma, "even_step_max_over_mean": even,
+                         "solve_seconds": p.meta["solver"]["seconds"]})
+    df = pd.DataFrame(rows)
+    hier = df[df["policy"] == "hierarchical"].set_index("trace")
+    df["rdma_vs_hierarchical"] = df["rdma_bytes"] / df["trace"].map(hier["rdma_bytes"])
+    from evaluation.pareto import front
+
+    df["on_front"] = False
+    for _, part in df.groupby("trace", sort=False):
+        df.loc[part.index, "on_front"] = front(part["rdma_bytes"], part["lf_step_max_over_mean"])
+    default = f"relaxed {solvers.options('relaxed')['relax']:g}"
+    per_file = []
+    for stem in hier.index:
+        h = hier.loc[stem]
+        r = df[(df["trace"] == stem) & (df["policy"] == default)].iloc[0]
+        g = df[(df["trace"] == stem) & (df["policy"] == "greedy")].iloc[0]
+        per_file.append({
+            "trace": stem,
+            "hierarchical_lf": h["lf_step_max_over_mean"],
+            "relaxed_lf": r["lf_step_max_over_mean"],
+            "relaxed_rdma_vs_hierarchical": r["rdma_vs_hierarchical"],
+            "greedy_lf": g["lf_step_max_over_mean"],
+            "greedy_rdma_vs_hierarchical": g["rdma_vs_hierarchical"],
+            "dominates_hierarchical": bool(r["lf_step_max_over_mean"] < h["lf_step_max_over_mean"]
+                                           and r["rdma_bytes"] <= h["rdma_bytes"]),
+        })
+    pf = pd.DataFrame(per_file)
+    atomic_write_text(OUT / "tables" / "relaxed.md", markdown(pf, digits=4, index=False))
+    atomic_write_text(OUT / "tables" / "pareto_local_first.md",
+                      markdown(df.drop(columns=["solver"]), digits=4, index=False))
+    out["rx_default"] = default.split()[1]
+    out["rx_dominates"] = str(int(pf["dominates_hierarchical"].sum()))
+    out["rx_files"] = str(len(pf))
+    for key, col in (("hier_lf", "hierarchical_lf"), ("lf", "relaxed_lf"),
+                     ("rdma", "relaxed_rdma_vs_hierarchical"), ("greedy_lf", "greedy_lf"),
+                     ("greedy_rdma", "greedy_rdma_vs_hierarchical")):
+        out[f"rx_{key}_min"] = fmt(pf[col].min())
+        out[f"rx_{key}_max"] = fmt(pf[col].max())
+    gt10 = df[df["policy"] == "greedy_traffic 10"]
+    out["rx_gt10_lf_min"] = fmt(gt10["lf_step_max_over_mean"].min())
+    out["rx_gt10_lf_max"] = fmt(gt10["lf_step_max_over_mean"].max())
+    out["rx_gt10_rdma_min"] = fmt(gt10["rdma_vs_hierarchical"].min())
+    out["rx_gt10_rdma_max"] = fmt(gt10["rdma_vs_hierarchical"].max())
+    relax_rows = df[df["solver"] == "relaxed"]
+    out["rx_seconds_max"] = fmt(relax_rows["solve_seconds"].max(), 1)
+    zero = df[df["policy"] == "relaxed 0"].set_index("trace")
+    out["rx_zero_lf_min"] = fmt(zero["lf_step_max_over_mean"].min())
+    out["rx_zero_lf_max"] = fmt(zero["lf_step_max_over_mean"].max())
+    out["rx_zero_rdma_equal"] = str(int((zero["rdma_bytes"] == hier["rdma_bytes"]).sum()))
+    # monotone along the knob? (both axes, every file)
+    mono = 0
+    for _, part in relax_rows.groupby("trace", sort=False):
+        part = part.sort_values("relax")
+        mono += int((np.diff(part["lf_step_max_over_mean"]) <= 1e-12).all()
+                    and (np.diff(part["rdma_bytes"]) <= 0).all())
+    out["rx_monotone"] = str(mono)
+    _relaxed_figure(df, files[0].stem, OUT / "figures" / "pareto_local_first.png")
+    # token-level cross-check: DeepSeek-style group-limited tokens fitted to the real counts
+    real = traces.read(files[0])
+    tok = traces.synth.token_level(real, num_tokens=4096, seed=0)
+    res = {}
+    for name in ("hierarchical", "relaxed", "greedy"):
+        p = solvers.solve(name, real, topo, num_groups=groups)
+        rep = traffic.simulate_trace(p, tok, policy="local_first", source="tokens")
+        gt = rep.gpu_tokens
+        res[name] = (gt.max(1).sum() / gt.mean(1).sum(), rep.rdma_bytes.sum())
+    out["rx_tok_tokens"] = "4,096"
+    for name, (lf, rdma) in res.items():
+        out[f"rx_tok_{name}_lf"] = fmt(lf)
+        out[f"rx_tok_{name}_rdma"] = fmt(rdma / res["hierarchical"][1])
+
+
+def _relaxed_figure(df: pd.DataFrame, ref: str, path: Path) -> None:
+    """Left: every policy on ``ref``; right: the relaxed curve of every file, RDMA relative
+    to hierarchical's."""
+    plt = plots._plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    part = df[df["trace"] == ref]
+    rel = part[part["solver"] == "relaxed"].sort_values("relax")
+    ax1.plot(rel["rdma_bytes"] / 1e12, rel["lf_step_max_over_mean"], "-o", color="C3",
+             label="relaxed (relax 0 .. 1)")
+    for i, r in enumerate(rel.itertuples()):
+        ax1.annotate(f"{r.relax:g}", (r.rdma_bytes / 1e12, r.lf_step_max_over_mean),
+                     textcoords="offset points", xytext=(6, 6 if i % 2 else -12), fontsize=8)
+    markers = {"deepseek": "s", "hierarchical": "D", "greedy": "^", "greedy_traffic": "v"}
+    for r in part[part["solver"] != "relaxed"].itertuples():
+        ax1.plot(r.rdma_bytes / 1e12, r.lf_step_max_over_mean, markers[r.solver], ms=8,
+                 label=r.policy, mfc="none" if not r.on_front else None)
+    ax1.set_xlabel("RDMA TB per step (58 layers; group-limited routing, local_first)")
+    ax1.set_ylabel("step max/mean GPU tokens under local_first")
+    ax1.set_title(f"{ref}, 4x8 GPUs, 288 slots", fontsize=10)
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    for i, (stem, p) in enumerate(df[df["solver"] == "relaxed"].groupby("trace", sort=False)):
+        p = p.sort_values("relax")
+        ax2.plot(p["rdma_vs_hierarchical"], p["lf_step_max_over_mean"], "-o", ms=4,
+                 color=f"C{i}", label=stem)
+        h = df[(df["trace"] == stem) & (df["solver"] == "hierarchical")].iloc[0]
+        ax2.plot(1.0, h["lf_step_max_over_mean"], "D", color=f"C{i}", mfc="none", ms=8)
+    ax2.set_xlabel("RDMA bytes / hierarchical's")
+    ax2.set_ylabel("step max/mean GPU tokens under local_first")
+    ax2.set_title("relaxed (dots, relax 0 .. 1) vs hierarchical (diamonds), six files",
+                  fontsize=10)
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8)
+    plots._save(fig, path)
+
+
+# -------------------------------------------------------------------------- E3b
+CHAIN_TOLERANCE = 0.005
+CHAIN_DRIFT = (0.1, 0.25, 0.5, 1.0)
+
+
+def chain_study(files: list[Path], out: dict) -> None:
+    """Chain repair at two slots per GPU (18x8/288) on the real decode files: the live
+    placement is greedy's for one file; the new load is that file's counts with 5% lognormal
+    noise, or its traffic mix drifted a share alpha toward the other decode workload."""
+    topo = SETTINGS["decode"][0]
+    decode = [f for f in files if f.stem.startswith("decode")]
+    loads = {f.stem: traces.read(f).load() for f in decode}
+    names = list(loads)
+    rows = []
+    for i, name in enumerate(tqdm(names, desc="E3b chain repair", unit="file")):
+        own = loads[name]
+        other = loads[names[(i + 1) % len(names)]]
+        total = own.sum(1, keepdims=True)
+        cases = [("noise 0.05", own * np.random.default_rng(0).lognormal(0, 0.05, own.shape))]
+        cases += [(f"drift {a:g}", ((1 - a) * own / total + a * other / other.sum(1, keepdims=True))
+                   * total) for a in CHAIN_DRIFT]
+        live = solvers.solve("greedy", own, topo)
+        for label, new in cases:
+            fresh = solvers.solve("greedy", new, topo, previous=live)
+            n_fresh = fresh.meta["solver"]["replicas_moved_total"]
+            fresh_max = fresh.gpu_load(new).max(1)
+            over = live.gpu_load(new) > (fresh_max * (1 + CHAIN_TOLERANCE))[:, None]
+            row = {"live": name, "new load": label, "fresh_moved": n_fresh,
+                   "overloaded_gpus": int(over.sum()), "overloaded_share": float(over.mean())}
+            for chains in (False, True):
+                p = solvers.solve("repair", new, topo, previous=live, tolerance=CHAIN_TOLERANCE,
+                                  chains=chains)
+                tag = "chains" if chains else "single"
+                n = p.meta["solver"]["replicas_moved_total"]
+                row[f"{tag}_moved"] = n
+                row[f"{tag}_share"] = n / n_fresh
+                row[f"{tag}_worst_vs_fresh"] = float((p.gpu_load(new).max(1) / fresh_max).max())
+                row[f"{tag}_seconds"] = p.meta["solver"]["seconds"]
+            row["target"] = bool(row["chains_share"] <= 0.20
+                                 and row["chains_worst_vs_fresh"] <= 1 + CHAIN_TOLERANCE + 1e-9)
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    atomic_write_text(OUT / "tables" / "chain_repair.md", markdown(df, digits=3, index=False))
+    out["ch_files"] = ", ".join(f"`{n}`" for n in names)
+    out["ch_met"] = str(int(df["target"].sum()))
+    out["ch_cases"] = str(len(df))
+    out["ch_worst"] = fmt(df["chains_worst_vs_fresh"].max())
+    out["ch_seconds_max"] = fmt(df["chains_seconds"].max(), 1)
+    for label, part in df.groupby("new load", sort=False):
+        key = label.replace(" ", "_").replace(".", "")
+        for tag in ("single", "chains"):
+            out[f"ch_{key}_{tag}_min"] = fmt(part[f"{tag}_share"].min(), 3)
+            out[f"ch_{key}_{tag}_max"] = fmt(part[f"{tag}_share"].max(), 3)
+        out[f"ch_{key}_over"] = fmt(part["overloaded_share"].mean(), 2)
+        out[f"ch_{key}_per_over"] = fmt(part["chains_moved"].sum() / part["overloaded_gpus"].sum(),
+                                        1)
+        out[f"ch_{key}_fresh_min"] = str(int(part["fresh_moved"].min()))
+        out[f"ch_{key}_fresh_max"] = str(int(part["fresh_moved"].max()))
+
+
 # --------------------------------------------------------------------------- E5
 def executor_check(out: dict) -> None:
     from eplb.executor import MoELayer, ReferenceExecutor
@@ -429,6 +631,8 @@ def main() -> None:
         ("E2 redundancy sweep", lambda out: redundancy_sweep(files[0], out)),
         ("E3 replay", replay_study),
         ("E4 traffic and Pareto front", lambda out: traffic_study(files[0], out)),
+        ("E4b relaxed group contract (issue 14)", lambda out: relaxed_study(files, out)),
+        ("E3b chain repair at 2 slots per GPU (issue 14)", lambda out: chain_study(files, out)),
         ("E5 executor cross-check", executor_check),
     ]
     try:

@@ -22,6 +22,7 @@ from solvers import greedy_traffic as _greedy_traffic  # noqa: F401
 from solvers import greedy_weighted as _greedy_weighted  # noqa: F401
 from solvers import hierarchical as _hierarchical  # noqa: F401
 from solvers import ilp as _ilp  # noqa: F401
+from solvers import relaxed as _relaxed  # noqa: F401  (research policy, issue 14)
 from solvers import repair as _repair  # noqa: F401
 from solvers.registry import available, check_options, get, options, register, resolve, solve
 

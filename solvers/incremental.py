@@ -46,7 +46,8 @@ import numpy as np
 
 from eplb.placement import Placement
 from eplb.topology import Topology
-from solvers.layout import duplicates
+from solvers.chains import chain_repair
+from solvers.layout import duplicates, moved
 from solvers.migration import relabel
 from solvers.tolerance import REL_TOL
 
@@ -264,11 +265,17 @@ def incremental(
     tolerance: float | None,
     migration_budget: int | None,
     max_steps: int = 10_000,
+    chains: bool = True,
 ) -> Placement:
     """Repair ``previous`` for ``load: float64[L, E]``, ``fresh`` being the fresh greedy
     placement of the same load (see module docstring). ``meta["solver"]`` holds ``policy``,
     ``relabeled`` (True: `solvers.solve` must not relabel again) and ``incremental``
-    (``tolerance``, ``migration_budget``, ``steps``, ``fresh_layers`` taken from ``fresh``).
+    (``tolerance``, ``migration_budget``, ``steps``, ``fresh_layers`` taken from ``fresh``,
+    ``chain_layers`` taken from the chain repair).
+
+    ``chains`` (two slots per GPU only): also run `solvers.chains.chain_repair` from
+    ``previous``; a layer takes its result when it reaches the target within the budget and
+    the single moves did not, or with fewer replicas moved.
     """
     L, E = load.shape
     previous.validate()  # the repair relies on every expert having a replica
@@ -284,19 +291,35 @@ def incremental(
         max_steps=max_steps,
     )
     got = Placement(out, E, topology).gpu_load(load).max(1)
-    miss = np.nonzero(got > target * (1 + REL_TOL))[0]
+    S = topology.slots_per_gpu
+    chained = np.zeros(L, dtype=bool)
+    if chains and S == 2:
+        alt, ok = chain_repair(load, previous.phy2log, fresh.phy2log, target, topology.num_gpus)
+        if migration_budget is not None:
+            ok &= slots_changed(previous.phy2log, alt) <= migration_budget
+        reached = got <= target * (1 + REL_TOL)
+        fewer = moved(previous.phy2log, alt, E, S) < moved(previous.phy2log, out, E, S)
+        chained = ok & (~reached | fewer)
+        out[chained] = alt[chained]
+        got = np.where(chained, Placement(out, E, topology).gpu_load(load).max(1), got)
+    miss = got > target * (1 + REL_TOL)
+    # layers the single moves missed (repaired by chains or not): the relabeled fresh layer
+    # where it reaches the target with fewer moves, or (no budget) wherever nothing else did
+    look = np.nonzero(miss | chained)[0]
     take = np.zeros(L, dtype=bool)
-    if miss.size:
-        sub_prev = Placement(previous.phy2log[miss], E, topology)
-        sub_fresh = relabel(Placement(fresh.phy2log[miss], E, topology), sub_prev)
+    if look.size:
+        sub_prev = Placement(previous.phy2log[look], E, topology)
+        sub_fresh = relabel(Placement(fresh.phy2log[look], E, topology), sub_prev)
         if migration_budget is None:
-            ok = np.ones(miss.size, dtype=bool)
+            ok = np.ones(look.size, dtype=bool)
         else:
             ok = (slots_changed(sub_prev.phy2log, sub_fresh.phy2log) <= migration_budget) & (
-                fresh_max[miss] < got[miss]
+                fresh_max[look] < got[look]
             )
-        take[miss[ok]] = True
-        out[miss[ok]] = sub_fresh.phy2log[ok]
+        fm = moved(sub_prev.phy2log, sub_fresh.phy2log, E, S)
+        ok &= miss[look] | (fm < moved(sub_prev.phy2log, out[look], E, S))
+        take[look[ok]] = True
+        out[look[ok]] = sub_fresh.phy2log[ok]
     info = {
         "policy": "global",
         "relabeled": True,
@@ -305,6 +328,7 @@ def incremental(
             "migration_budget": migration_budget,
             "steps": int(steps),
             "fresh_layers": np.nonzero(take)[0].tolist(),
+            "chain_layers": np.nonzero(chained & ~take)[0].tolist(),
         },
         "duplicates": int(duplicates(out, topology.slots_per_gpu).sum()),
     }

@@ -31,6 +31,7 @@ def repair(
     tolerance: NonNegFloat | None = None,
     migration_budget: NonNegInt | None = None,
     budget: NonNegInt = 10_000,
+    chains: bool = True,
 ) -> Placement:
     """Repair ``previous`` for ``load: float64[L, E]`` (module docstring).
 
@@ -51,4 +52,5 @@ def repair(
         tolerance=tolerance,
         migration_budget=migration_budget,
         max_steps=budget,
+        chains=chains,
     )
