@@ -263,7 +263,7 @@ def bursty(num_layers: int = 58, num_experts: int = 256, *, windows: int = 8,
 
 
 def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16384,
-               phase: str = "all", jitter: float = 0.05, seed: int = 0,
+               phase: str = "all", jitter: float = 0.05, drift: float = 0.0, seed: int = 0,
                meta: Mapping | None = None) -> Trace:
     """A trace whose per-layer skew is drawn from the model fitted to real dumps of ``model``.
 
@@ -273,6 +273,9 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     expert shares from the fitted shapes (`traces.calibration`); expert identities are random.
     Windows share those shares up to a log-normal ``jitter`` per (window, expert): the real dumps
     have no time axis, so window-to-window variation is *not* calibrated.
+    ``drift`` (default 0: none) makes the shares wander: each expert's log-share takes a Gaussian
+    random walk with step ``drift`` per window (window 0 at the drawn shares), a persistent
+    change on top of the transient ``jitter``.
     Shape, layer ids (3..60 of 61 model layers), ``num_groups``, ``top_k`` and ``topk_groups``
     are the model's.
     """
@@ -281,6 +284,8 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     _check_sizes(windows=windows, tokens=tokens)
     if not (isinstance(jitter, (int, float)) and 0 <= jitter <= 2):
         raise TraceError(f"jitter must be a number in [0, 2], got {jitter!r}")
+    if isinstance(drift, bool) or not (isinstance(drift, (int, float)) and 0 <= drift <= 2):
+        raise TraceError(f"drift must be a number in [0, 2], got {drift!r}")
     table = calibration.load_table(model)
     par = calibration.phase_params(table, phase)
     rng = _rng(seed)
@@ -292,6 +297,9 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     p = calibration.shares(sg, sw, table, rng)  # [L, E], iid draws: identities are random
     G, E = int(table["num_groups"]), int(table["num_experts"])
     w = p[None] * np.exp(jitter * rng.standard_normal((windows, L, E)))
+    if drift > 0:  # no draw without drift: the same seed gives the same trace as before
+        walk = np.cumsum(rng.standard_normal((windows, L, E)), axis=0)
+        w = w * np.exp(drift * (walk - walk[:1]))
     top_k = int(table["top_k"])
     counts = _sample(w, windows, tokens, top_k, rng)
     info = {
@@ -301,7 +309,7 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
         "topk_groups": int(table["topk_groups"]),
     }
     prov = {"generator": "calibrated", "model": model, "phase": phase, "seed": seed,
-            "jitter": jitter, "tokens": tokens,
+            "jitter": jitter, "tokens": tokens, **({"drift": drift} if drift else {}),
             "calibration": {"table": calibration.table_path(model).name,
                             "fitted_from": [f["name"] for f in table["source"]["files"]]}}
     return _finish(counts, table["layer_ids"], top_k, prov, {**info, **(meta or {})})
