@@ -23,6 +23,9 @@ from solvers import greedy_weighted as _greedy_weighted  # noqa: F401
 from solvers import hierarchical as _hierarchical  # noqa: F401
 from solvers import ilp as _ilp  # noqa: F401
 from solvers import repair as _repair  # noqa: F401
+from solvers import robust as _robust  # noqa: F401
 from solvers.registry import available, check_options, get, options, register, resolve, solve
+from solvers.registry import takes_windows
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
+__all__ += ["takes_windows"]

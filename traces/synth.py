@@ -17,7 +17,8 @@ once under top-k routing.
   (`traces.calibration`).
 
 Token-level generator `token_level`: group-limited top-k routing (DeepSeek-V3) of ``num_tokens``
-tokens whose per-expert pick counts match a target load (tolerance stated there).
+tokens whose per-expert pick counts match a target load (tolerance stated there);
+`token_windows` does it for every window of a trace (a batch of tokens per window).
 
 Every generator takes ``layer_ids`` (model layer ids, default ``0..L-1``) and ``meta`` (extra
 metadata merged in, e.g. ``{"num_model_layers": 61}``).
@@ -37,8 +38,8 @@ from eplb.loads import as_real_array
 from eplb.safeload import check_size
 from traces.model import Trace
 
-__all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level", "uniform",
-           "zipf"]
+__all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level",
+           "token_windows", "uniform", "zipf"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -411,6 +412,38 @@ def token_level(target, *, num_tokens: int = 4096, num_groups: int = 8, topk_gro
                      token_rank, meta=info)
     except TraceError as exc:
         raise TraceError(f"generator output rejected: {exc}") from None
+
+
+def token_windows(target: Trace, *, num_tokens: int = 4096, num_groups: int = 8,
+                  topk_groups: int = 4, top_k: int = 8, num_ranks: int = 32,
+                  iterations: int = 20, seed: int = 0,
+                  progress: bool = False) -> tuple[Trace, list[Trace]]:
+    """One batch of ``num_tokens`` tokens per window of ``target``: `token_level` on each
+    window's counts (window ``t`` with seed ``seed + t``). Returns ``(counts, tokens)``: the
+    trace of the tokens' pick counts (``counts[t]`` and ``source_counts[t]`` are window ``t``'s
+    tokens; ``target``'s layer ids and meta) and the list of the ``T`` one-window token-level
+    traces, as `evaluation.replay.replay` takes them (``tokens=``)."""
+    if not isinstance(target, Trace):
+        raise TraceError("target must be a traces.Trace with the windows to route")
+    check_seed("seed", seed, error=TraceError)
+    out = []
+    windows = range(target.num_windows)
+    if progress:
+        from tqdm import tqdm
+
+        windows = tqdm(windows, desc="token windows", unit="window")
+    for t in windows:
+        out.append(token_level(target.select(windows=t), num_tokens=num_tokens,
+                               num_groups=num_groups, topk_groups=topk_groups, top_k=top_k,
+                               num_ranks=num_ranks, iterations=iterations, seed=seed + t))
+    meta = {k: v for k, v in target.meta.items() if k != "provenance"}
+    meta.update(num_groups=num_groups, topk_groups=topk_groups, top_k=top_k)
+    meta["provenance"] = {"generator": "token_windows", "seed": seed, "num_tokens": num_tokens,
+                          "num_ranks": num_ranks, "iterations": iterations,
+                          "target": target.meta.get("provenance")}
+    counts = Trace(np.concatenate([tk.counts for tk in out]), target.layer_ids,
+                   np.concatenate([tk.source_counts for tk in out]), meta=meta)
+    return counts, out
 
 
 def _route(theta: np.ndarray, noise: np.ndarray, G: int, TG: int, K: int) -> np.ndarray:
