@@ -24,8 +24,16 @@ from solvers import hierarchical as _hierarchical  # noqa: F401
 from solvers import ilp as _ilp  # noqa: F401
 from solvers import repair as _repair  # noqa: F401
 from solvers import robust as _robust  # noqa: F401
-from solvers.registry import available, check_options, get, options, register, resolve, solve
-from solvers.registry import takes_windows
+from solvers.registry import (
+    available,
+    check_options,
+    get,
+    options,
+    register,
+    resolve,
+    solve,
+    takes_windows,
+)
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
 __all__ += ["takes_windows"]

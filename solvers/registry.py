@@ -295,6 +295,10 @@ def solve(
     out = spec.fn(load, topology, **{k: v for k, v in common.items() if k in spec.common}, **opts)
     seconds = time.perf_counter() - start
     placement = _as_placement(out, name, E, topology)
+    if placement.num_layers != L:
+        raise InputError(
+            f"solver {name!r} returned {placement.num_layers} layers for a {L}-layer problem"
+        )
     info = dict(placement.meta.get("solver") or {})
     if previous is not None:  # relabeling is part of the solve: timed with it
         if not info.get("relabeled"):

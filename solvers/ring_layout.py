@@ -34,8 +34,9 @@ def _ring_order(per: np.ndarray, flex: np.ndarray) -> np.ndarray:
     return out
 
 
-def ring_layout(load: np.ndarray, counts: np.ndarray, num_gpus: int,
-                slots_per_gpu: int) -> tuple[np.ndarray, np.ndarray]:
+def ring_layout(
+    load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(phy2log: int64[L, P], ok: bool[L])`` for ``load: float[L, E]`` and replica counts
     ``counts: int64[L, E]`` (rows summing to ``G * S``, every count in ``1..G``); see the
     module docstring. Rows with ``ok`` False hold an incomplete table (use another layout)."""

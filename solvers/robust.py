@@ -69,13 +69,20 @@ def robust(
     W, L, E = load.shape
     G, S, P = topology.num_gpus, topology.slots_per_gpu, topology.num_slots
     if layout == "ring" and (scenarios != "none" or tolerance is not None):
-        raise InputError("layout='ring' places the forecast itself: leave scenarios='none' and "
-                         "tolerance unset (a repair or a scenario packing would break the ring)")
+        raise InputError(
+            "layout='ring' places the forecast itself: leave scenarios='none' and "
+            "tolerance unset (a repair or a scenario packing would break the ring)"
+        )
     fc = forecast(load)
-    counts = waterfill(fc.load + volatility * fc.spread, P,
-                       row_caps(np.ones((L, E), dtype=bool), G, S))
-    info: dict = {"policy": "robust", "layout": layout, "windows": int(W),
-                  "alpha": fc.alpha.tolist()}
+    counts = waterfill(
+        fc.load + volatility * fc.spread, P, row_caps(np.ones((L, E), dtype=bool), G, S)
+    )
+    info: dict = {
+        "policy": "robust",
+        "layout": layout,
+        "windows": int(W),
+        "alpha": fc.alpha.tolist(),
+    }
     packed = np.ones(L, dtype=bool)
     if layout == "ring":
         phy2log, ok = ring_layout(fc.load, counts, G, S)
@@ -91,13 +98,21 @@ def robust(
     if scenarios != "none":
         scen = normalise(load).transpose(1, 0, 2)  # [L, W, E]
         alt = scenario_packing.pack(scen, counts, G, S, how=scenarios, budget=min(budget, 1000))
-        better = scenario_packing.objective(scen, alt, S, scenarios) < \
-            scenario_packing.objective(scen, phy2log, S, scenarios) * (1 - 1e-12)
+        better = scenario_packing.objective(scen, alt, S, scenarios) < scenario_packing.objective(
+            scen, phy2log, S, scenarios
+        ) * (1 - 1e-12)
         phy2log = np.where(better[:, None], alt, phy2log)
         info["scenario_layers"] = np.nonzero(better)[0].tolist()
     if previous is not None and tolerance is not None:
-        repaired = incremental(fc.load, topology, previous, Placement(phy2log, E, topology),
-                               tolerance=tolerance, migration_budget=None, max_steps=budget)
+        repaired = incremental(
+            fc.load,
+            topology,
+            previous,
+            Placement(phy2log, E, topology),
+            tolerance=tolerance,
+            migration_budget=None,
+            max_steps=budget,
+        )
         phy2log = repaired.phy2log
         info.update(relabeled=True, incremental=repaired.meta["solver"]["incremental"])
     info["duplicates"] = int(duplicates(phy2log, S).sum())

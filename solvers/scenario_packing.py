@@ -48,8 +48,9 @@ def objective(scen: np.ndarray, phy2log: np.ndarray, slots_per_gpu: int, how: st
     return _agg(gpu.max(-1), how)
 
 
-def lpt(scen: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int,
-        how: str = "mean") -> np.ndarray:
+def lpt(
+    scen: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int, how: str = "mean"
+) -> np.ndarray:
     """Greedy scenario packing; ``slot_e: int64[X, G, S]`` (module docstring)."""
     X, K, E = scen.shape
     G, S = num_gpus, slots_per_gpu
@@ -95,11 +96,13 @@ def _rest_max(gpu: np.ndarray, a: np.ndarray) -> np.ndarray:
     idx = order[:, None, :, :]  # [n, 1, 3, K]
     ok = (idx != a[:, None, None, None]) & (idx != b)  # [n, G, 3, K]
     first = ok.argmax(2)  # first of the top 3 not excluded
-    return np.take_along_axis(np.broadcast_to(top[:, None], ok.shape), first[:, :, None], 2)[:, :, 0]
+    tops = np.broadcast_to(top[:, None], ok.shape)
+    return np.take_along_axis(tops, first[:, :, None], 2)[:, :, 0]
 
 
-def improve(slot_e: np.ndarray, scen: np.ndarray, counts: np.ndarray, how: str = "mean",
-            budget: int = 1000) -> int:
+def improve(
+    slot_e: np.ndarray, scen: np.ndarray, counts: np.ndarray, how: str = "mean", budget: int = 1000
+) -> int:
     """Swap search on ``slot_e: int64[X, G, S]`` in place; returns the steps run."""
     X, G, S = slot_e.shape
     if G < 2:
@@ -129,8 +132,9 @@ def improve(slot_e: np.ndarray, scen: np.ndarray, counts: np.ndarray, how: str =
         obj = _agg(np.maximum(rest[:, :, None, None, :], new_max), how)  # [n, G, Sa, Sb]
         cur = _agg(top, how)
         ea, eb = slot_e[active, a], slot_e[active]  # [n, Sa], [n, G, Sb]
-        ok = (holds[active[:, None, None], ea[:, :, None], np.arange(G)[None, None, :]]
-              == 0).transpose(0, 2, 1)[:, :, :, None]  # a's expert not on b
+        ok = (
+            holds[active[:, None, None], ea[:, :, None], np.arange(G)[None, None, :]] == 0
+        ).transpose(0, 2, 1)[:, :, :, None]  # a's expert not on b
         ok = ok & (holds[active[:, None, None], eb, a[:, None, None]] == 0)[:, :, None, :]
         ok[r, a] = False
         obj = np.where(ok, obj, np.inf).reshape(n, -1)
@@ -155,8 +159,15 @@ def improve(slot_e: np.ndarray, scen: np.ndarray, counts: np.ndarray, how: str =
     return steps
 
 
-def pack(scen: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int, *,
-         how: str = "mean", budget: int = 1000) -> np.ndarray:
+def pack(
+    scen: np.ndarray,
+    counts: np.ndarray,
+    num_gpus: int,
+    slots_per_gpu: int,
+    *,
+    how: str = "mean",
+    budget: int = 1000,
+) -> np.ndarray:
     """`lpt` then `improve`: ``phy2log: int64[X, P]``."""
     slot_e = lpt(scen, counts, num_gpus, slots_per_gpu, how)
     improve(slot_e, scen, counts, how, budget)

@@ -173,8 +173,9 @@ def check_solver_windows(load, *, name: str = "load") -> np.ndarray:
         try:
             arr = np.asarray(load)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise InputError(f"{name} must be a numeric array [windows, layers, experts]: "
-                             f"{exc}") from None
+            raise InputError(
+                f"{name} must be a numeric array [windows, layers, experts]: {exc}"
+            ) from None
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3 or 0 in arr.shape:

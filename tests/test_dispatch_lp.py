@@ -39,8 +39,13 @@ def brute_split(demand, fixed, arc_j, arc_g) -> int:
     per = []
     for j in range(demand.size):
         gs = arc_g[arc_j == j]
-        per.append([(gs, c) for c in itertools.product(range(demand[j] + 1), repeat=gs.size)
-                    if sum(c) == demand[j]])
+        per.append(
+            [
+                (gs, c)
+                for c in itertools.product(range(demand[j] + 1), repeat=gs.size)
+                if sum(c) == demand[j]
+            ]
+        )
     best = None
     for combo in itertools.product(*per):
         load = fixed.copy()
@@ -71,10 +76,10 @@ def test_split_by_source_node_keeps_the_optimum(problem, nodes, seed):
     G = fixed.size
     rng = np.random.default_rng(seed)
     gpu_node = np.sort(rng.integers(0, nodes, G))
-    per_node = np.array([rng.multinomial(d, np.ones(nodes) / nodes) for d in demand],
-                        dtype=np.int64).reshape(demand.size, nodes)
-    T, flow = minmax.split(demand, fixed, arc_j, arc_g, source_nodes=per_node,
-                           gpu_node=gpu_node)
+    per_node = np.array(
+        [rng.multinomial(d, np.ones(nodes) / nodes) for d in demand], dtype=np.int64
+    ).reshape(demand.size, nodes)
+    T, flow = minmax.split(demand, fixed, arc_j, arc_g, source_nodes=per_node, gpu_node=gpu_node)
     assert flow.shape == (arc_j.size, nodes) and (flow >= 0).all()
     for j in range(demand.size):
         np.testing.assert_array_equal(flow[arc_j == j].sum(0), per_node[j])
@@ -104,8 +109,11 @@ def batches(draw):
     placement = Placement(table[None], E, topo).validate()
     K = draw(st.integers(1, min(E, 3)))
     N = draw(st.integers(0, 8))
-    ids = np.stack([rng.choice(E, K, replace=False) for _ in range(N)]) if N else \
-        np.zeros((0, K), dtype=np.int64)
+    ids = (
+        np.stack([rng.choice(E, K, replace=False) for _ in range(N)])
+        if N
+        else np.zeros((0, K), dtype=np.int64)
+    )
     rank = rng.integers(0, topo.num_gpus, N)
     return placement, ids, rank
 
@@ -114,8 +122,10 @@ def brute_batch(placement: Placement, ids: np.ndarray) -> int:
     """Smallest busiest-GPU picks over every way of sending each pick to a replica GPU."""
     topo = placement.topology
     S, G = topo.slots_per_gpu, topo.num_gpus
-    gpus = {e: sorted({int(s) // S for s in placement.log2phy[0, e] if s >= 0})
-            for e in range(placement.num_experts)}
+    gpus = {
+        e: sorted({int(s) // S for s in placement.log2phy[0, e] if s >= 0})
+        for e in range(placement.num_experts)
+    }
     n = np.bincount(ids.ravel(), minlength=placement.num_experts)
     fixed = np.zeros(G, dtype=np.int64)
     demand, arc_j, arc_g = [], [], []
@@ -126,8 +136,12 @@ def brute_batch(placement: Placement, ids: np.ndarray) -> int:
             arc_j += [len(demand)] * len(gpus[e])
             arc_g += gpus[e]
             demand.append(n[e])
-    return brute_split(np.array(demand, dtype=np.int64), fixed, np.array(arc_j, dtype=np.int64),
-                       np.array(arc_g, dtype=np.int64))
+    return brute_split(
+        np.array(demand, dtype=np.int64),
+        fixed,
+        np.array(arc_j, dtype=np.int64),
+        np.array(arc_g, dtype=np.int64),
+    )
 
 
 def gpu_picks(slots: np.ndarray, topo: Topology) -> np.ndarray:
@@ -152,8 +166,7 @@ def test_lp_routes_whole_picks_to_replicas_optimally(case):
     if ids.size:
         assert got.max() == brute_batch(placement, ids)
     # deterministic
-    np.testing.assert_array_equal(route(ids.copy(), placement, policy="lp", token_rank=rank),
-                                  slots)
+    np.testing.assert_array_equal(route(ids.copy(), placement, policy="lp", token_rank=rank), slots)
 
 
 @settings(max_examples=60)

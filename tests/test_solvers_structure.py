@@ -17,6 +17,7 @@ POLICIES = {
     "hierarchical",
     "ilp",
     "repair",
+    "robust",
 }
 
 

@@ -82,8 +82,12 @@ def _check(demand, fixed, arc_j, arc_g) -> tuple[np.ndarray, ...]:
         raise InputError("demand and fixed must be picks >= 0")
     if arc_j.shape != arc_g.shape or arc_j.ndim != 1:
         raise InputError("arc_j and arc_g must be int[A] of the same length")
-    if arc_j.size and (arc_j.min() < 0 or arc_j.max() >= demand.size or arc_g.min() < 0
-                       or arc_g.max() >= fixed.size):
+    if arc_j.size and (
+        arc_j.min() < 0
+        or arc_j.max() >= demand.size
+        or arc_g.min() < 0
+        or arc_g.max() >= fixed.size
+    ):
         raise InputError("arcs must join experts 0..J-1 to GPUs 0..G-1")
     served = np.bincount(arc_j, minlength=demand.size) > 0
     if (demand[~served] > 0).any():
@@ -129,11 +133,13 @@ def split(
     tails = np.concatenate([(arc_j[:, None] * N + a[None, :]).ravel(), J * N + np.arange(G)])
     heads = np.concatenate([np.repeat(J * N + arc_g, N), np.full(G, sink)])
     caps = np.concatenate([np.full(A * N, int(demand.sum())), T - fixed])
-    cost = np.concatenate([(node[arc_g][:, None] != a[None, :]).astype(np.int64).ravel(),
-                           np.zeros(G, dtype=np.int64)])
+    cost = np.concatenate(
+        [(node[arc_g][:, None] != a[None, :]).astype(np.int64).ravel(), np.zeros(G, dtype=np.int64)]
+    )
     mcf = min_cost_flow.SimpleMinCostFlow()
-    mcf.add_arcs_with_capacity_and_unit_cost(tails.astype(np.int32), heads.astype(np.int32),
-                                             caps.astype(np.int64), cost)
+    mcf.add_arcs_with_capacity_and_unit_cost(
+        tails.astype(np.int32), heads.astype(np.int32), caps.astype(np.int64), cost
+    )
     supply = np.zeros(sink + 1, dtype=np.int64)
     supply[: J * N] = per_node.ravel()
     supply[sink] = -int(demand.sum())
@@ -157,20 +163,35 @@ def split_lp(demand, fixed, arc_j, arc_g) -> tuple[float, np.ndarray]:
     J, G, A = demand.size, fixed.size, arc_j.size
     cols = np.arange(A)
     eq = coo_matrix((np.ones(A), (arc_j, cols)), shape=(J, A + 1))
-    ub = vstack([coo_matrix((np.ones(A), (arc_g, cols)), shape=(G, A + 1)),
-                 ]).tolil()
+    ub = vstack(
+        [
+            coo_matrix((np.ones(A), (arc_g, cols)), shape=(G, A + 1)),
+        ]
+    ).tolil()
     ub[:, A] = -1.0
     c = np.zeros(A + 1)
     c[A] = 1.0
-    res = linprog(c, A_ub=ub.tocsr(), b_ub=-fixed.astype(float), A_eq=eq.tocsr(),
-                  b_eq=demand.astype(float), bounds=[(0, None)] * (A + 1), method="highs")
+    res = linprog(
+        c,
+        A_ub=ub.tocsr(),
+        b_ub=-fixed.astype(float),
+        A_eq=eq.tocsr(),
+        b_eq=demand.astype(float),
+        bounds=[(0, None)] * (A + 1),
+        method="highs",
+    )
     if res.status != 0:  # pragma: no cover
         raise RuntimeError(f"HiGHS failed: {res.message}")
     return float(res.x[A]), res.x[:A]
 
 
-def plan(amounts: np.ndarray, flow: np.ndarray, arc_j: np.ndarray, arc_g: np.ndarray,
-         gpu_node: np.ndarray) -> np.ndarray:
+def plan(
+    amounts: np.ndarray,
+    flow: np.ndarray,
+    arc_j: np.ndarray,
+    arc_g: np.ndarray,
+    gpu_node: np.ndarray,
+) -> np.ndarray:
     """Who sends what where: ``z: [J, G_src, G]`` picks of flexible expert ``j`` from source GPU
     ``s`` served on GPU ``g``, given ``amounts: [J, G_src]`` (picks per source GPU) and the
     node-resolved optimal split ``flow: [A, N]`` of `split` (``flow[a, n]``: picks from node
@@ -190,8 +211,9 @@ def plan(amounts: np.ndarray, flow: np.ndarray, arc_j: np.ndarray, arc_g: np.nda
     c = c - same
     F[:, src, gpu_node] -= same
     # per (j, source node a): sources s of node a in order against destinations by tier
-    order = np.lexsort((np.broadcast_to(src, (N, G)),
-                        (gpu_node[None, :] != np.arange(N)[:, None])))  # [N, G] local first
+    order = np.lexsort(
+        (np.broadcast_to(src, (N, G)), (gpu_node[None, :] != np.arange(N)[:, None]))
+    )  # [N, G] local first
     cap = np.take_along_axis(F.transpose(0, 2, 1), order[None], 2)  # [J, N, G] by tier
     d_hi = np.cumsum(cap, axis=2)
     d_lo = d_hi - cap

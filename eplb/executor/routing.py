@@ -188,8 +188,14 @@ def _plan(work: np.ndarray, placement: Placement, layer: int):
         node = topo.node_of_gpu
         per_node = np.zeros((N, flex.size), dtype=np.int64)
         np.add.at(per_node, node, work[:, flex])
-        _, flow = minmax.split(work[:, flex].sum(0), fixed.astype(np.int64), arc_j, arc_g,
-                               source_nodes=per_node.T, gpu_node=node)
+        _, flow = minmax.split(
+            work[:, flex].sum(0),
+            fixed.astype(np.int64),
+            arc_j,
+            arc_g,
+            source_nodes=per_node.T,
+            gpu_node=node,
+        )
         out[:, flex, :] = minmax.plan(work[:, flex].T, flow, arc_j, arc_g, node).transpose(1, 0, 2)
     return out, flex, home
 
