@@ -98,9 +98,9 @@ def robust(
     if scenarios != "none":
         scen = normalise(load).transpose(1, 0, 2)  # [L, W, E]
         alt = scenario_packing.pack(scen, counts, G, S, how=scenarios, budget=min(budget, 1000))
-        better = scenario_packing.objective(scen, alt, S, scenarios) < scenario_packing.objective(
-            scen, phy2log, S, scenarios
-        ) * (1 - 1e-12)
+        new = scenario_packing.objective(scen, alt, S, scenarios)
+        old = scenario_packing.objective(scen, phy2log, S, scenarios)
+        better = new < old * (1 - 1e-12)
         phy2log = np.where(better[:, None], alt, phy2log)
         info["scenario_layers"] = np.nonzero(better)[0].tolist()
     if previous is not None and tolerance is not None:
