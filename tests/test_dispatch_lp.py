@@ -70,12 +70,13 @@ def test_split_is_optimal_against_brute_force_and_the_lp(problem):
 
 
 @settings(max_examples=60)
-@given(split_problems(), st.integers(1, 3), st.integers(0, 2**16))
-def test_split_by_source_node_keeps_the_optimum(problem, nodes, seed):
+@given(split_problems(), st.integers(0, 2**16))
+def test_split_by_source_node_keeps_the_optimum_and_locality(problem, seed):
     demand, fixed, arc_j, arc_g = problem
     G = fixed.size
     rng = np.random.default_rng(seed)
-    gpu_node = np.sort(rng.integers(0, nodes, G))
+    nodes = int(rng.choice([n for n in range(1, G + 1) if G % n == 0]))
+    gpu_node = np.arange(G) // (G // nodes)
     per_node = np.array(
         [rng.multinomial(d, np.ones(nodes) / nodes) for d in demand], dtype=np.int64
     ).reshape(demand.size, nodes)
@@ -85,6 +86,12 @@ def test_split_by_source_node_keeps_the_optimum(problem, nodes, seed):
         np.testing.assert_array_equal(flow[arc_j == j].sum(0), per_node[j])
     load = fixed + np.bincount(arc_g, flow.sum(1), minlength=G)
     assert load.max() == T == minmax.split(demand, fixed, arc_j, arc_g)[0]
+    for j in range(demand.size):  # each node's picks use the arcs on their node first
+        on = flow[arc_j == j]  # [arcs of j, nodes]
+        node_of_arc = gpu_node[arc_g[arc_j == j]]
+        for a in range(nodes):
+            local = on[node_of_arc == a].sum()
+            assert on[node_of_arc == a, a].sum() == min(per_node[j, a], local)
 
 
 def test_split_refuses_bad_input():
