@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -103,19 +104,19 @@ def main() -> None:
         times = {k: [] for k in ("split", "highs", "route lp", "route even")}
         for layer in range(trace.num_layers):
             demand, fixed, aj, ag, per_node = instance(p, layer, ids[layer], rank)
-            t_split, (T, _) = best_of(lambda: minmax.split(  # noqa: B023
-                demand, fixed, aj, ag, source_nodes=per_node, gpu_node=topo.node_of_gpu),
-                args.repeat)
-            t_lp, (t_opt, _) = best_of(lambda: minmax.split_lp(demand, fixed, aj, ag),  # noqa: B023
+            t_split, (T, _) = best_of(partial(minmax.split, demand, fixed, aj, ag,
+                                              source_nodes=per_node,
+                                              gpu_node=topo.node_of_gpu), args.repeat)
+            t_lp, (t_opt, _) = best_of(partial(minmax.split_lp, demand, fixed, aj, ag),
                                        args.repeat)
             if int(np.ceil(t_opt - 1e-6)) != T:
                 raise SystemExit(f"layer {layer}: split {T} != HiGHS {t_opt}")
-            t_route, slots = best_of(lambda: route(ids[layer], p, layer_index=layer,  # noqa: B023
-                                                   policy="lp", token_rank=rank), args.repeat)
+            t_route, slots = best_of(partial(route, ids[layer], p, layer_index=layer,
+                                             policy="lp", token_rank=rank), args.repeat)
             if np.bincount(slots.ravel() // topo.slots_per_gpu, minlength=G).max() != T:
                 raise SystemExit(f"layer {layer}: routed max differs from the split's {T}")
-            t_even, _ = best_of(lambda: route(ids[layer], p, layer_index=layer,  # noqa: B023
-                                              policy="even"), args.repeat)
+            t_even, _ = best_of(partial(route, ids[layer], p, layer_index=layer, policy="even"),
+                                args.repeat)
             for k, v in (("split", t_split), ("highs", t_lp), ("route lp", t_route),
                          ("route even", t_even)):
                 times[k].append(v * 1e3)

@@ -204,3 +204,28 @@ def test_lp_prefers_local_replicas():
     assert slots.ravel().tolist() == [0, 0, 4, 4]  # node 0's tokens stay on node 0
     with pytest.raises(InputError, match="needs token_rank"):
         route(ids, placement, policy="lp")
+
+
+def test_executor_with_lp_equals_the_dense_forward_and_the_traffic_model():
+    from eplb.executor import MoELayer, ReferenceExecutor
+    from evaluation.traffic import simulate
+
+    rng = np.random.default_rng(7)
+    topo = Topology(2, 2, 3)
+    E, N, K = 9, 64, 3
+    table = np.concatenate([np.arange(E), [0, 0, 1]])  # expert 0 on three GPUs, 1 on two
+    placement = Placement(rng.permutation(table)[None], E, topo).validate()
+    layer = MoELayer(E, 8, 6, K, seed=2, dtype=np.float64)
+    ids = np.stack(
+        [rng.choice(E, K, replace=False, p=np.r_[0.4, 0.2, [0.4 / 7] * 7]) for _ in range(N)]
+    )
+    w = rng.random((N, K))
+    x = rng.standard_normal((N, 8))
+    rank = rng.integers(0, topo.num_gpus, N)
+    out, stats = ReferenceExecutor(layer, placement, "lp").forward(x, ids, w, rank)
+    np.testing.assert_allclose(out, layer.dense_forward(x, ids, w), atol=1e-12)
+    rep = simulate(placement, topk_ids=ids[:, None, :], token_rank=rank, policy="lp", hidden=8)
+    np.testing.assert_array_equal(rep.gpu_tokens[0], stats.gpu_tokens)
+    assert rep.rdma_bytes[0] == stats.rdma_bytes and rep.nvlink_bytes[0] == stats.nvlink_bytes
+    even = gpu_picks(route(ids, placement, policy="even"), topo)
+    assert stats.gpu_tokens.max() <= even.max()

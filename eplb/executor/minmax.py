@@ -98,26 +98,27 @@ def _check(demand, fixed, arc_j, arc_g) -> tuple[np.ndarray, ...]:
     return demand, fixed, arc_j, arc_g
 
 
-def _localise(flow, arc_j, arc_g, per_node, node, J, G) -> np.ndarray:
+def _localise(flow, arc_j, arc_g, per_node, J, G) -> np.ndarray:
     """``int64[A, N]``: the picks from each source node on each arc, for the fixed split
     ``flow: [A]``: each node's picks of an expert fill that expert's arcs on the node first,
-    the rest fill the remaining arcs in order (optimal for this split)."""
+    the rest fill the remaining arcs in order (optimal for this split). GPUs of a node are
+    consecutive."""
     N = per_node.shape[1]
     F = np.zeros((J, G), dtype=np.int64)
     F[arc_j, arc_g] = flow
     Fn = F.reshape(J, N, G // N)
-    m = np.minimum(per_node, Fn.sum(2))  # [J, N] served on the source node
-    before = np.cumsum(Fn, axis=2) - Fn
-    take = np.clip(m[:, :, None] - before, 0, Fn)  # [J, N, gpn]
+    cum = np.cumsum(Fn, axis=2)
+    m = np.minimum(per_node, cum[:, :, -1])  # [J, N] picks served on their own node
+    take = np.minimum(np.maximum(m[:, :, None] - (cum - Fn), 0), Fn)  # [J, N, gpn]
     rest_s = per_node - m
     rest_f = (Fn - take).reshape(J, G)
     s_hi = np.cumsum(rest_s, axis=1)
     d_hi = np.cumsum(rest_f, axis=1)
     lo = np.maximum((s_hi - rest_s)[:, :, None], (d_hi - rest_f)[:, None, :])
-    hi = np.minimum(s_hi[:, :, None], d_hi[:, None, :])
-    out = np.maximum(hi - lo, 0)  # [J, N, G]
-    idx = np.arange(G)
-    out[:, node, idx] += take.reshape(J, G)
+    out = np.minimum(s_hi[:, :, None], d_hi[:, None, :]) - lo  # [J, N, G] north-west corner
+    np.maximum(out, 0, out=out)
+    own = out.reshape(J, N, N, G // N)  # [J, source node, GPU node, GPU in node]
+    own[:, np.arange(N), np.arange(N)] += take
     return out[arc_j, :, arc_g]
 
 
@@ -145,15 +146,16 @@ def split(
     if source_nodes is None:
         return T, flow
     per_node = np.asarray(source_nodes, dtype=np.int64)
-    node = np.asarray(gpu_node, dtype=np.int64)
     J, G, A = demand.size, fixed.size, arc_j.size
     N = per_node.shape[1]
     if per_node.shape != (J, N) or not np.array_equal(per_node.sum(1), demand):
         raise InputError("source_nodes must be int[J, N] with rows summing to demand")
+    if G % N or not np.array_equal(np.asarray(gpu_node), np.arange(G) // (G // N)):
+        raise InputError(f"gpu_node must put the {G} GPUs on {N} nodes in consecutive blocks")
     out = np.zeros((A, N), dtype=np.int64)
     if demand.sum() == 0:
         return T, out
-    return T, _localise(flow, arc_j, arc_g, per_node, node, J, G)
+    return T, _localise(flow, arc_j, arc_g, per_node, J, G)
 
 
 def split_lp(demand, fixed, arc_j, arc_g) -> tuple[float, np.ndarray]:
