@@ -20,8 +20,8 @@ in ascending slot order as ``log2phy[e, 0..c-1]``):
 - ``lp``: per batch and layer, the picks of every expert with replicas on two or more GPUs are
   split over those GPUs in whole picks so that the busiest GPU serves as few picks as possible
   (exact min-max, `eplb.executor.minmax.split`; as DeepSeek's LPLB does per batch with an LP);
-  among the optimal splits, the one keeping most picks on their source node; then each source
-  GPU's picks go to its own GPU first, then its node, then elsewhere (`minmax.plan`). Picks of
+  given the split, each source node's picks fill the replicas on that node first and each
+  source GPU's picks its own GPU first, then its node, then elsewhere (`minmax.plan`). Picks of
   experts held on one GPU go there (lowest slot on that GPU). Needs ``token_rank``. Never
   serves more picks on the busiest GPU than ``even`` (or any other split) on the same batch.
 """
