@@ -5,9 +5,16 @@ Window ``t`` is always scored with the placement that was live *before* its coun
 - window 0 runs on ``initial`` (default: the solver applied to a uniform load, i.e. no
   statistics yet);
 - at every window ``t >= 1`` with ``t % interval == 0`` a new placement is solved from
-  windows ``[max(0, t - history), t)`` (summed, or exponentially averaged with ``ema``), with
-  ``previous=`` the live placement so solvers can relabel GPUs and keep replicas in place; it
-  is live from window ``t`` on.
+  windows ``[max(0, t - history), t)`` (summed, or exponentially averaged with ``ema``; a
+  policy that takes windows, `solvers.takes_windows`, such as ``robust``, gets those windows
+  themselves as ``float[W, L, E]``), with ``previous=`` the live placement so solvers can
+  relabel GPUs and keep replicas in place; it is live from window ``t`` on.
+
+With ``policy`` each window is also dispatched under that policy (`eplb.executor.routing`):
+from counts (the traffic model's expectations) or, with ``tokens`` (one token-level trace per
+window, e.g. `traces.synth.token_windows`), token by token, so per-batch policies such as
+``lp`` split each window's actual picks; ``dispatch_step_max_over_mean`` is then the step
+max/mean of the GPU picks that dispatch produced.
 
 Each rebalance reports the replicas that had to be loaded onto a GPU that did not hold that
 expert (`solvers.migration.replicas_moved`) and the bytes they weigh (``expert_bytes`` per
@@ -71,6 +78,7 @@ def replay(
     time_limit: float | None = None,
     solver_options: Mapping[str, Any] | None = None,
     progress: bool = False,
+    tokens=None,
     **traffic: Any,
 ) -> pd.DataFrame:
     """Replay ``trace`` (a `traces.Trace`, >= 2 windows) with periodic rebalancing.
@@ -87,8 +95,14 @@ def replay(
     placement was solved from, ``-1`` for the initial one), the `summarize` columns
     (``step_max_over_mean``, ``balancedness_mean``, ...), ``replicas_moved``,
     ``bytes_moved``, ``solve_seconds`` (non-zero on rebalance windows), and with ``policy``
-    ``nvlink_bytes``, ``rdma_bytes``, ``alltoall_seconds``; with ``oracle``
-    ``oracle_step_max_over_mean``.
+    ``nvlink_bytes``, ``rdma_bytes``, ``alltoall_seconds``, ``dispatch_step_max_over_mean``
+    (sum over layers of the busiest GPU's picks under that dispatch over the sum of the mean);
+    with ``oracle`` ``oracle_step_max_over_mean``.
+
+    ``tokens``: a sequence of ``T`` token-level traces (``topk_ids`` + ``token_rank``), one
+    per window, each with one window whose counts equal that window of ``trace`` (as
+    `traces.synth.token_windows` makes them); needs ``policy``; the traffic columns then come
+    from those tokens.
     """
     from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
     from evaluation.align import check_num_groups, check_trace
@@ -118,6 +132,13 @@ def replay(
         from eplb.executor.routing import check_policy
 
         check_policy(policy)
+    tokens = _check_tokens(tokens, trace, policy)
+    import solvers
+
+    windowed = solvers.takes_windows(solver)
+    if windowed and ema is not None:
+        raise InputError(f"solver {solver} takes the history windows and weights them itself; "
+                         "leave ema unset")
     ids = trace.layer_ids
     L, E = trace.num_layers, trace.num_experts
     kw = dict(layer_ids=ids, num_groups=num_groups, seed=seed, time_limit=time_limit,
@@ -143,7 +164,10 @@ def replay(
                                "bytes_moved": 0.0, "solve_seconds": 0.0}
         if t >= 1 and t % interval == 0:
             start = 0 if history is None else max(0, t - history)
-            past = trace.load(slice(start, t), ema=ema)  # windows strictly before t
+            if windowed:
+                past = trace.counts[start:t]  # windows strictly before t
+            else:
+                past = trace.load(slice(start, t), ema=ema)
             new = _solve(solver, past, topology, previous=live, **kw)
             moved = int(replicas_moved(live, new).sum())
             row.update(rebalanced=True, replicas_moved=moved,
@@ -157,14 +181,24 @@ def replay(
             from evaluation.traffic import simulate_trace
 
             traffic.setdefault("num_groups", num_groups)
-            ranked = trace.source_counts is not None and \
-                topology.num_gpus % trace.source_counts.shape[2] == 0
-            rep = simulate_trace(live, trace, windows=slice(t, t + 1), policy=policy,
-                                 source="source_counts" if ranked else "load", **traffic)
+            if tokens is not None:
+                rep = simulate_trace(live, tokens[t], policy=policy, source="tokens",
+                                     seed=seed, keep_slots=False,
+                                     **{k: v for k, v in traffic.items()
+                                        if k not in ("num_groups", "topk_groups", "top_k")})
+            else:
+                ranked = trace.source_counts is not None and \
+                    topology.num_gpus % trace.source_counts.shape[2] == 0
+                rep = simulate_trace(live, trace, windows=slice(t, t + 1), policy=policy,
+                                     source="source_counts" if ranked else "load", **traffic)
             row.update({k: v for k, v in rep.summary().items()
                         if k in ("nvlink_bytes", "rdma_bytes", "alltoall_seconds")})
+            gt = rep.gpu_tokens
+            row["dispatch_step_max_over_mean"] = float(gt.max(1).sum() / max(gt.mean(1).sum(),
+                                                                               1e-300))
         if oracle:
-            best = _solve(solver, trace.counts[t], topology, previous=None, **kw)
+            best = _solve(solver, trace.counts[t : t + 1] if windowed else trace.counts[t],
+                          topology, previous=None, **kw)
             oframe = score_windows(best, trace.counts[t : t + 1], windows=[t])
             row["oracle_step_max_over_mean"] = float(summarize(oframe)["step_max_over_mean"])
         rows.append(row)
@@ -173,8 +207,35 @@ def replay(
     out = out[lead + [c for c in out.columns if c not in lead]]
     out.attrs["params"] = {"solver": solver, "interval": interval, "history": history, "ema": ema,
                            "num_groups": num_groups, "topology": str(topology),
-                           "expert_bytes": float(expert_bytes), "policy": policy, "seed": seed}
+                           "expert_bytes": float(expert_bytes), "policy": policy, "seed": seed,
+                           "tokens": tokens is not None}
     return out
+
+
+def _check_tokens(tokens, trace, policy):
+    """``tokens`` as a list of one token-level trace per window of ``trace`` (or None)."""
+    if tokens is None:
+        return None
+    from traces.model import Trace
+
+    if policy is None:
+        raise InputError("tokens are dispatched under a policy: give policy= (e.g. 'lp')")
+    try:
+        tokens = list(tokens)
+    except TypeError:
+        raise InputError("tokens must be a sequence of token-level traces, one per window"
+                         ) from None
+    if len(tokens) != trace.num_windows:
+        raise InputError(f"tokens has {len(tokens)} traces but the trace has "
+                         f"{trace.num_windows} windows; give one token-level trace per window")
+    for t, tok in enumerate(tokens):
+        if not isinstance(tok, Trace) or tok.topk_ids is None:
+            raise InputError(f"tokens[{t}] must be a token-level traces.Trace (topk_ids)")
+        if tok.num_windows != 1 or not np.array_equal(tok.layer_ids, trace.layer_ids) or \
+                not np.array_equal(tok.token_counts(), trace.counts[t]):
+            raise InputError(f"tokens[{t}]'s pick counts differ from window {t} of the trace; "
+                             "build both with traces.synth.token_windows")
+    return tokens
 
 
 def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
@@ -188,7 +249,8 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
         "replicas_moved": float(frame["replicas_moved"].sum()),
         "bytes_moved": float(frame["bytes_moved"].sum()),
     }
-    for col in ("rdma_bytes", "alltoall_seconds", "oracle_step_max_over_mean"):
+    for col in ("rdma_bytes", "alltoall_seconds", "oracle_step_max_over_mean",
+                "dispatch_step_max_over_mean"):
         if col in frame:
             out[f"{col}_mean"] = float(frame[col].mean())
     return out

@@ -32,7 +32,9 @@ block of ``G / G_src`` GPUs, in both modes; see `simulate_trace`.)
 
 - *routing*: a pick of expert ``e`` goes to replica ``r`` with probability ``1 / logcnt[e]``
   (``even``, ``random``), ``replica_share`` (``weighted``), or to the fixed
-  `dispatch_table` slot of its source (``local_first``), independently for every pick. For
+  `dispatch_table` slot of its source (``local_first``), independently for every pick; for
+  ``lp`` each layer's expected picks are split as one batch (`routing.lp_plan`) and a pick of
+  ``e`` from source ``s`` lands on GPU ``g`` with the plan's fraction of those picks. For
   ``random``/``weighted``/``local_first`` this is exact. For ``even`` it assumes a pick's
   position ``n*K+k`` is independent of its expert; when ``logcnt`` divides ``K`` the hash
   depends only on ``k``, so score-sorted top-k lists can route very unevenly in token mode
@@ -93,7 +95,7 @@ from eplb.args import (
     check_str,
 )
 from eplb.errors import InputError, TopologyError
-from eplb.executor.routing import check_policy, dispatch_table, route
+from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
@@ -373,6 +375,8 @@ def _expected_visits(
             grp = base + gid[None, None, :]
             miss_g = _log_miss(term, grp * G + dest, q, G)
             miss_n = _log_miss(term, grp * N + topo.node_of_gpu[dest], q, N)
+        elif policy == "lp":
+            gpu_tokens, miss_g, miss_n = _lp_expected(placement, src, r, q, gid)
         else:
             share = _policy_share(placement, policy)  # [L, P]
             total = src.sum(1)  # [L, E]
@@ -388,6 +392,37 @@ def _expected_visits(
     visits = tokens[..., None] * -np.expm1(miss_g)
     node_visits = tokens[..., None] * -np.expm1(miss_n)
     return gpu_tokens, visits, node_visits, clipped
+
+
+def _lp_expected(placement: Placement, src, r, q, gid):
+    """Counts mode, ``lp``: each layer's expected picks ``src [G, E]`` are split as one batch
+    (`eplb.executor.routing.lp_plan`); a pick of ``e`` from ``s`` then lands on GPU ``g`` with
+    probability ``plan[s, e, g] / src[s, e]``. Returns ``gpu_tokens [L, G]`` and the log miss
+    probabilities ``[L, G, G]`` (GPUs) and ``[L, G, N]`` (nodes)."""
+    topo = placement.topology
+    L, G, E = src.shape
+    N = topo.num_nodes
+    NG = q.shape[2]
+    gpu_tokens = np.zeros((L, G))
+    miss_g = np.zeros((L, G, G))
+    miss_n = np.zeros((L, G, N))
+    node = topo.node_of_gpu
+    base = (np.arange(G)[:, None] * NG + gid[None, :])[..., None]  # [G, E, 1]
+    for layer in range(L):
+        plan = lp_plan(src[layer], placement, layer)  # [G, E, G]
+        gpu_tokens[layer] = plan.sum((0, 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(src[layer][..., None] > 0, plan / src[layer][..., None], 0.0)
+        w = np.minimum(w, 1.0)
+        wn = np.zeros((G, E, N))
+        np.add.at(wn.transpose(2, 0, 1), node, w.transpose(2, 0, 1))
+        rr = r[layer][..., None]
+        ql = q[layer : layer + 1]
+        miss_g[layer] = _log_miss(np.log1p(-rr * w)[None], (base * G + np.arange(G))[None],
+                                  ql, G)[0]
+        miss_n[layer] = _log_miss(np.log1p(-rr * wn)[None], (base * N + np.arange(N))[None],
+                                  ql, N)[0]
+    return gpu_tokens, miss_g, miss_n
 
 
 def _token_visits_layer(slots: np.ndarray, rank: np.ndarray, topo: Topology):
@@ -470,7 +505,8 @@ def simulate(
       ``G``; each rank's tokens spread over a block of ``G / G_src`` GPUs): expectations.
     - ``load: float[L, E]`` with sources spread evenly over the GPUs: expectations.
 
-    ``policy``: ``even``, ``random``, ``local_first``, ``weighted`` (`eplb.executor.routing`).
+    ``policy``: ``even``, ``random``, ``local_first``, ``weighted``, ``lp``
+    (`eplb.executor.routing`).
     ``hidden`` elements per token vector; ``dispatch_bytes``/``combine_bytes`` per element
     (FP8 dispatch, BF16 combine by default). ``top_k`` (counts mode; default min(8, E))
     converts picks to tokens and must be one the counts can come from (no expert above 1/top_k

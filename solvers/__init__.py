@@ -24,6 +24,17 @@ from solvers import hierarchical as _hierarchical  # noqa: F401
 from solvers import ilp as _ilp  # noqa: F401
 from solvers import relaxed as _relaxed  # noqa: F401  (research policy, issue 14)
 from solvers import repair as _repair  # noqa: F401
-from solvers.registry import available, check_options, get, options, register, resolve, solve
+from solvers import robust as _robust  # noqa: F401
+from solvers.registry import (
+    available,
+    check_options,
+    get,
+    options,
+    register,
+    resolve,
+    solve,
+    takes_windows,
+)
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
+__all__ += ["takes_windows"]

@@ -66,7 +66,7 @@ def expand(placement: Placement, topology: Topology, slots: np.ndarray) -> Place
 
 def solve_surviving(
     run: Callable[[np.ndarray, Topology, Placement | None], Any],
-    load: np.ndarray,
+    load: np.ndarray,  # float[L, E] or float[W, L, E]
     topology: Topology,
     *,
     previous: Placement | None,
@@ -76,7 +76,7 @@ def solve_surviving(
     to the survivors (for relabeling and counting moves), that topology and the surviving slots
     (for `expand`)."""
     small, slots = surviving(topology)
-    E = load.shape[1]
+    E = load.shape[-1]  # [L, E] or windows [W, L, E]
     if small.num_slots < E:
         raise InfeasibleError(
             f"the {small.num_gpus} surviving GPUs hold {small.num_slots} slots, fewer than the "

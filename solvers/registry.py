@@ -8,6 +8,12 @@ policy declares only what it uses. Every other keyword-only parameter with a def
 *option*: `options` lists them, `solve` refuses unknown ones and checks values against the
 annotations (`solvers.validation.check_option`).
 
+A policy registered with ``windows=True`` (``@register("robust", windows=True)``) receives
+the load history ``float64[W, L, E]`` instead: `solve` passes a `traces.Trace`'s windows, a
+``[W, L, E]`` array as given and an ``[L, E]`` load as one window; `takes_windows` says which
+policies do (`evaluation.replay` passes them the history windows). Every other policy keeps
+receiving ``float64[L, E]``.
+
 `solve` checks the input, times the call, validates the output, relabels against
 ``previous`` (unless the policy placed against it itself and says so with
 ``meta["solver"]["relabeled"] = True``), sets the model ``layer_ids`` and records
@@ -40,6 +46,7 @@ from solvers.validation import (
     check_seed,
     check_size,
     check_solver_load,
+    check_solver_windows,
     check_time_limit,
 )
 from traces.model import Trace
@@ -57,12 +64,13 @@ class Spec:
     options: dict[str, Any]  # option name -> default
     hints: dict[str, Any]  # option name -> annotation (for checking values)
     open_options: bool  # the function takes **kwargs: any option is passed through
+    windows: bool = False  # the function takes float64[W, L, E] windows
 
 
 _REGISTRY: dict[str, Spec] = {}
 
 
-def _spec(fn: SolverFn) -> Spec:
+def _spec(fn: SolverFn, windows: bool = False) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -83,21 +91,32 @@ def _spec(fn: SolverFn) -> Spec:
     missing = [k for k, v in opts.items() if v is inspect.Parameter.empty]
     if missing:
         raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
-    return Spec(fn, common, opts, {k: hints[k] for k in opts if k in hints}, var_kw)
+    return Spec(fn, common, opts, {k: hints[k] for k in opts if k in hints}, var_kw, windows)
 
 
-def register(name: str) -> Callable[[SolverFn], SolverFn]:
-    """Decorator adding a policy to the registry under ``name`` (see module docstring)."""
+def register(name: str, *, windows: bool = False) -> Callable[[SolverFn], SolverFn]:
+    """Decorator adding a policy to the registry under ``name`` (see module docstring).
+
+    ``windows=True``: the policy takes the load history ``float64[W, L, E]``, not ``[L, E]``.
+    """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
+    if not isinstance(windows, bool):
+        raise InputError(f"windows must be True or False, got {windows!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise InputError(f"solver {name!r} is already registered")
-        _REGISTRY[name] = _spec(fn)
+        _REGISTRY[name] = _spec(fn, windows)
         return fn
 
     return deco
+
+
+def takes_windows(name: str) -> bool:
+    """Whether policy ``name`` takes the load history ``float64[W, L, E]`` (registered with
+    ``windows=True``) rather than one load ``float64[L, E]``."""
+    return _lookup(name).windows
 
 
 def available() -> list[str]:
@@ -183,8 +202,9 @@ def check_problem(load, topology: Topology, num_groups: int | None = None) -> np
     return load
 
 
-def _problem_ids(load, layer_ids, previous) -> tuple[Any, np.ndarray | None]:
-    """(array load, explicit model layer ids or None) from a `Trace` or an array."""
+def _problem_ids(load, layer_ids, windows: bool = False) -> tuple[Any, np.ndarray | None]:
+    """(array load, explicit model layer ids or None) from a `Trace` or an array; a trace
+    gives its summed load, or its windows to a policy that takes windows."""
     if isinstance(load, Trace):
         ids = load.layer_ids
         if layer_ids is not None and not np.array_equal(np.asarray(layer_ids), ids):
@@ -192,8 +212,15 @@ def _problem_ids(load, layer_ids, previous) -> tuple[Any, np.ndarray | None]:
                 f"layer_ids {np.asarray(layer_ids).tolist()} differ from the trace's "
                 f"{ids.tolist()}; pass layer_ids only with an array load"
             )
-        return load.load(), ids
+        return (load.counts if windows else load.load()), ids
     return load, layer_ids
+
+
+def check_windows(load, topology: Topology, num_groups: int | None = None) -> np.ndarray:
+    """Validate a windowed policy's inputs; return ``load: float64[W, L, E]`` (read-only)."""
+    windows = check_solver_windows(load)
+    check_problem(windows[-1], topology, num_groups)
+    return windows
 
 
 def solve(
@@ -212,6 +239,8 @@ def solve(
 
     ``load``: ``float[L, E]`` tokens per expert, or a `traces.Trace` (its summed
     ``trace.load()`` is placed and its model ``layer_ids`` are carried into the placement).
+    A policy that takes windows (`takes_windows`) gets ``float[W, L, E]`` history windows
+    (a trace's windows; an ``[L, E]`` load is one window).
     ``layer_ids``: ``int64[L]`` model layer ids of the rows for an array load (default: those
     of ``previous`` if given, else ``0..L-1``); exports need the model's ids.
     ``num_groups``: expert groups (must divide the experts) for group-limited routing.
@@ -233,9 +262,12 @@ def solve(
         route(name, options, previous is not None) if isinstance(name, str) else (name, options)
     )
     spec = _lookup(name)
-    load, ids = _problem_ids(load, layer_ids, previous)
-    load = check_problem(load, topology, num_groups)
-    L, E = load.shape
+    load, ids = _problem_ids(load, layer_ids, spec.windows)
+    if spec.windows:
+        load = check_windows(load, topology, num_groups)
+    else:
+        load = check_problem(load, topology, num_groups)
+    L, E = load.shape[-2:]
     if ids is not None:
         ids = check_layer_ids(ids, L)
     seed = check_seed(seed)
@@ -276,6 +308,10 @@ def solve(
         out, small = run(load, topology, previous), topology
     seconds = time.perf_counter() - start
     placement = _as_placement(out, name, E, small)
+    if placement.num_layers != L:
+        raise InputError(
+            f"solver {name!r} returned {placement.num_layers} layers for a {L}-layer problem"
+        )
     info = dict(placement.meta.get("solver") or {})
     if previous is not None:  # relabeling is part of the solve: timed with it
         if not info.get("relabeled"):

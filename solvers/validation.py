@@ -165,6 +165,31 @@ def check_solver_load(load, *, name: str = "load") -> np.ndarray:
     return out
 
 
+def check_solver_windows(load, *, name: str = "load") -> np.ndarray:
+    """``load: float64[W, L, E]`` read-only for a policy that takes windows: a ``[L, E]`` load
+    is one window; each window is checked as `check_solver_load` checks a load."""
+    arr = load if isinstance(load, np.ndarray) else None
+    if arr is None:
+        try:
+            arr = np.asarray(load)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(
+                f"{name} must be a numeric array [windows, layers, experts]: {exc}"
+            ) from None
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3 or 0 in arr.shape:
+        raise InputError(
+            f"{name} must be [windows, layers, experts] (or one window [layers, experts]), "
+            f"got shape {arr.shape}"
+        )
+    W, L, E = arr.shape
+    flat = check_solver_load(arr.reshape(W * L, E), name=name)
+    out = flat.reshape(W, L, E)
+    out.flags.writeable = False
+    return out
+
+
 def check_layer_ids(layer_ids, num_layers: int) -> np.ndarray:
     """``int64[L]`` distinct non-negative model layer ids, one per row."""
     try:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, PlacementError, Topology, TopologyError
-from eplb.executor.routing import dispatch_table, route
+from eplb.executor.routing import dispatch_table, lp_plan, route
 from evaluation.traffic import links, simulate, simulate_trace
 
 
@@ -185,7 +185,7 @@ def test_matches_reference_executor():
     ids = np.stack([rng.choice(E, K, replace=False) for _ in range(N)])
     w = rng.random((N, K))
     rank = rng.integers(0, topo.num_gpus, N)
-    for policy in ("even", "local_first", "random"):
+    for policy in ("even", "local_first", "random", "lp"):
         ex = executor.ReferenceExecutor(layer, p, policy, seed=5)
         _, stats = ex.forward(rng.standard_normal((N, 16)), ids, w, rank)
         r = simulate(p, topk_ids=ids[:, None, :], token_rank=rank, policy=policy, seed=5,
@@ -212,6 +212,10 @@ def brute_expectation(placement, src, policy, top_k, groups=None):
         l2p = placement.log2phy[layer]
         share = placement.share[layer]
         table = dispatch_table(placement, layer)
+        plan = lp_plan(src[layer], placement, layer) if policy == "lp" else None
+        gpu_slot = {}  # lowest slot of (expert, GPU), where lp sends a pick to that GPU
+        for x in range(topo.num_slots - 1, -1, -1):
+            gpu_slot[int(placement.phy2log[layer, x]), x // topo.slots_per_gpu] = x
         for s in range(G):
             tokens = src[layer, s].sum() / top_k
             if tokens == 0:
@@ -228,6 +232,9 @@ def brute_expectation(placement, src, policy, top_k, groups=None):
             for e in range(E):
                 if policy == "local_first":
                     routes = [(int(table[s, e]), 1.0)]
+                elif policy == "lp":
+                    routes = [(gpu_slot[e, g], plan[s, e, g] / src[layer, s, e])
+                              for g in range(G) if plan[s, e, g] > 0]
                 else:
                     reps = [int(x) for x in l2p[e] if x >= 0]
                     w = [share[x] if policy == "weighted" else 1 / len(reps) for x in reps]
@@ -252,7 +259,7 @@ def brute_expectation(placement, src, policy, top_k, groups=None):
 @settings(max_examples=10)
 @given(
     shape=st.sampled_from([(2, 2, 2), (2, 1, 3), (3, 1, 2), (1, 3, 2), (2, 2, 1)]),
-    policy=st.sampled_from(["even", "local_first", "weighted"]),
+    policy=st.sampled_from(["even", "local_first", "weighted", "lp"]),
     seed=st.integers(0, 2**16),
 )
 def test_counts_mode_is_the_exact_expectation_of_its_model(shape, policy, seed):

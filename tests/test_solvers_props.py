@@ -28,6 +28,12 @@ SOLVER_OPTIONS = {
     "repair": [{"needs_previous": True}, {"needs_previous": True, "tolerance": 0.01}],
     "ilp": [ILP, {**ILP, "hierarchical": True}, {**ILP, "rdma_weight": 1.0}],
     "ilp_weighted": [{"workers": 1, "max_examples": 10}],
+    "robust": [
+        {},
+        {"layout": "ring"},
+        {"scenarios": "worst", "max_examples": 10},
+        {"needs_previous": True, "tolerance": 0.01, "max_examples": 10},
+    ],
 }
 
 

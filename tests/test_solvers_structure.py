@@ -18,6 +18,7 @@ POLICIES = {
     "ilp",
     "repair",
     "relaxed",
+    "robust",
 }
 
 

@@ -17,7 +17,8 @@ once under top-k routing.
   (`traces.calibration`).
 
 Token-level generator `token_level`: group-limited top-k routing (DeepSeek-V3) of ``num_tokens``
-tokens whose per-expert pick counts match a target load (tolerance stated there).
+tokens whose per-expert pick counts match a target load (tolerance stated there);
+`token_windows` does it for every window of a trace (a batch of tokens per window).
 
 Every generator takes ``layer_ids`` (model layer ids, default ``0..L-1``) and ``meta`` (extra
 metadata merged in, e.g. ``{"num_model_layers": 61}``).
@@ -37,8 +38,8 @@ from eplb.loads import as_real_array
 from eplb.safeload import check_size
 from traces.model import Trace
 
-__all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level", "uniform",
-           "zipf"]
+__all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level",
+           "token_windows", "uniform", "zipf"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -263,7 +264,7 @@ def bursty(num_layers: int = 58, num_experts: int = 256, *, windows: int = 8,
 
 
 def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16384,
-               phase: str = "all", jitter: float = 0.05, seed: int = 0,
+               phase: str = "all", jitter: float = 0.05, drift: float = 0.0, seed: int = 0,
                meta: Mapping | None = None) -> Trace:
     """A trace whose per-layer skew is drawn from the model fitted to real dumps of ``model``.
 
@@ -273,6 +274,9 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     expert shares from the fitted shapes (`traces.calibration`); expert identities are random.
     Windows share those shares up to a log-normal ``jitter`` per (window, expert): the real dumps
     have no time axis, so window-to-window variation is *not* calibrated.
+    ``drift`` (default 0: none) makes the shares wander: each expert's log-share takes a Gaussian
+    random walk with step ``drift`` per window (window 0 at the drawn shares), a persistent
+    change on top of the transient ``jitter``.
     Shape, layer ids (3..60 of 61 model layers), ``num_groups``, ``top_k`` and ``topk_groups``
     are the model's.
     """
@@ -281,6 +285,8 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     _check_sizes(windows=windows, tokens=tokens)
     if not (isinstance(jitter, (int, float)) and 0 <= jitter <= 2):
         raise TraceError(f"jitter must be a number in [0, 2], got {jitter!r}")
+    if isinstance(drift, bool) or not (isinstance(drift, (int, float)) and 0 <= drift <= 2):
+        raise TraceError(f"drift must be a number in [0, 2], got {drift!r}")
     table = calibration.load_table(model)
     par = calibration.phase_params(table, phase)
     rng = _rng(seed)
@@ -292,6 +298,9 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     p = calibration.shares(sg, sw, table, rng)  # [L, E], iid draws: identities are random
     G, E = int(table["num_groups"]), int(table["num_experts"])
     w = p[None] * np.exp(jitter * rng.standard_normal((windows, L, E)))
+    if drift > 0:  # no draw without drift: the same seed gives the same trace as before
+        walk = np.cumsum(rng.standard_normal((windows, L, E)), axis=0)
+        w = w * np.exp(drift * (walk - walk[:1]))
     top_k = int(table["top_k"])
     counts = _sample(w, windows, tokens, top_k, rng)
     info = {
@@ -301,7 +310,7 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
         "topk_groups": int(table["topk_groups"]),
     }
     prov = {"generator": "calibrated", "model": model, "phase": phase, "seed": seed,
-            "jitter": jitter, "tokens": tokens,
+            "jitter": jitter, "tokens": tokens, **({"drift": drift} if drift else {}),
             "calibration": {"table": calibration.table_path(model).name,
                             "fitted_from": [f["name"] for f in table["source"]["files"]]}}
     return _finish(counts, table["layer_ids"], top_k, prov, {**info, **(meta or {})})
@@ -403,6 +412,38 @@ def token_level(target, *, num_tokens: int = 4096, num_groups: int = 8, topk_gro
                      token_rank, meta=info)
     except TraceError as exc:
         raise TraceError(f"generator output rejected: {exc}") from None
+
+
+def token_windows(target: Trace, *, num_tokens: int = 4096, num_groups: int = 8,
+                  topk_groups: int = 4, top_k: int = 8, num_ranks: int = 32,
+                  iterations: int = 20, seed: int = 0,
+                  progress: bool = False) -> tuple[Trace, list[Trace]]:
+    """One batch of ``num_tokens`` tokens per window of ``target``: `token_level` on each
+    window's counts (window ``t`` with seed ``seed + t``). Returns ``(counts, tokens)``: the
+    trace of the tokens' pick counts (``counts[t]`` and ``source_counts[t]`` are window ``t``'s
+    tokens; ``target``'s layer ids and meta) and the list of the ``T`` one-window token-level
+    traces, as `evaluation.replay.replay` takes them (``tokens=``)."""
+    if not isinstance(target, Trace):
+        raise TraceError("target must be a traces.Trace with the windows to route")
+    check_seed("seed", seed, error=TraceError)
+    out = []
+    windows = range(target.num_windows)
+    if progress:
+        from tqdm import tqdm
+
+        windows = tqdm(windows, desc="token windows", unit="window")
+    for t in windows:
+        out.append(token_level(target.select(windows=t), num_tokens=num_tokens,
+                               num_groups=num_groups, topk_groups=topk_groups, top_k=top_k,
+                               num_ranks=num_ranks, iterations=iterations, seed=seed + t))
+    meta = {k: v for k, v in target.meta.items() if k != "provenance"}
+    meta.update(num_groups=num_groups, topk_groups=topk_groups, top_k=top_k)
+    meta["provenance"] = {"generator": "token_windows", "seed": seed, "num_tokens": num_tokens,
+                          "num_ranks": num_ranks, "iterations": iterations,
+                          "target": target.meta.get("provenance")}
+    counts = Trace(np.concatenate([tk.counts for tk in out]), target.layer_ids,
+                   np.concatenate([tk.source_counts for tk in out]), meta=meta)
+    return counts, out
 
 
 def _route(theta: np.ndarray, noise: np.ndarray, G: int, TG: int, K: int) -> np.ndarray:

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (.json/.npz/.yaml)")
     p.add_argument("trace", metavar="TRACE", help="trace file or directory")
     p.add_argument("--dispatch", default="even", metavar="POLICY",
-                   help="dispatch policy: even, random, local_first, weighted (default even)")
+                   help="dispatch policy: even, random, local_first, weighted, lp (default even)")
     p.add_argument("--source", default="auto", metavar="SRC",
                    help="routing source: auto, tokens, source_counts, load (default auto: the "
                    "most exact one the trace has)")
@@ -160,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     topo = placement.topology
+    gt = report.gpu_tokens
+    dispatched = float(gt.max(1).sum() / max(gt.mean(1).sum(), 1e-300))
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
             "load": "expected (sources spread evenly)"}[report.mode]
     bound = balance["max_over_bound_mean"]
@@ -187,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
                        if report.meta.get("groups") else "")
                     + f", {args.hidden} x {args.dispatch_bytes:g} B dispatch / "
                       f"{args.combine_bytes:g} B combine per element"),
+        ("GPU picks as dispatched", f"step max/mean {dispatched:.4f} ({args.dispatch} "
+                                    "dispatch; the rows above use the placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
                          f"{totals['nvlink_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),

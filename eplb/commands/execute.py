@@ -6,7 +6,7 @@ import argparse
 
 from eplb.commands.common import add_topology_args, seed_arg, table
 
-POLICY_NAMES = ("even", "random", "local_first", "weighted")
+POLICY_NAMES = ("even", "random", "local_first", "weighted", "lp")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

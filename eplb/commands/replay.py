@@ -138,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("oracle (peeks)", f"mean {s['oracle_step_max_over_mean_mean']:.4f} "
                                        "(each window solved on itself: the best a rebalancer "
                                        "could do with perfect foresight)"))
+    if "dispatch_step_max_over_mean_mean" in s:
+        rows.append(("dispatched max/mean", f"mean {s['dispatch_step_max_over_mean_mean']:.4f} "
+                     f"(step max/mean of the GPU picks as {args.dispatch} dispatch routes each "
+                     "window's expected counts)"))
     if "rdma_bytes_mean" in s:
         rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB (all layers, "
                                         "dispatch + combine)"))

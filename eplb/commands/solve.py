@@ -20,6 +20,7 @@ from eplb.commands.common import (
     seed_arg,
     solvers_epilog,
     table,
+    windows_arg,
 )
 
 EXAMPLE = ("example: eplb solve traces/data/deepseek-v3-calibrated.npz --topology 4x8 "
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     import solvers
     import traces
+    from eplb.errors import InputError
     from eplb.io import format_for, write_placement
     from eplb.placement import Placement
     from eplb.topology import Topology
@@ -141,6 +143,13 @@ def run(args: argparse.Namespace) -> int:
     check_solver_options(args.solver, options)
     trace = traces.read(args.load)
     load, how = load_of(trace, args)
+    solver_load = load
+    if solvers.takes_windows(args.solver):  # a windowed policy gets the windows themselves
+        if args.ema:
+            raise InputError(f"solver {args.solver} weights the windows itself; drop --ema")
+        chosen = trace.window_index(windows_arg(args.windows))
+        solver_load = trace.counts[np.sort(chosen)]
+        how = how.replace("sum over", "forecast from")
     E = trace.num_experts
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
@@ -148,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     check_groups(args.groups, E)
     placement = run_solver(
         args.solver,
-        load,
+        solver_load,
         topology,
         num_groups=args.groups,
         seed=args.seed,

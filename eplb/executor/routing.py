@@ -17,6 +17,13 @@ in ascending slot order as ``log2phy[e, 0..c-1]``):
   the token's own GPU if any, else one on its node, else any; among the candidates of that tier
   (ascending slot order), source GPU ``g`` takes candidate ``g % len(candidates)``, which spreads
   source ranks evenly over the replicas.
+- ``lp``: per batch and layer, the picks of every expert with replicas on two or more GPUs are
+  split over those GPUs in whole picks so that the busiest GPU serves as few picks as possible
+  (exact min-max, `eplb.executor.minmax.split`; as DeepSeek's LPLB does per batch with an LP);
+  given the split, each source node's picks fill the replicas on that node first and each
+  source GPU's picks its own GPU first, then its node, then elsewhere (`minmax.plan`). Picks of
+  experts held on one GPU go there (lowest slot on that GPU). Needs ``token_rank``. Never
+  serves more picks on the busiest GPU than ``even`` (or any other split) on the same batch.
 """
 
 from __future__ import annotations
@@ -25,9 +32,10 @@ import numpy as np
 
 from eplb.args import as_int_array, check_seed, check_type
 from eplb.errors import InputError
+from eplb.executor import minmax
 from eplb.placement import Placement
 
-POLICIES = ("even", "random", "local_first", "weighted")
+POLICIES = ("even", "random", "local_first", "weighted", "lp")
 
 
 def check_policy(policy: str) -> str:
@@ -111,14 +119,104 @@ def route(
             # first replica whose cumulative share exceeds u
             replica = (u[..., None] >= cum[ids]).sum(-1)
             replica = np.minimum(replica, cnt - 1)
-    else:  # local_first
+    else:  # local_first, lp
         if token_rank is None:
-            raise InputError("the local_first policy needs token_rank (source GPU of each token)")
+            raise InputError(f"the {policy} policy needs token_rank (source GPU of each token)")
         rank = as_int_array("token_rank", token_rank)
         G = placement.topology.num_gpus
         if rank.shape != (N,):
             raise InputError(f"token_rank must be int[{N}], got shape {rank.shape}")
         if rank.size and (rank.min() < 0 or rank.max() >= G):
             raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
-        return dispatch_table(placement, layer)[rank.astype(np.int64)[:, None], ids]
+        rank = rank.astype(np.int64)
+        if policy == "lp":
+            return _lp_route(ids, rank, placement, layer)
+        return dispatch_table(placement, layer)[rank[:, None], ids]
     return l2p[ids, replica]
+
+
+def _gpu_slots(placement: Placement, layer: int) -> np.ndarray:
+    """``int64[E, G]``: lowest slot of expert ``e`` on GPU ``g`` (``-1`` if none)."""
+    topo = placement.topology
+    E, G, S = placement.num_experts, topo.num_gpus, topo.slots_per_gpu
+    slots = np.arange(topo.num_slots)[::-1]  # reversed: the lowest slot is written last
+    table = np.full((E, G), -1, dtype=np.int64)
+    table[placement.phy2log[layer][slots], slots // S] = slots
+    return table
+
+
+def lp_plan(amounts: np.ndarray, placement: Placement, layer_index: int = 0) -> np.ndarray:
+    """The ``lp`` policy's plan for one batch: ``[G, E, G]`` picks of expert ``e`` from source
+    GPU ``s`` served on GPU ``g``, for ``amounts: [G, E]`` picks per (source GPU, expert) of
+    layer ``layer_index``. Integers (whole picks) are split exactly; floats (e.g. expected
+    counts) follow the same rule on amounts scaled to integers (about 2**40 picks in all) and
+    back, so within about 1e-12 of the layer's picks. See the module docstring."""
+    layer = _layer(placement, layer_index)
+    G, E = placement.topology.num_gpus, placement.num_experts
+    amounts = np.asarray(amounts)
+    if amounts.shape != (G, E):
+        raise InputError(f"amounts must be [{G}, {E}] (source GPU x expert), got {amounts.shape}")
+    if amounts.dtype.kind in "iub":
+        if (amounts < 0).any():
+            raise InputError("amounts must be picks >= 0")
+        return _plan(amounts.astype(np.int64), placement, layer)[0]
+    amounts = amounts.astype(np.float64)
+    if not np.isfinite(amounts).all() or (amounts < 0).any():
+        raise InputError("amounts must be finite picks >= 0")
+    total = float(amounts.sum())
+    scale = 2.0**40 / total if total > 0 else 1.0
+    out = _plan(np.rint(amounts * scale).astype(np.int64), placement, layer)[0]
+    return out / scale
+
+
+def _plan(work: np.ndarray, placement: Placement, layer: int):
+    """`lp_plan` on integer ``work: int64[G, E]``; also returns the flexible experts
+    ``int64[J]`` (on two or more GPUs) and each expert's home GPU ``int64[E]`` (-1 if
+    flexible)."""
+    topo = placement.topology
+    G, E, N = topo.num_gpus, placement.num_experts, topo.num_nodes
+    held = _gpu_slots(placement, layer) >= 0  # [E, G]
+    ngpu = held.sum(1)
+    flex = np.nonzero(ngpu >= 2)[0]
+    home = np.where(ngpu == 1, held.argmax(1), -1)
+    single = np.nonzero(ngpu == 1)[0]
+    out = np.zeros((G, E, G), dtype=np.int64)
+    out[:, single, home[single]] = work[:, single]
+    fixed = np.bincount(home[single], weights=work[:, single].sum(0), minlength=G)
+    if flex.size:
+        arc_j, arc_g = np.nonzero(held[flex])
+        node = topo.node_of_gpu
+        per_node = np.zeros((N, flex.size), dtype=np.int64)
+        np.add.at(per_node, node, work[:, flex])
+        _, flow = minmax.split(
+            work[:, flex].sum(0),
+            fixed.astype(np.int64),
+            arc_j,
+            arc_g,
+            source_nodes=per_node.T,
+            gpu_node=node,
+        )
+        out[:, flex, :] = minmax.plan(work[:, flex].T, flow, arc_j, arc_g, node).transpose(1, 0, 2)
+    return out, flex, home
+
+
+def _lp_route(ids: np.ndarray, rank: np.ndarray, placement: Placement, layer: int) -> np.ndarray:
+    """``lp`` slots ``int64[N, K]`` of one batch: `lp_plan` of its pick counts; the picks of a
+    (source GPU, flexible expert) group take the plan's GPUs in ascending order, in token
+    order."""
+    topo = placement.topology
+    G, E = topo.num_gpus, placement.num_experts
+    N, K = ids.shape
+    flat = ids.ravel()
+    key = np.repeat(rank, K) * E + flat  # (source GPU, expert) of every pick
+    amounts = np.bincount(key, minlength=G * E).reshape(G, E)
+    table, flex, home = _plan(amounts, placement, layer)
+    dest = home[flat]
+    moving = np.nonzero(dest < 0)[0]
+    if moving.size:
+        sub = key[moving]
+        sub = sub.astype(np.uint16) if G * E <= 2**16 else sub  # radix sort for 16 bits
+        order = np.argsort(sub, kind="stable")
+        per = table[:, flex, :].reshape(-1)  # in (source, flexible expert, GPU) key order
+        dest[moving[order]] = np.repeat(np.tile(np.arange(G), per.size // G), per)
+    return _gpu_slots(placement, layer)[flat, dest].reshape(N, K)

@@ -15,6 +15,10 @@ registered under a temporary name first. Properties:
   ``meta["solver"]["relabeled"]``, or with ``needs_previous``);
 - ``bad_input``: NaN, negative, 1-D or too-large loads, fewer slots than experts and an
   unknown option each raise `EplbError`.
+- ``windows`` (policies registered with ``windows=True``, which the properties above call with
+  one window ``[L, E]``): three windows ``[3, L, E]`` (the load, a reweighted copy, the load)
+  give a valid placement for their summed load, the same one twice, and a 4-D load raises
+  `EplbError`.
 
 A failure carries the property, the error and the shrunk counterexample (the last failing
 input hypothesis replayed). Settings: ``max_examples`` per property, derandomised (the same
@@ -91,6 +95,7 @@ def check_solver(
     max_nodes: int = 2,
     max_gpus_per_node: int = 3,
     max_group_size: int = 3,
+    windows: bool = False,
     **options: Any,
 ) -> CheckReport:
     """Run the invariant suite (module docstring) on solver ``name_or_fn``.
@@ -99,14 +104,16 @@ def check_solver(
     `Placement` or ``phy2log``. ``options``: passed to every solve (e.g. ``budget=100``).
     ``needs_previous``: the policy repairs a live placement (every call gets a
     ``previous=``). Sizes: nodes, GPUs per node and experts per group of the random
-    problems. Returns a `CheckReport`; with ``raise_on_failure`` (default) an
-    ``AssertionError`` listing every failure instead when any property fails.
+    problems. ``windows``: a plain function takes the history ``[W, L, E]`` (registered
+    with ``windows=True``; a registered name says so itself). Returns a `CheckReport`; with
+    ``raise_on_failure`` (default) an ``AssertionError`` listing every failure instead when
+    any property fails.
     """
     from hypothesis import HealthCheck, given, settings
 
     from eplb.testing.strategies import problems
 
-    name, temporary = _registered(name_or_fn)
+    name, temporary = _registered(name_or_fn, windows)
     report = CheckReport(name)
     conf = settings(
         max_examples=max_examples,
@@ -200,12 +207,29 @@ def check_solver(
         )
         return None
 
-    for prop, body in (
+    def windows(load, topo, groups):
+        stack = np.stack([load, load * (1 + np.arange(load.shape[1]) % 3) / 2, load])
+        try:
+            a = solve(stack, topo, groups)
+        except InfeasibleError:
+            return None
+        assert_valid_placement(a, stack.sum(0))
+        assert a.equals(solve(stack.copy(), topo, groups)), "two solves of the same windows differ"
+        try:
+            solve(stack[None], topo, groups)
+        except EplbError:
+            return None
+        raise AssertionError("a 4-D load [1, W, L, E] was accepted")
+
+    props = [
         ("valid", valid),
         ("deterministic", deterministic),
         ("lower_bound", bound),
         ("previous_relabels", relabels),
-    ):
+    ]
+    if solvers.takes_windows(name):
+        props.append(("windows", windows))
+    for prop, body in props:
         run(prop, body)
     _bad_input(solve, report)
     if temporary:
@@ -215,14 +239,14 @@ def check_solver(
     return report
 
 
-def _registered(name_or_fn) -> tuple[str, bool]:
+def _registered(name_or_fn, windows: bool = False) -> tuple[str, bool]:
     if isinstance(name_or_fn, str):
         solvers.get(name_or_fn)  # InputError for an unknown name
         return name_or_fn, False
     if not callable(name_or_fn):
         raise TypeError(f"check_solver needs a solver name or function, got {name_or_fn!r}")
     name = f"_check_{getattr(name_or_fn, '__name__', 'fn')}_{next(_COUNTER)}"
-    solvers.register(name)(name_or_fn)
+    solvers.register(name, windows=windows)(name_or_fn)
     return name, True
 
 

@@ -355,7 +355,7 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
-        _choice("dispatch", self.dispatch, POLICIES)
+        _choice("dispatch", self.dispatch, tuple(p for p in POLICIES if p != "lp"))
         _str("name", self.name)
         if not isinstance(self.faults, tuple):
             raise InputError(f"faults must be a list, got {type(self.faults).__name__}")

@@ -540,6 +540,12 @@ class StepModel:
             )
         self.topology, self.model, self.hardware = topology, model, hardware
         self.dispatch = check_policy(dispatch)
+        if self.dispatch == "lp":
+            raise InputError(
+                "the step-time model does not model lp dispatch (a min-max split per batch); "
+                "use even, random, local_first or weighted, or evaluate lp with "
+                "evaluation.traffic / eplb evaluate --dispatch lp"
+            )
         self.micro_batches = micro_batches
         fit = hardware.fit
         eff = fit.gemm_efficiency
