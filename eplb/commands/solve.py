@@ -149,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"solver {args.solver} weights the windows itself; drop --ema")
         chosen = trace.window_index(windows_arg(args.windows))
         solver_load = trace.counts[np.sort(chosen)]
-        how = how.replace("sum over", "forecast from")
     E = trace.num_experts
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
@@ -206,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
             f"{placement.num_experts} experts",
         ),
         ("load", f"{how}; {load.sum() / len(load):,.0f} expert picks per layer"),
+        *([("placed for", "the next window, forecast from these windows (the figures below "
+                          "score their sum)")] if solvers.takes_windows(args.solver) else []),
         *summary_rows(placement, load, num_groups=args.groups),
         (
             "redundant slots",
