@@ -521,7 +521,39 @@ STUDY_SEEDS = (21, 22, 23)  # robust and lp were designed on seeds 11 and 12, ne
 def pct(x: float) -> str:
     """A share as a whole percentage (``-0%`` printed as ``0%``)."""
     return f"{100 * x:.0f}%".replace("-0%", "0%")
+
+
 DRIFT_KINDS = ("drift", "bursty", "calibrated+drift")
+
+
+def gap_rows(kind: str, seed: int, scored: dict, base: str, extra: str) -> list[dict]:
+    """One row per run of ``scored`` (label -> (step max/mean, ``extra`` value)) with the share
+    of the gap from run ``base`` to the ``"oracle"`` run that it closes."""
+    top, best = scored[base][0], scored["oracle"][0]
+    return [{"generator": kind, "seed": seed, "run": label, "step_max_over_mean": step,
+             extra: value, "gap_closed": (top - step) / (top - best)}
+            for label, (step, value) in scored.items()]
+
+
+def gap_tables(rows: list[dict], table: str, extra: str, prefix: str, names: dict,
+               out: dict) -> pd.DataFrame:
+    """Writes ``tables/{table}.md`` (means over seeds per generator and run) and
+    ``tables/{table}_per_seed.md``; puts each run's step, gap closed (mean, worst seed) into
+    ``out`` as ``{prefix}_{generator}_{names[run]}_...``; returns the aggregate."""
+    df = pd.DataFrame(rows)
+    agg = df.groupby(["generator", "run"], sort=False).agg(
+        step_max_over_mean=("step_max_over_mean", "mean"),
+        gap_closed_mean=("gap_closed", "mean"), gap_closed_min=("gap_closed", "min"),
+        **{extra: (extra, "mean")}, seeds=("seed", "count")).reset_index()
+    atomic_write_text(OUT / "tables" / f"{table}.md", markdown(agg, digits=4, index=False))
+    atomic_write_text(OUT / "tables" / f"{table}_per_seed.md",
+                      markdown(df, digits=4, index=False))
+    for r in agg.itertuples():
+        key = f"{prefix}_{r.generator.replace('+', '_')}_{names[r.run]}"
+        out[f"{key}_step"] = fmt(r.step_max_over_mean)
+        out[f"{key}_closed"] = pct(r.gap_closed_mean)
+        out[f"{key}_closed_min"] = pct(r.gap_closed_min)
+    return agg
 
 
 def drift_trace(kind: str, seed: int, windows: int, tokens: int = 16384):
@@ -585,26 +617,13 @@ def robust_study(out: dict, windows: int = 12) -> None:
             steps.append(metrics.summarize(metrics.score_windows(
                 p, trace.counts[t : t + 1]))["step_max_over_mean"])
         scored["informed"] = (float(np.mean(steps)), np.nan)
-        base, best = scored["greedy"][0], scored["oracle"][0]
-        for label, (step, moved) in scored.items():
-            rows.append({"generator": kind, "seed": seed, "run": label,
-                         "step_max_over_mean": step, "replicas_moved": moved,
-                         "gap_closed": (base - step) / (base - best)})
-    df = pd.DataFrame(rows)
-    agg = df.groupby(["generator", "run"], sort=False).agg(
-        step_max_over_mean=("step_max_over_mean", "mean"),
-        gap_closed_mean=("gap_closed", "mean"), gap_closed_min=("gap_closed", "min"),
-        replicas_moved=("replicas_moved", "mean"), seeds=("seed", "count")).reset_index()
-    atomic_write_text(OUT / "tables" / "robust.md", markdown(agg, digits=4, index=False))
-    atomic_write_text(OUT / "tables" / "robust_per_seed.md", markdown(df, digits=4, index=False))
+        rows += gap_rows(kind, seed, scored, "greedy", "replicas_moved")
     names = {"greedy": "greedy", "oracle": "oracle", "informed": "informed", "robust": "robust",
              "robust tolerance=0.002": "robust_repair", "robust scenarios=mean": "robust_mean",
              "robust scenarios=worst": "robust_worst"}
+    agg = gap_tables(rows, "robust", "replicas_moved", "rb", names, out)
     for r in agg.itertuples():
         key = f"rb_{r.generator.replace('+', '_')}_{names[r.run]}"
-        out[f"{key}_step"] = fmt(r.step_max_over_mean)
-        out[f"{key}_closed"] = pct(r.gap_closed_mean)
-        out[f"{key}_closed_min"] = pct(r.gap_closed_min)
         out[f"{key}_moved"] = "" if np.isnan(r.replicas_moved) else f"{r.replicas_moved:,.0f}"
     out["rb_windows"] = str(windows)
     out["rb_seeds"] = ", ".join(map(str, STUDY_SEEDS))
@@ -636,27 +655,13 @@ def lp_study(out: dict, windows: int = 12, layers: int = 16, tokens: int = 4096)
                              later["rdma_bytes"].mean() / 1e9)
             if "oracle_step_max_over_mean" in later:
                 scored["oracle"] = (later["oracle_step_max_over_mean"].mean(), np.nan)
-        base, best = scored["greedy + even"][0], scored["oracle"][0]
-        for label, (step, rdma) in scored.items():
-            rows.append({"generator": kind, "seed": seed, "run": label,
-                         "step_max_over_mean": step, "rdma_GB_per_window": rdma,
-                         "gap_closed": (base - step) / (base - best)})
-    df = pd.DataFrame(rows)
-    agg = df.groupby(["generator", "run"], sort=False).agg(
-        step_max_over_mean=("step_max_over_mean", "mean"),
-        gap_closed_mean=("gap_closed", "mean"), gap_closed_min=("gap_closed", "min"),
-        rdma_GB_per_window=("rdma_GB_per_window", "mean"), seeds=("seed", "count")).reset_index()
-    atomic_write_text(OUT / "tables" / "lp_dispatch.md", markdown(agg, digits=4, index=False))
-    atomic_write_text(OUT / "tables" / "lp_dispatch_per_seed.md",
-                      markdown(df, digits=4, index=False))
+        rows += gap_rows(kind, seed, scored, "greedy + even", "rdma_GB_per_window")
     names = {"greedy + even": "even", "greedy + local_first": "local_first",
              "greedy + lp": "lp", "robust + lp": "robust_lp", "robust ring + even": "ring_even",
              "robust ring + lp": "ring_lp", "oracle": "oracle"}
+    agg = gap_tables(rows, "lp_dispatch", "rdma_GB_per_window", "lp", names, out)
     for r in agg.itertuples():
         key = f"lp_{r.generator.replace('+', '_')}_{names[r.run]}"
-        out[f"{key}_step"] = fmt(r.step_max_over_mean)
-        out[f"{key}_closed"] = pct(r.gap_closed_mean)
-        out[f"{key}_closed_min"] = pct(r.gap_closed_min)
         out[f"{key}_rdma"] = "" if np.isnan(r.rdma_GB_per_window) else \
             f"{r.rdma_GB_per_window:.3f}"
     frames = {}
