@@ -29,12 +29,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import solvers
+from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
 from eplb.errors import EplbError, InputError, TraceError
+from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.align import with_layers
+from evaluation.align import align, check_num_groups, check_trace, with_layers
 from evaluation.metrics import score_windows, summarize
+from evaluation.traffic import simulate_trace
 from solvers.migration import replicas_moved
+from traces.model import Trace
 
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert, FP8 weights
 
@@ -48,8 +53,6 @@ def _positive_int(name: str, value, allow_none: bool = False) -> int | None:
 
 
 def _solve(solver, load, topology, *, layer_ids, previous, num_groups, seed, time_limit, options):
-    import solvers
-
     try:
         placement = solvers.solve(solver, load, topology, num_groups=num_groups,
                                   previous=previous, seed=seed, time_limit=time_limit, **options)
@@ -104,9 +107,6 @@ def replay(
     `traces.synth.token_windows` makes them); needs ``policy``; the traffic columns then come
     from those tokens.
     """
-    from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
-    from evaluation.align import check_num_groups, check_trace
-
     check_trace(trace)
     if not isinstance(topology, Topology):
         raise InputError(f"topology must be an eplb.Topology, got {type(topology).__name__}")
@@ -129,12 +129,8 @@ def replay(
     num_groups = check_num_groups(num_groups, trace.num_experts)
     options = check_mapping("solver_options", solver_options)
     if policy is not None:
-        from eplb.executor.routing import check_policy
-
         check_policy(policy)
     tokens = _check_tokens(tokens, trace, policy)
-    import solvers
-
     windowed = solvers.takes_windows(solver)
     if windowed and ema is not None:
         raise InputError(f"solver {solver} takes the history windows and weights them itself; "
@@ -146,8 +142,6 @@ def replay(
     if initial is None:
         live = _solve(solver, np.ones((L, E)), topology, previous=None, **kw)
     else:
-        from evaluation.align import align
-
         live = align(initial, trace)
         if live.topology != topology:
             raise InputError(f"initial placement is on {live.topology}, replay on {topology}")
@@ -178,8 +172,6 @@ def replay(
         frame = score_windows(live, trace.counts[t : t + 1], windows=[t])
         row.update(summarize(frame).drop("layers").to_dict())
         if policy is not None:
-            from evaluation.traffic import simulate_trace
-
             traffic.setdefault("num_groups", num_groups)
             if tokens is not None:
                 rep = simulate_trace(live, tokens[t], policy=policy, source="tokens",
@@ -216,8 +208,6 @@ def _check_tokens(tokens, trace, policy):
     """``tokens`` as a list of one token-level trace per window of ``trace`` (or None)."""
     if tokens is None:
         return None
-    from traces.model import Trace
-
     if policy is None:
         raise InputError("tokens are dispatched under a policy: give policy= (e.g. 'lp')")
     try:
