@@ -44,9 +44,10 @@ import solvers  # noqa: E402
 import traces  # noqa: E402
 from eplb import Topology  # noqa: E402
 from eplb.atomic import atomic_write_text  # noqa: E402
-from evaluation import metrics, plots, replay, traffic  # noqa: E402
+from evaluation import metrics, pareto, plots, replay, traffic  # noqa: E402
 from evaluation.tables import markdown  # noqa: E402
 from solvers.bounds import lower_bound  # noqa: E402
+from solvers.migration import replicas_moved  # noqa: E402
 
 SETTINGS = {
     "prefill": (Topology(4, 8, 9), 8),  # 4 nodes x 8 GPUs, 288 slots, 8 groups: hierarchical
@@ -235,8 +236,6 @@ def replay_study(out: dict) -> None:
     fresh = solvers.solve("greedy", load1, topo)
     kept = solvers.solve("greedy", load1, topo, previous=p0)
     repaired = solvers.solve("greedy", load1, topo, previous=p0, tolerance=0.002)
-    from solvers.migration import replicas_moved
-
     out["moved_fresh"] = str(int(replicas_moved(p0, fresh).sum()))
     out["moved_relabeled"] = str(int(replicas_moved(p0, kept).sum()))
     out["moved_repaired"] = str(int(replicas_moved(p0, repaired).sum()))
@@ -278,8 +277,6 @@ def traffic_study(path: Path, out: dict) -> None:
         out[f"{key}_rdma"] = fmt(r.rdma_bytes_per_token, 0)
         out[f"{key}_nvlink"] = fmt(r.nvlink_bytes_per_token, 0)
         out[f"{key}_us"] = fmt(r.alltoall_us_per_1k_tokens, 1)
-    from evaluation import pareto
-
     front = pareto.sweep(load, topo, num_groups=groups, topk_groups=4, policy="local_first",
                          ilp_time_limit=None, top_k=8)
     plots.pareto_front(front, OUT / "figures" / "pareto.png",
@@ -326,11 +323,10 @@ def relaxed_study(files: list[Path], out: dict) -> None:
     df = pd.DataFrame(rows)
     hier = df[df["policy"] == "hierarchical"].set_index("trace")
     df["rdma_vs_hierarchical"] = df["rdma_bytes"] / df["trace"].map(hier["rdma_bytes"])
-    from evaluation.pareto import front
-
     df["on_front"] = False
     for _, part in df.groupby("trace", sort=False):
-        df.loc[part.index, "on_front"] = front(part["rdma_bytes"], part["lf_step_max_over_mean"])
+        df.loc[part.index, "on_front"] = pareto.front(part["rdma_bytes"],
+                                                      part["lf_step_max_over_mean"])
     default = f"relaxed {solvers.options('relaxed')['relax']:g}"
     per_file = []
     for stem in hier.index:
