@@ -136,6 +136,42 @@ def test_relabel_recovers_a_permuted_placement(prob, seed):
     assert np.array_equal(relabel(shuffled, p).phy2log, p.phy2log)
 
 
+def _order_slots_one_gpu(new_slots, old_slots):
+    """Reference for `migration._order_slots`, one GPU at a time."""
+    S = len(new_slots)
+    perm, used = [-1] * S, [False] * S
+    for k in range(S):
+        for j in range(S):
+            if not used[j] and new_slots[j] == old_slots[k]:
+                perm[k], used[j] = j, True
+                break
+    rest = iter(j for j in range(S) if not used[j])
+    return [p if p >= 0 else next(rest) for p in perm]
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda S: st.lists(
+            st.tuples(
+                st.lists(st.integers(-1, 3), min_size=S, max_size=S),
+                st.lists(st.integers(-1, 3), min_size=S, max_size=S),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+)
+def test_order_slots_equals_the_per_gpu_loop(rows):
+    """Repeated experts and empty slots (-1) included: first free match in order, the rest in
+    order."""
+    from solvers.migration import _order_slots
+
+    new = np.array([r[0] for r in rows])
+    old = np.array([r[1] for r in rows])
+    want = [_order_slots_one_gpu(a, b) for a, b in zip(new.tolist(), old.tolist(), strict=True)]
+    assert _order_slots(new, old).tolist() == want
+
+
 def test_relabel_keeps_shares_with_their_replicas():
     load = np.array([[40.0, 30, 20, 10, 5, 5]])
     topo = Topology(2, 2, 2)
