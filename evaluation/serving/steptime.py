@@ -373,9 +373,11 @@ class TabulatedCurve:
 
     def seconds(self, m: np.ndarray) -> np.ndarray:
         pos = m * self.inv
-        i = pos.astype(np.intp)
-        np.minimum(i, self.last, out=i)
-        pos -= i
+        row = np.trunc(pos)  # the table row (pos >= 0); float ops are cheaper than int ones
+        if row.size and row.max() > self.last:
+            np.minimum(row, self.last, out=row)
+        pos -= row
+        i = row.astype(np.intp)
         out = self.dt.take(i)
         out *= pos
         out += self.t.take(i)
