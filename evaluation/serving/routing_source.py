@@ -267,6 +267,7 @@ class StepLoads:
         self._w = None
         self._p = None
         self._zs = None
+        self._buf = None  # scratch for the noise term
 
     def window(self, t: float) -> tuple[int, np.ndarray]:
         """``(w, p)``: the window of ``t`` and its expected shares."""
@@ -290,6 +291,9 @@ class StepLoads:
             self._pos = 0
         k = self._idx[self._pos]
         self._pos += 1
-        mean += math.sqrt(picks) * self._zs[k]
+        noise = self._buf
+        if noise is None:
+            noise = self._buf = np.empty_like(mean)
+        mean += np.multiply(self._zs[k], math.sqrt(picks), out=noise)
         np.maximum(mean, 0.0, out=mean)
         return mean

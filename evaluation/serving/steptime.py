@@ -938,7 +938,12 @@ class StepModel:
         h2 = batch.logits * 2.0
         j2 = h2.astype(np.intp)
         # tokens are >= 0 (RankBatch), so whole values equal to their index are >= 0 too
-        if (j == h).all() and (j2 == h2).all() and max(j.max(), j2.max()) < _MEMO_HALVES:
+        every = np.logical_and.reduce
+        if (
+            every(j == h)
+            and every(j2 == h2)
+            and max(np.maximum.reduce(j), np.maximum.reduce(j2)) < _MEMO_HALVES
+        ):
             tables = self.__dict__.get("_decode_memo")
             if tables is None:
                 head = self._head(np.arange(_MEMO_HALVES) / 2.0)
@@ -974,7 +979,7 @@ class StepModel:
         src = batch.tokens / mb
         slot = dist.ravel().take(routed.gather, mode="clip").reshape(L, -1)
         slot *= routed.share
-        slot *= (1.0 / mb) if picks else K * src.sum()
+        slot *= (1.0 / mb) if picks else K * np.add.reduce(src)
         recv = _per_gpu(slot, S)
         curve = self.expert_table if tabulated else self.expert
         moe = _per_gpu(curve.seconds(slot), S)
@@ -989,7 +994,8 @@ class StepModel:
         moe_mean *= inv_g
         np.minimum(moe3[0], moe_mean, out=moe3[2])
         ks = K * src
-        out_max, out_mean = float(ks.max()), float(ks.sum() * inv_g)
+        out_max = float(np.maximum.reduce(ks))
+        out_mean = float(np.add.reduce(ks) * inv_g)
         ll_d, ll_c = self.ll
         copies = np.empty((3, L))
         np.maximum(out_max, recv_max, out=copies[0])
@@ -1010,7 +1016,7 @@ class StepModel:
         attention = per * L * (a1m + a2m)
         shared = per * L * shm
         overhead_l = per * L * o
-        moe_c = per * moe3[2].sum()
+        moe_c = per * np.add.reduce(moe3[2])
         comm = t_bal_sum - attention - shared - overhead_l - moe_c
         dense_x, head_x = top[3], top[4]
         breakdown = {
@@ -1033,7 +1039,7 @@ class StepModel:
             t3[0],
             recv_max,
             recv_mean,
-            float(batch.tokens.sum()),
+            float(np.add.reduce(batch.tokens)),
             meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": False},
         )
 
