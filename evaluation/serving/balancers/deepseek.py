@@ -85,6 +85,15 @@ def _greedy(
     if tok:
         nempty = queued != 0
         q_top, budget_min = float(queued.max()), float(budget.min())
+        if q_top + float(led.dq.max()) > budget_min:
+            # prompts no rank takes now fit nowhere later in the batch either (loads only
+            # grow): they wait without being scored
+            fit = (queued + led.dq[:, None] <= budget) | ~nempty  # [n, R]
+            fit &= ~nbase
+            if kvcap:
+                fit &= kv + led.dkv[:, None] <= cap
+            fits_now = np.logical_or.reduce(fit, 1).tolist()
+            order = [i for i in order if fits_now[i]]
     const_b = bool((db == db[0]).all())
     if const_b:
         db0 = db[0]
