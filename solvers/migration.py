@@ -76,10 +76,12 @@ def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
     N = G // gpn
     blocks = ov.reshape(N, gpn, N, gpn).transpose(0, 2, 1, 3)  # [a, b, gpn, gpn]
     inner = np.empty((N, N, gpn), dtype=np.int64)
-    for a in range(N):
-        for b in range(N):
-            r, c = linear_sum_assignment(blocks[a, b], maximize=True)
-            inner[a, b, r] = c
+    # a block without overlap is the all-zero matrix: solved once, its answer reused
+    r0, c0 = linear_sum_assignment(np.zeros((gpn, gpn), dtype=ov.dtype), maximize=True)
+    inner[:, :, r0] = c0
+    for a, b in zip(*np.nonzero(blocks.any(axis=(2, 3))), strict=True):
+        r, c = linear_sum_assignment(blocks[a, b], maximize=True)
+        inner[a, b, r] = c
     value = np.take_along_axis(blocks, inner[..., None], -1).sum((-2, -1)).astype(np.float64)
     ra, cb = linear_sum_assignment(value, maximize=True)
     target = np.empty(G, dtype=np.int64)
