@@ -75,13 +75,14 @@ def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
     gpn = gpus_per_node
     N = G // gpn
     blocks = ov.reshape(N, gpn, N, gpn).transpose(0, 2, 1, 3)  # [a, b, gpn, gpn]
-    value = np.zeros((N, N))
     inner = np.empty((N, N, gpn), dtype=np.int64)
-    for a in range(N):
-        for b in range(N):
-            r, c = linear_sum_assignment(blocks[a, b], maximize=True)
-            value[a, b] = blocks[a, b][r, c].sum()
-            inner[a, b, r] = c
+    # a block without overlap is the all-zero matrix: solved once, its answer reused
+    r0, c0 = linear_sum_assignment(np.zeros((gpn, gpn), dtype=ov.dtype), maximize=True)
+    inner[:, :, r0] = c0
+    for a, b in zip(*np.nonzero(blocks.any(axis=(2, 3))), strict=True):
+        r, c = linear_sum_assignment(blocks[a, b], maximize=True)
+        inner[a, b, r] = c
+    value = np.take_along_axis(blocks, inner[..., None], -1).sum((-2, -1)).astype(np.float64)
     ra, cb = linear_sum_assignment(value, maximize=True)
     target = np.empty(G, dtype=np.int64)
     for a, b in zip(ra, cb, strict=True):
@@ -90,19 +91,23 @@ def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
 
 
 def _order_slots(new_slots: np.ndarray, old_slots: np.ndarray) -> np.ndarray:
-    """Permutation of ``new_slots: int[S]`` putting experts back in their old slots."""
-    S = new_slots.size
-    perm = np.full(S, -1, dtype=np.int64)
-    used = np.zeros(S, dtype=bool)
+    """``int64[M, S]``: for each of ``M`` GPUs, the permutation of ``new_slots: int[M, S]``
+    putting experts back in their slots of ``old_slots: int[M, S]``: old slot ``k`` (in
+    order) takes the first unused new slot holding its expert; the slots left over fill the
+    remaining positions in their order."""
+    M, S = new_slots.shape
+    perm = np.full((M, S), -1, dtype=np.int64)
+    used = np.zeros((M, S), dtype=bool)
+    rows = np.arange(M)
     for k in range(S):
-        hit = np.nonzero((new_slots == old_slots[k]) & ~used)[0]
-        if hit.size:
-            perm[k] = hit[0]
-            used[hit[0]] = True
-    rest = iter(np.nonzero(~used)[0])
-    for k in range(S):
-        if perm[k] < 0:
-            perm[k] = next(rest)
+        hit = (new_slots == old_slots[:, k, None]) & ~used  # [M, S]
+        first = hit.argmax(1)
+        found = hit[rows, first]
+        perm[found, k] = first[found]
+        used[rows[found], first[found]] = True
+    # per row, the unused new slots (in order) go to the unmatched positions (in order):
+    # both row-major listings hold the same number of entries per row
+    perm[perm < 0] = np.nonzero(~used)[1]
     return perm
 
 
@@ -122,14 +127,15 @@ def relabel(placement: Placement, previous: Placement) -> Placement:
     ov = overlap(new_e, old_e, placement.num_experts)
     out_e = np.empty_like(new_e)
     out_s = None if share is None else np.empty_like(share)
-    for layer in range(L):
-        target = best_relabel(ov[layer], gpn)
-        for g in range(G):
-            h = target[g]
-            perm = _order_slots(new_e[layer, g], old_e[layer, h])
-            out_e[layer, h] = new_e[layer, g][perm]
-            if share is not None:
-                out_s[layer, h] = share[layer, g][perm]
+    # target[layer, g]: the old GPU position new GPU g takes
+    target = np.stack([best_relabel(ov[layer], gpn) for layer in range(L)]).reshape(-1)
+    layer = np.repeat(np.arange(L), G)
+    old_at = old_e[layer, target]  # [L * G, S] old slots of each new GPU's position
+    perm = _order_slots(new_e.reshape(L * G, S), old_at)
+    rows = np.arange(L * G)[:, None]
+    out_e[layer, target] = new_e.reshape(L * G, S)[rows, perm]
+    if share is not None:
+        out_s[layer, target] = share.reshape(L * G, S)[rows, perm]
     return Placement(
         out_e.reshape(L, P),
         placement.num_experts,

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
@@ -282,6 +282,91 @@ def test_deepseek_decode_balances_kv_and_requests_better_than_round_robin(seed):
     rr, ds = out["round_robin"], out["deepseek_decode"]
     assert ds[0] < rr[0] and ds[0] < out["least_requests"][0], out
     assert ds[0] <= 1.06 and ds[1] <= 1.10, out
+
+
+# ------------------------------------------------------------------ DeepSeek greedy vs reference
+def _reference_greedy(led, a, da, A, b, db, B_, w):
+    """The DeepSeek balancers' greedy written plainly: every rank scored per request."""
+    out = np.full(da.size, -1, dtype=np.int64)
+    wb = w / B_
+    for i in np.argsort(-np.maximum(da / A, wb * db), kind="stable"):
+        ok = led.fits(i)
+        if ok.any():
+            x, y = (a + da[i]) / A, wb * (b + db[i])
+            score = np.maximum(x, y) + 1e-9 * (x + y)
+            r = int(np.where(ok, score, np.inf).argmin())
+            out[i] = r
+            led.place(i, r)
+    return out
+
+
+def _reference(name, batch, state, w):
+    from evaluation.serving.balancers.deepseek import _mean_after
+    from evaluation.serving.balancers.state import Ledger
+
+    led = Ledger(state, batch)
+    if name == "deepseek_prefill":
+        A = _mean_after(led.att, led.datt, state.alive)
+        T = _mean_after(led.tokens, led.dtok, state.alive)
+        return _reference_greedy(led, led.att, led.datt, A, led.tokens, led.dtok, T, w)
+    ones = np.ones(len(batch))
+    K = _mean_after(led.kv, led.dkv, state.alive)
+    N = _mean_after(led.n, ones, state.alive)
+    return _reference_greedy(led, led.kv, led.dkv, K, led.n, ones, N, w)
+
+
+@st.composite
+def crowded(draw):
+    """Many requests on few ranks, loads on coarse grids (ties) or continuous, tight limits."""
+    R = draw(st.integers(1, 10))
+    n = draw(st.integers(0, 40))
+    phase = draw(st.sampled_from(["prefill", "decode"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    coarse = draw(st.booleans())
+    inp = rng.integers(1, 4, size=n) * 512 if coarse else rng.integers(1, 9000, size=n)
+    cached = (inp * rng.random(n) * draw(st.sampled_from([0, 1]))).astype(np.int64)
+    batch = RequestBatch(inp, cached, rng.integers(0, 300, size=n))
+
+    def load(scale):
+        if coarse:
+            return rng.integers(0, 3, size=R) * scale
+        return rng.random(R) * scale * draw(st.sampled_from([0, 1]))
+
+    def cap(scale):
+        kind = draw(st.sampled_from(["inf", "scalar", "per_rank"]))
+        if kind == "inf":
+            return math.inf
+        if kind == "scalar":
+            return float(rng.integers(1, 12) * scale)
+        return rng.integers(0, 12, size=R) * scale
+
+    state = RankState(
+        R,
+        phase,
+        token_budget=cap(draw(st.sampled_from([300, 1000]))),
+        kv_blocks_capacity=cap(draw(st.sampled_from([2, 6]))),
+        max_requests=cap(1),
+        alive=rng.random(R) < draw(st.sampled_from([1.0, 0.7])),
+        queued_tokens=load(3000) if coarse else np.floor(load(3000)),
+        running_tokens=load(2000),
+        num_requests=rng.integers(0, 3, size=R),
+        kv_blocks_used=rng.integers(0, 4, size=R),
+        attention_cost=load(1e6),
+        block_size=512,
+    )
+    return batch, state, draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+
+
+@settings(max_examples=150)
+@given(crowded())
+def test_deepseek_balancers_equal_the_plain_greedy(sc):
+    """The fast greedy (per-rank bookkeeping, skipped capacity tests) makes the reference's
+    decisions exactly, ties included."""
+    batch, state, w = sc
+    name = "deepseek_prefill" if state.phase == "prefill" else "deepseek_decode"
+    opt = "token_weight" if state.phase == "prefill" else "request_weight"
+    got = B.get(name)(batch, state.copy(), **{opt: w})
+    assert np.array_equal(got, _reference(name, batch, state.copy(), w))
 
 
 # ------------------------------------------------------------------ state and batch

@@ -310,6 +310,29 @@ def test_compare_is_paired():
     assert list(table.index) == ["static", "balanced"]
 
 
+def test_compare_on_dask_equals_the_serial_run():
+    """Two worker processes (configs and workloads pickled to them): the same rows as inline."""
+    distributed = pytest.importorskip("distributed", reason="dask extra not installed")
+    cfgs = {
+        "static": small_config(eplb=EplbConfig(solver="static", initial="trivial")),
+        "deepseek": small_config(),
+    }
+    wl = small_workload(n=30, rate=4.0)
+    inline = serving.compare(cfgs, wl, seeds=[0], progress=False)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+        distributed.get_task_stream(client) as stream,
+    ):
+        on_dask = serving.compare(cfgs, wl, seeds=[0], scheduler=client, progress=False)
+    ran = [t for t in stream.data if t["key"].startswith("run_task")]
+    assert len(ran) == 2
+    cols = [c for c in inline.columns if c != "wall_s"]  # wall seconds differ, nothing else
+    pd.testing.assert_frame_equal(inline[cols], on_dask[cols])
+
+
 @pytest.mark.parametrize(
     "make, match",
     [

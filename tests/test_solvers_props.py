@@ -136,6 +136,75 @@ def test_relabel_recovers_a_permuted_placement(prob, seed):
     assert np.array_equal(relabel(shuffled, p).phy2log, p.phy2log)
 
 
+def _order_slots_one_gpu(new_slots, old_slots):
+    """Reference for `migration._order_slots`, one GPU at a time."""
+    S = len(new_slots)
+    perm, used = [-1] * S, [False] * S
+    for k in range(S):
+        for j in range(S):
+            if not used[j] and new_slots[j] == old_slots[k]:
+                perm[k], used[j] = j, True
+                break
+    rest = iter(j for j in range(S) if not used[j])
+    return [p if p >= 0 else next(rest) for p in perm]
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda S: st.lists(
+            st.tuples(
+                st.lists(st.integers(-1, 3), min_size=S, max_size=S),
+                st.lists(st.integers(-1, 3), min_size=S, max_size=S),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+)
+def test_order_slots_equals_the_per_gpu_loop(rows):
+    """Repeated experts and empty slots (-1) included: first free match in order, the rest in
+    order."""
+    from solvers.migration import _order_slots
+
+    new = np.array([r[0] for r in rows])
+    old = np.array([r[1] for r in rows])
+    want = [_order_slots_one_gpu(a, b) for a, b in zip(new.tolist(), old.tolist(), strict=True)]
+    assert _order_slots(new, old).tolist() == want
+
+
+def _best_relabel_plain(ov, gpn):
+    """Reference for `migration.best_relabel`: a Hungarian solve for every node pair."""
+    from scipy.optimize import linear_sum_assignment
+
+    N = ov.shape[0] // gpn
+    blocks = ov.reshape(N, gpn, N, gpn).transpose(0, 2, 1, 3)
+    value = np.zeros((N, N))
+    inner = np.empty((N, N, gpn), dtype=np.int64)
+    for a in range(N):
+        for b in range(N):
+            r, c = linear_sum_assignment(blocks[a, b], maximize=True)
+            value[a, b] = blocks[a, b][r, c].sum()
+            inner[a, b, r] = c
+    ra, cb = linear_sum_assignment(value, maximize=True)
+    target = np.empty(N * gpn, dtype=np.int64)
+    for a, b in zip(ra, cb, strict=True):
+        target[a * gpn : (a + 1) * gpn] = b * gpn + inner[a, b]
+    return target
+
+
+@given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 2**32 - 1), st.sampled_from([0.2, 0.8]))
+def test_best_relabel_equals_a_solve_per_node_pair(N, gpn, seed, sparsity):
+    """Node pairs without overlap (all-zero blocks) share one solve; the rest are solved."""
+    from solvers.migration import best_relabel
+
+    rng = np.random.default_rng(seed)
+    G = N * gpn
+    ov = rng.integers(0, 3, size=(G, G))
+    keep = rng.random((N, N)) < sparsity  # node pairs with any overlap
+    ov *= np.kron(keep, np.ones((gpn, gpn), dtype=np.int64)).astype(ov.dtype)
+    assert np.array_equal(best_relabel(ov, gpn), _best_relabel_plain(ov, gpn))
+
+
 def test_relabel_keeps_shares_with_their_replicas():
     load = np.array([[40.0, 30, 20, 10, 5, 5]])
     topo = Topology(2, 2, 2)

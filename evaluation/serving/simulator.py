@@ -49,7 +49,13 @@ from evaluation.serving.eplb_loop import Planner, Recorder, emptied
 from evaluation.serving.kvcache import KVStore, RankCaches
 from evaluation.serving.routing_source import Popularity, StepLoads
 from evaluation.serving.steptime import BREAKDOWN, StepModel
-from evaluation.serving.units import DecodeUnit, PrefillUnit, cum, first_reach
+from evaluation.serving.units import (
+    DecodeUnit,
+    PrefillUnit,
+    cum,
+    cum_many,
+    first_reach_many,
+)
 from evaluation.serving.workload_model import Workload
 
 __all__ = ["simulate"]
@@ -131,6 +137,7 @@ class _Sim:
         n = self.n = len(df)
         self.frame = df
         self.arrival = arr
+        self.arrival_l = arr.tolist()
         self.inp = df["input_tokens"].to_numpy(dtype=np.int64)
         self.out = df["output_tokens"].to_numpy(dtype=np.int64)
         self.hashes = (
@@ -286,6 +293,13 @@ class _Sim:
         self._seq += 1
         heapq.heappush(self.heap, (t, self._seq, kind, arg))
 
+    def _finish_many(self, idx: np.ndarray, t: float) -> None:
+        if not np.isnan(self.finish_s[idx]).all() or len(set(idx.tolist())) != idx.size:
+            raise AssertionError("a request finished twice")  # pragma: no cover - a bug
+        self.finish_s[idx] = t
+        self.gen[idx] = self.out[idx]
+        self.done += idx.size
+
     def _finish(self, i: int, t: float) -> None:
         if not math.isnan(self.finish_s[i]):  # pragma: no cover - a simulator bug
             raise AssertionError(f"request {i} finished twice")
@@ -324,12 +338,12 @@ class _Sim:
             return
         idx = np.fromiter(offer, dtype=np.int64, count=len(offer))
         L = self.p_len[idx]
-        store_blocks = np.zeros(idx.size, dtype=np.int64)
         if self.hashes is not None:
             match = self.store.match
             hs = self.hashes
-            for j, i in enumerate(offer):
-                store_blocks[j] = match(hs[i], touch=False)
+            store_blocks = np.array([match(hs[i], touch=False) for i in offer], dtype=np.int64)
+        else:
+            store_blocks = np.zeros(idx.size, dtype=np.int64)
         store_tok = np.minimum(store_blocks * self.bs, L - 1)
         cache_aware = self.p_state.caches is not None
         batch = RequestBatch(
@@ -346,38 +360,54 @@ class _Sim:
         )
         state = self.p_state
         started = set()
+        ranks_l, store_l, L_l = ranks.tolist(), store_tok.tolist(), L.tolist()
+        fresh_l = (self.retries[idx] == 0).tolist()
+        arrival, hashes, local = self.arrival_l, self.hashes, self.local
+        store_match = self.store.match
+        Gp, bs, kvb, load_bw = self.Gp, self.bs, self.kvb, self.load_bw
+        queues = [unit.queues for unit in self.units["prefill"]]
+        sel, cached, loaded, routed_s, units_, ranks_ = [], [], [], [], [], []
         for j, i in enumerate(offer):
-            g = int(ranks[j])
+            g = ranks_l[j]
             if g < 0:
                 continue
-            u, r = divmod(g, self.Gp)
-            c_store = int(store_tok[j])
+            u, r = divmod(g, Gp)
+            c_store = store_l[j]
             c = c_store
             c_local = 0
-            if self.hashes is not None:
-                self.store.match(self.hashes[i])  # the counted, touching lookup
-                if self.local is not None:
-                    c_local = min(self.local.touch(g, self.hashes[i]) * self.bs, int(L[j]) - 1)
+            Lj = L_l[j]
+            if hashes is not None:
+                store_match(hashes[i])  # the counted, touching lookup
+                if local is not None:
+                    c_local = min(local.touch(g, hashes[i]) * bs, Lj - 1)
                     c = max(c, c_local)
-            Lj = int(L[j])
             if c != c_store:  # the local cache covered more than the router knew
                 u0, u1 = Lj - c_store, Lj - c
                 state.queued_tokens[g] -= u0 - u1
                 state.attention_cost[g] += u1 * (c + u1 / 2) - u0 * (c_store + u0 / 2)
-            routed = self.arrival[i] if j >= old and self.retries[i] == 0 else t
+            routed = arrival[i] if j >= old and fresh_l[j] else t
             ready = routed
             load_tok = c_store - c_local if c_store > c_local else 0
             if load_tok > 0:
-                ready = max(routed, self.loader_busy[g]) + load_tok * self.kvb / self.load_bw
+                busy = float(self.loader_busy[g])
+                ready = (routed if routed >= busy else busy) + load_tok * kvb / load_bw
                 self.loader_busy[g] = ready
-            self.cached[i] = c
-            self.store_tokens[i] = load_tok
-            self.routed_s[i] = routed
-            self.p_unit[i], self.p_rank[i] = u, r
-            u_new = Lj - c
-            self.p_blocks[i] = -(-Lj // self.bs)
-            self.units["prefill"][u].queues[r].append([i, u_new, 0, c, ready])
+            sel.append(j)
+            cached.append(c)
+            loaded.append(load_tok)
+            routed_s.append(routed)
+            units_.append(u)
+            ranks_.append(r)
+            queues[u][r].append([i, Lj - c, 0, c, ready])
             started.add(u)
+        if sel:
+            got = idx[sel]
+            self.cached[got] = cached
+            self.store_tokens[got] = loaded
+            self.routed_s[got] = routed_s
+            self.p_unit[got] = units_
+            self.p_rank[got] = ranks_
+            self.p_blocks[got] = -(-L[sel] // bs)
         # the waiting queue keeps its order: drop the routed among the offered old ones
         if old:
             keep = [self.p_wait.popleft() for _ in range(old)]
@@ -406,7 +436,7 @@ class _Sim:
                 if min_ready < math.inf:
                     self._push(min_ready, _P_WAKE, unit.index)
             return
-        tokens = float(batch.tokens.sum())
+        tokens = float(np.add.reduce(batch.tokens))
         st = unit.step_time(batch, t, tokens)
         dur = st.total_s
         unit.busy = True
@@ -416,14 +446,18 @@ class _Sim:
         state = self.p_state
         g0 = unit.index * self.Gp
         att = 0.0
+        rows, new, pairs = [], [], []
         for r, e, n in chunks:
             # the chunk leaves its rank's queue (the balancer fills the next step) ...
             a = n * (e[3] + e[2]) + n * n / 2
-            state.queued_tokens[g0 + r] -= n
-            state.attention_cost[g0 + r] -= a
+            rows.append(g0 + r)
+            new.append(n)
+            pairs.append(a)
             att += a
             if n == e[1]:
                 done_in += int(self.p_len[e[0]])
+        np.subtract.at(state.queued_tokens, rows, new)  # (in order, as one at a time)
+        np.subtract.at(state.attention_cost, rows, pairs)
         # ... and the step's work is charged evenly to the unit's ranks until it ends: they
         # all wait for it, so it tells units apart without unbalancing the next step
         sl = slice(g0, g0 + self.Gp)
@@ -520,19 +554,24 @@ class _Sim:
         for j in range(m - 1, -1, -1):
             if ranks[j] < 0:
                 self.d_wait.appendleft(keep[j])
+        sel = ranks >= 0
+        if not sel.any():
+            return
+        got, g = idx[sel], ranks[sel]
+        v_arr, r_arr = np.divmod(g, self.Gd)
+        self.d_unit[got], self.d_rank[got] = v_arr, r_arr
+        src = (self.p_unit[got] * self.Gp + self.p_rank[got]).tolist()
+        xfer = (self.p_len[got] * self.kvb / self.xfer_bw).tolist()
+        busy = self.xfer_busy
+        dec = self.units["decode"]
         woken = set()
-        for j, i in enumerate(offer):
-            g = int(ranks[j])
-            if g < 0:
-                continue
-            v, r = divmod(g, self.Gd)
-            self.d_unit[i], self.d_rank[i] = v, r
-            src = int(self.p_unit[i] * self.Gp + self.p_rank[i])
-            start = max(t, self.xfer_busy[src])
-            ready = start + self.p_len[i] * self.kvb / self.xfer_bw
-            self.xfer_busy[src] = ready
-            unit = self.units["decode"][v]
-            unit.push(ready, i, r)
+        # one transfer at a time per prefill rank: in offer order
+        rows = zip(got.tolist(), v_arr.tolist(), r_arr.tolist(), src, xfer, strict=True)
+        for i, v, r, s, d in rows:
+            b = float(busy[s])
+            ready = (t if t >= b else b) + d
+            busy[s] = ready
+            dec[v].push(ready, i, r)
             woken.add(v)
         for v in sorted(woken):
             unit = self.units["decode"][v]
@@ -546,22 +585,33 @@ class _Sim:
 
     # ------------------------------------------------------------------ decode
     def _admit(self, unit: DecodeUnit, t: float) -> None:
+        """Requests whose KV has arrived join the running batch (their finishing step is
+        known now: `first_reach`). Counts and contexts are whole numbers: exact sums."""
         pend = unit.pending
+        if not pend or pend[0][0] > t:
+            return
+        got, ranks = [], []
+        pop = heapq.heappop
+        while pend and pend[0][0] <= t:
+            _, _, i, r = pop(pend)
+            got.append(i)
+            ranks.append(r)
         k0, x = unit.k, unit.x
         base = cum(k0, x)
-        while pend and pend[0][0] <= t:
-            _, _, i, r = heapq.heappop(pend)
-            need = int(self.out[i] - self.gen[i])
-            jf = first_reach(need + base, x)  # steps k0..jf-1
-            kf = jf - 1
-            self.d_k0[i] = k0
-            self.d_need[i] = need
-            self.decode_start_s[i] = t
-            start_ctx = float(self.p_len[i] + 1)
-            self.d_final[i] = start_ctx + (cum(jf, x) - base)
-            unit.finish_at.setdefault(kf, []).append(i)
-            unit.n[r] += 1
-            unit.kv[r] += start_ctx
+        idx = np.array(got, dtype=np.int64)
+        need = self.out[idx] - self.gen[idx]
+        jf = first_reach_many(need + base, x)  # steps k0..jf-1
+        self.d_k0[idx] = k0
+        self.d_need[idx] = need
+        self.decode_start_s[idx] = t
+        start_ctx = (self.p_len[idx] + 1).astype(np.float64)
+        self.d_final[idx] = start_ctx + (cum_many(jf, x) - base)
+        finish_at = unit.finish_at
+        for i, kf in zip(got, (jf - 1).tolist(), strict=True):
+            finish_at.setdefault(kf, []).append(i)
+        G = unit.G
+        unit.n += np.bincount(ranks, minlength=G)
+        unit.kv += np.bincount(ranks, start_ctx, G)
 
     def _start_decode(self, unit: DecodeUnit, t: float) -> None:
         if unit.busy or unit.dead:
@@ -570,7 +620,7 @@ class _Sim:
             self._stall(unit, t)
             return
         self._admit(unit, t)
-        total = float(unit.n.sum())
+        total = float(np.add.reduce(unit.n))
         if total <= 0:
             ready = unit.next_ready()
             if ready < math.inf and (ready < unit.wake_at or unit.wake_at <= t):
@@ -584,15 +634,15 @@ class _Sim:
         k = unit.k
         e = unit.emitted(k)
         out_tokens = total * e
-        fin = unit.finish_at.get(k, ())
-        base = None
-        for i in fin:  # a request's last step may emit more than it needs
-            if base is None:
-                base = cum(k + 1, unit.x)
-            out_tokens -= (base - cum(int(self.d_k0[i]), unit.x)) - int(self.d_need[i])
+        fin = unit.finish_at.get(k)
+        if fin:  # a request's last step may emit more than it needs (whole numbers: exact)
+            idx = np.array(fin, dtype=np.int64)
+            over = cum(k + 1, unit.x) - cum_many(self.d_k0[idx], unit.x) - self.d_need[idx]
+            out_tokens -= int(over.sum())
         unit.busy = True
         unit.wake_at = math.inf
-        self._record_step(unit, t, st, tokens, total, float(unit.kv.sum()), 0.0, out_tokens)
+        kv_tokens = float(np.add.reduce(unit.kv))
+        self._record_step(unit, t, st, tokens, total, kv_tokens, 0.0, out_tokens)
         cap = self.cfg.decode.max_running_requests or 1.0
         self._util(unit, t, dur, unit.n / cap)
         self._push(t + dur, _D_END, unit.index)
@@ -605,19 +655,21 @@ class _Sim:
         fin = unit.finish_at.pop(k, None)
         unit.k = k + 1
         if fin:
+            # their reservations leave the ranks (whole numbers: sums are exact in any order)
             state = self.d_state
-            g0 = unit.index * self.Gd
-            for i in fin:
-                r = int(self.d_rank[i])
-                unit.n[r] -= 1
-                unit.kv[r] -= self.d_final[i]
-                g = g0 + r
-                kv = float(self.d_kv[i])
-                state.num_requests[g] -= 1
-                state.running_tokens[g] -= kv
-                state.kv_blocks_used[g] -= -(-kv // self.bs)
-                state.attention_cost[g] -= kv
-                self._finish(i, t)
+            idx = np.array(fin, dtype=np.int64)
+            r = self.d_rank[idx]
+            G = unit.G
+            unit.n -= np.bincount(r, minlength=G)
+            unit.kv -= np.bincount(r, self.d_final[idx], G)
+            sl = slice(unit.index * G, (unit.index + 1) * G)
+            kv = self.d_kv[idx]
+            state.num_requests[sl] -= np.bincount(r, minlength=G)
+            kv_sum = np.bincount(r, kv.astype(np.float64), G)
+            state.running_tokens[sl] -= kv_sum
+            state.kv_blocks_used[sl] -= np.bincount(r, (-(-kv // self.bs)).astype(np.float64), G)
+            state.attention_cost[sl] -= kv_sum
+            self._finish_many(idx, t)
             self.d_version += 1
             self.d_freed += len(fin)
             self._route_decode(t)
@@ -701,7 +753,7 @@ class _Sim:
                 kv_tokens,
                 input_done,
                 out_tokens,
-                float(ratio.mean()),
+                float(np.add.reduce(ratio) / ratio.size),  # (ratio.mean())
                 unit.version,
                 *(b[key] for key in BREAKDOWN),
             )

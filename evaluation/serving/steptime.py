@@ -373,12 +373,14 @@ class TabulatedCurve:
 
     def seconds(self, m: np.ndarray) -> np.ndarray:
         pos = m * self.inv
-        i = pos.astype(np.intp)
-        np.minimum(i, self.last, out=i)
-        pos -= i
-        out = self.dt.take(i)
+        row = np.trunc(pos)  # the table row (pos >= 0); float ops are cheaper than int ones
+        if row.size and row.max() > self.last:
+            np.minimum(row, self.last, out=row)
+        pos -= row
+        i = row.astype(np.intp)
+        out = self.dt.take(i, mode="clip")  # (rows are in range: no bounds checks)
         out *= pos
-        out += self.t.take(i)
+        out += self.t.take(i, mode="clip")
         out *= m > 0
         return out
 
@@ -918,102 +920,126 @@ class StepModel:
         return self._assemble(batch, a1, a2, sh, *gpu, balanced=routed.placement is None)
 
     def _decode_rank_side(self, batch: RankBatch):
-        """Decode rank-side seconds ``(a1, a2, shared, dense FFN, output head)`` per rank, read
-        from the memoised GEMM tables when every rank's tokens are whole or half tokens in
-        range (decode batches are: requests x query tokens), else computed."""
+        """Decode rank-side seconds per rank as rows ``(a1, a2, shared, dense FFN, output
+        head)`` of a ``float64[5, G]`` array, read from the memoised GEMM tables when every
+        rank's tokens are whole or half tokens in range (decode batches are: requests x query
+        tokens), else computed."""
         m, hw, mb = self.model, self.hardware, self.micro_batches
+        out = np.empty((5, batch.tokens.size))
+        a2 = np.divide(batch.attention, mb, out=out[1])
+        a2 *= m.decode_flops_per_pair
+        a2 /= hw.mla_decode_tflops * 1e12
+        kv = batch.kv_tokens / mb
+        kv *= m.kv_bytes_per_token
+        kv /= hw.mla_decode_gbps * 1e9
+        np.maximum(a2, kv, out=a2)
         h = batch.tokens * (2.0 / mb)
         j = h.astype(np.intp)
         h2 = batch.logits * 2.0
         j2 = h2.astype(np.intp)
-        a2 = np.maximum(
-            batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
-            batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.mla_decode_gbps * 1e9),
-        )
+        # tokens are >= 0 (RankBatch), so whole values equal to their index are >= 0 too
+        every = np.logical_and.reduce
         if (
-            (j == h).all()
-            and (j2 == h2).all()
-            and j.min() >= 0
-            and j2.min() >= 0
-            and max(j.max(), j2.max()) < _MEMO_HALVES
+            every(j == h)
+            and every(j2 == h2)
+            and max(np.maximum.reduce(j), np.maximum.reduce(j2)) < _MEMO_HALVES
         ):
-            head = self.__dict__.get("_head_memo")
-            if head is None:
-                head = self.__dict__["_head_memo"] = self._head(np.arange(_MEMO_HALVES) / 2.0)
-            return (
-                self.mla.memo().take(j),
-                a2,
-                m.shared_experts * self.ffn.memo().take(j),
-                self.dense_ffn.memo().take(j),
-                head.take(j2),
-            )
-        a1, a2, sh = self._rank_stages(batch)
-        return a1, a2, sh, self.dense_ffn.seconds(batch.tokens / mb), self._head(batch.logits)
+            tables = self.__dict__.get("_decode_memo")
+            if tables is None:
+                head = self._head(np.arange(_MEMO_HALVES) / 2.0)
+                tables = self.__dict__["_decode_memo"] = (
+                    self.mla.memo(),
+                    m.shared_experts * self.ffn.memo(),
+                    self.dense_ffn.memo(),
+                    head,
+                )
+            mla, shared, dense, head = tables
+            mla.take(j, out=out[0], mode="clip")  # (indices checked above)
+            shared.take(j, out=out[2], mode="clip")
+            dense.take(j, out=out[3], mode="clip")
+            head.take(j2, out=out[4], mode="clip")
+            return out
+        a1, _, sh = self._rank_stages(batch)
+        out[0], out[2] = a1, sh
+        out[3] = self.dense_ffn.seconds(batch.tokens / mb)
+        out[4] = self._head(batch.logits)
+        return out
 
     def _decode_routed(self, batch, rank, routed, dist, tabulated, picks) -> StepTime:
         """`_gpu_side_routed` + `_assemble` for decode, with only the reductions decode needs:
         the low-latency kernels move one copy per pick, so a layer's dispatch and combine
         copies are ``max(top_k x tokens sent, picks received)`` on the worst GPU (as-is), with
         DP equalised (mean sender) and with EP equalised too (mean receiver); the expert GEMMs
-        depend on the received picks only, so their DP-equalised value is the actual one."""
+        depend on the received picks only, so their DP-equalised value is the actual one.
+        ``rank``: `_decode_rank_side`. The three cases (as-is, DP-equalised, balanced) are the
+        rows of ``[3, L]`` arrays, timed by one `_layer` call."""
         m, hw, topo, mb = self.model, self.hardware, self.topology, self.micro_batches
         L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
         o = hw.fit.layer_overhead_s
-        a1, a2, sh, dense_ffn, head_r = rank
         src = batch.tokens / mb
-        slot = dist.ravel().take(routed.gather).reshape(L, -1)
+        slot = dist.ravel().take(routed.gather, mode="clip").reshape(L, -1)
         slot *= routed.share
-        slot *= (1.0 / mb) if picks else K * src.sum()
+        slot *= (1.0 / mb) if picks else K * np.add.reduce(src)
         recv = _per_gpu(slot, S)
         curve = self.expert_table if tabulated else self.expert
         moe = _per_gpu(curve.seconds(slot), S)
         inv_g = 1.0 / G
         recv_max = np.maximum.reduce(recv, -1)
-        recv_mean = np.add.reduce(recv, -1) * inv_g
-        moe_act = np.maximum.reduce(moe, -1)
-        moe_bal = np.minimum(moe_act, np.add.reduce(moe, -1) * inv_g)
+        recv_mean = np.add.reduce(recv, -1)
+        recv_mean *= inv_g
+        moe3 = np.empty((3, L))  # expert GEMMs: as-is, DP-equalised (the same), balanced
+        np.maximum.reduce(moe, -1, out=moe3[0])
+        moe3[1] = moe3[0]
+        moe_mean = np.add.reduce(moe, -1)
+        moe_mean *= inv_g
+        np.minimum(moe3[0], moe_mean, out=moe3[2])
         ks = K * src
-        out_max, out_mean = float(ks.max()), float(ks.sum() * inv_g)
+        out_max = float(np.maximum.reduce(ks))
+        out_mean = float(np.add.reduce(ks) * inv_g)
         ll_d, ll_c = self.ll
-        copies_act = np.maximum(out_max, recv_max)
-        copies_dp = np.minimum(copies_act, np.maximum(out_mean, recv_max))
-        copies_bal = np.minimum(copies_dp, np.maximum(out_mean, recv_mean))
-        a1m, a2m, shm = a1.sum() * inv_g, a2.sum() * inv_g, sh.sum() * inv_g
-        t_act = self._layer(
-            a1.max(), a2.max(), sh.max(), o, moe_act, copies_act * ll_d, copies_act * ll_c
-        )
-        t_dp = self._layer(a1m, a2m, shm, o, moe_act, copies_dp * ll_d, copies_dp * ll_c)
-        t_bal = self._layer(a1m, a2m, shm, o, moe_bal, copies_bal * ll_d, copies_bal * ll_c)
+        copies = np.empty((3, L))
+        np.maximum(out_max, recv_max, out=copies[0])
+        np.minimum(copies[0], np.maximum(out_mean, recv_max), out=copies[1])
+        np.minimum(copies[1], np.maximum(out_mean, recv_mean), out=copies[2])
+        # rank side: rows a1, a2, shared, dense FFN, head; dense layers replace row 3
+        rank[3] += rank[0] + rank[1]
+        rank[3] += o
+        rank[3] *= m.dense_layers * mb
+        total, top = np.add.reduce(rank, 1), np.maximum.reduce(rank, 1)
+        a1m, a2m, shm, dense_m, head_m = total * inv_g
+        col = np.empty((3, 3, 1))  # [stage a1 / a2 / shared, case, 1]
+        col[:, 0, 0] = top[:3]
+        col[:, 1, 0] = col[:, 2, 0] = (a1m, a2m, shm)
+        t3 = self._layer(col[0], col[1], col[2], o, moe3, copies * ll_d, copies * ll_c)
+        t_act_sum, t_dp_sum, t_bal_sum = np.add.reduce(t3, 1)
         per = mb * self.sm_factor
         attention = per * L * (a1m + a2m)
         shared = per * L * shm
         overhead_l = per * L * o
-        moe_c = per * moe_bal.sum()
-        t_bal_sum = t_bal.sum()
+        moe_c = per * np.add.reduce(moe3[2])
         comm = t_bal_sum - attention - shared - overhead_l - moe_c
-        dense_r = m.dense_layers * mb * (a1 + a2 + dense_ffn + o)
-        dense_m, head_m = dense_r.sum() * inv_g, head_r.sum() * inv_g
-        dense_x, head_x = dense_r.max(), head_r.max()
-        t_act_sum = t_act.sum()
+        dense_x, head_x = top[3], top[4]
         breakdown = {
             "attention": float(attention),
             "shared_expert": float(shared),
             "moe": float(moe_c),
             "comm_exposed": float(comm),
-            "dp_wait": float(t_act_sum - t_dp.sum() + (dense_x - dense_m) + (head_x - head_m)),
-            "ep_wait": float(t_dp.sum() - t_bal_sum),
+            "dp_wait": float(t_act_sum - t_dp_sum + (dense_x - dense_m) + (head_x - head_m)),
+            "ep_wait": float(t_dp_sum - t_bal_sum),
             "dense_layers": float(dense_m),
             "lm_head": float(head_m),
             "overhead": float(overhead_l + hw.fit.step_overhead_s),
         }
+        recv_max *= mb
+        recv_mean *= mb
         return StepTime(
             self.phase,
             float(t_act_sum + dense_x + head_x + hw.fit.step_overhead_s),
             breakdown,
-            t_act,
-            recv_max * mb,
-            recv_mean * mb,
-            float(batch.tokens.sum()),
+            t3[0],
+            recv_max,
+            recv_mean,
+            float(np.add.reduce(batch.tokens)),
             meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": False},
         )
 
@@ -1039,7 +1065,7 @@ class StepModel:
         L, G, S, K = m.moe_layers, topo.num_gpus, topo.slots_per_gpu, m.top_k
         src = batch.tokens / mb
         uniform = bool(np.all(src == src[0]))
-        slot = dist.ravel().take(routed.gather).reshape(L, -1)
+        slot = dist.ravel().take(routed.gather, mode="clip").reshape(L, -1)
         slot *= routed.share
         slot *= (1.0 / mb) if picks else K * src.sum()
         recv = _per_gpu(slot, S)
@@ -1129,10 +1155,12 @@ def _per_gpu(slot: np.ndarray, S: int) -> np.ndarray:
     adds: faster than a reduction over a short last axis)."""
     if S == 1:
         return slot.copy()
-    out = slot[:, 0::S] + slot[:, 1::S]
+    L = slot.shape[0]
+    flat = slot.reshape(-1)  # (1-D strided views are faster than 2-D ones)
+    out = flat[0::S] + flat[1::S]
     for s in range(2, S):
-        out += slot[:, s::S]
-    return out
+        out += flat[s::S]
+    return out.reshape(L, -1)
 
 
 def _check_step_load(load, L: int, G: int, E: int) -> np.ndarray:

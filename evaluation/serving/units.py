@@ -31,7 +31,7 @@ from evaluation.serving.eplb_loop import Planner, Recorder
 from evaluation.serving.routing_source import StepLoads
 from evaluation.serving.steptime import RankBatch, RoutedPlacement, StepModel, StepTime
 
-__all__ = ["DecodeUnit", "PrefillUnit", "cum", "first_reach"]
+__all__ = ["DecodeUnit", "PrefillUnit", "cum", "cum_many", "first_reach", "first_reach_many"]
 
 
 def cum(j: int, x: float) -> int:
@@ -46,6 +46,21 @@ def first_reach(target: int, x: float) -> int:
     j = max(int(target / (1.0 + x)) - 2, 0)
     while cum(j, x) < target:
         j += 1
+    return j
+
+
+def cum_many(j: np.ndarray, x: float) -> np.ndarray:
+    """`cum` of each ``j: int64[n]``."""
+    return j + np.floor(j * x).astype(np.int64)
+
+
+def first_reach_many(target: np.ndarray, x: float) -> np.ndarray:
+    """`first_reach` of each ``target: int64[n]``."""
+    j = np.maximum((target / (1.0 + x)).astype(np.int64) - 2, 0)
+    short = cum_many(j, x) < target
+    while short.any():
+        j += short
+        short = cum_many(j, x) < target
     return j
 
 

@@ -44,18 +44,120 @@ def _greedy(
     w: float,
 ) -> np.ndarray:
     """Largest first onto the fitting rank minimising ``max((a + da) / A, w * (b + db) / B)``;
-    ``a``, ``b`` are the ledger's live load arrays, ``da``, ``db`` the requests' increments."""
+    ``a``, ``b`` are the ledger's live load arrays, ``da``, ``db`` the requests' increments.
+
+    The decisions of scoring every rank with ``Ledger.fits`` per request (the reference in
+    tests/test_serving_balancers.py), in fewer array operations: each score is computed with
+    the reference's floating-point operations (so it is bit-equal); the parts of the fit test
+    that change only where a request lands (alive, room for a request, an empty token queue)
+    and the second objective when every request adds the same to it (decode: one request)
+    are kept per rank and updated where a request goes; a capacity test is skipped when the
+    most loaded rank passes it (rounding is monotone, so then every rank does)."""
     n = da.size
     out = np.full(n, -1, dtype=np.int64)
     wb = w / B
-    for i in np.argsort(-np.maximum(da / A, wb * db), kind="stable"):
-        ok = led.fits(i)
-        if ok.any():
-            x, y = (a + da[i]) / A, wb * (b + db[i])
-            score = np.maximum(x, y) + _TIE * (x + y)
-            r = int(np.where(ok, score, np.inf).argmin())
-            out[i] = r
-            led.place(i, r)
+    order = np.argsort(-np.maximum(da / A, wb * db), kind="stable").tolist()
+    if not n:
+        return out
+    add, div, mul, maximum, greater, putmask = (
+        np.add,
+        np.divide,
+        np.multiply,
+        np.maximum,
+        np.greater,
+        np.putmask,
+    )
+    inf, tie = np.inf, np.float64(_TIE)
+    R = a.size
+    alive = led.alive
+    unlimited = led.unlimited
+    req, kvcap, tok = (led._req, led._kv, led._tok) if not unlimited else (False,) * 3
+    n_arr, max_req = led.n, led.max_requests
+    # not alive, or (with a request limit) no room for one more request
+    nbase = ~alive
+    if req:
+        nbase |= ~(n_arr + 1 <= max_req)
+    nbase_any = bool(nbase.any())
+    queued, budget, kv, cap = led.queued, led.budget, led.kv, led.kv_cap
+    kv_is_a = a is led.kv and da is led.dkv  # decode: the KV test reuses a + da
+    if kvcap:
+        kv_top, cap_min = float(kv.max()), float(cap.min())
+    if tok:
+        nempty = queued != 0
+        q_top, budget_min = float(queued.max()), float(budget.min())
+        if q_top + float(led.dq.max()) > budget_min:
+            # prompts no rank takes now fit nowhere later in the batch either (loads only
+            # grow): they wait without being scored
+            fit = (queued + led.dq[:, None] <= budget) | ~nempty  # [n, R]
+            fit &= ~nbase
+            if kvcap:
+                fit &= kv + led.dkv[:, None] <= cap
+            fits_now = np.logical_or.reduce(fit, 1).tolist()
+            order = [i for i in order if fits_now[i]]
+    const_b = bool((db == db[0]).all())
+    if const_b:
+        db0 = db[0]
+        yv = wb * (b + db0)  # [R] second objective after placing any request
+    da_l, db_l, dq_l, dkv_l = da.tolist(), db.tolist(), led.dq.tolist(), led.dkv.tolist()
+    S, X, T = np.empty(R), np.empty(R), np.empty(R)
+    NOK, TB = np.empty(R, dtype=bool), np.empty(R, dtype=bool)
+    place = led.place
+    for i in order:
+        add(a, da_l[i], S)
+        # NOK: ranks request i does not fit (Ledger.fits negated); None: it fits every rank
+        mask = nbase if nbase_any else None
+        if kvcap and kv_top + dkv_l[i] > cap_min:
+            if kv_is_a:
+                greater(S, cap, NOK)
+            else:
+                add(kv, dkv_l[i], T)
+                greater(T, cap, NOK)
+            NOK |= nbase
+            mask = NOK
+        if tok and q_top + dq_l[i] > budget_min:
+            add(queued, dq_l[i], T)
+            greater(T, budget, TB)
+            TB &= nempty
+            if mask is None:
+                mask = TB
+            else:
+                if mask is nbase:
+                    np.copyto(NOK, nbase)
+                    mask = NOK
+                mask |= TB
+        # score: max(x, y) + TIE * (x + y)
+        div(S, A, X)
+        if const_b:
+            y = yv
+        else:
+            add(b, db_l[i], T)
+            mul(T, wb, T)
+            y = T
+        maximum(X, y, out=S)
+        add(X, y, X)
+        mul(X, tie, X)
+        add(X, S, X)
+        if mask is not None:
+            putmask(X, mask, inf)
+            r = int(X.argmin())
+            if mask[r] and mask[mask.argmin()]:  # every rank is full for it: it waits
+                continue
+        else:
+            r = int(X.argmin())
+        out[i] = r
+        place(i, r)
+        if req:
+            full = not (alive[r] and n_arr[r] + 1 <= max_req[r])
+            nbase[r] = full
+            nbase_any = nbase_any or full
+        if kvcap and kv[r] > kv_top:
+            kv_top = float(kv[r])
+        if tok:
+            nempty[r] = queued[r] != 0
+            if queued[r] > q_top:
+                q_top = float(queued[r])
+        if const_b:
+            yv[r] = wb * (b[r] + db0)
     return out
 
 
