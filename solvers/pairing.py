@@ -106,6 +106,21 @@ def improve_counts(
         floor = np.minimum(xs[:, :1], sb)  # the smallest replica after the move is >= floor
         valid = (di < E) & (di != ri) & np.take_along_axis(room, ri, 1)
         valid &= sa + floor < best[ids][:, None]
+        # the critical pair (lo, hi): a move leaving at least P + 1 replicas at or above hi
+        # and at or above lo in total keeps a pair summing to at least lo + hi, the current
+        # objective, so it is no improvement (the A replicas >= hi are the top A ranks)
+        lo_at = np.minimum(i, P - 1 - i)
+        lo, hi = xs[r, lo_at][:, None], xs[r, P - 1 - lo_at][:, None]
+        oa, ob = size[r[:, None], di_c], size[r[:, None], ri]
+        above = (
+            (xs >= hi).sum(1)[:, None]
+            + (xs >= lo).sum(1)[:, None]
+            - ca * ((oa >= hi).astype(np.int64) + (oa >= lo))
+            - cb * ((ob >= hi).astype(np.int64) + (ob >= lo))
+            + (ca - 1) * ((sa >= hi).astype(np.int64) + (sa >= lo))
+            + (cb + 1) * ((sb >= hi).astype(np.int64) + (sb >= lo))
+        )
+        valid &= (above <= P) | better(lo + hi, best[ids][:, None])
         rows, cols = np.nonzero(valid)
         # first sorted position of each expert (its replicas are adjacent: equal sizes, and
         # the stable sort keeps equal sizes in expert order)
