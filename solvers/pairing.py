@@ -18,7 +18,7 @@ from solvers.packing import Packed, repair_duplicates
 from solvers.replication import per_replica
 from solvers.tolerance import better
 
-REBUILD_MOVES = 100000  # moves per step up to which `rebuilt_objectives` evaluates them
+REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_objectives` is used
 
 
 def pair_objective(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -128,7 +128,7 @@ def improve_counts(
         keep = better(lo + hi, bst[:, None])[:, :, None]
         valid &= (g_b[:, :, None] + f_a[:, None, :] <= slack[:, None, None]) | keep
         rows, rj, dj = np.nonzero(valid)
-        evaluate = rebuilt_objectives if rows.size <= REBUILD_MOVES else moved_objectives
+        evaluate = rebuilt_objectives if rows.size * P <= REBUILD_CELLS else moved_objectives
         val, tie = evaluate(
             xs,
             first,
@@ -404,8 +404,9 @@ def pair_layout(load: np.ndarray, counts: np.ndarray, *, repair: bool = True) ->
     slot_e = np.stack([se[:, :G], se[:, ::-1][:, :G]], axis=2)
     slot_s = np.stack([ss[:, :G], ss[:, ::-1][:, :G]], axis=2)
     holds = np.zeros((X, E, G), dtype=np.int16)
-    xs = np.repeat(np.arange(X), 2 * G)
-    np.add.at(holds, (xs, slot_e.ravel(), np.tile(np.repeat(np.arange(G), 2), X)), 1)
+    gpu = np.arange(G)
+    for s in range(2):  # one replica per GPU and slot: the indices are distinct
+        holds[np.arange(X)[:, None], slot_e[:, :, s], gpu] += 1
     packed = Packed(slot_e, slot_s, slot_s.sum(2), holds)
     if repair and packed.duplicates().any():
         repair_duplicates(packed)

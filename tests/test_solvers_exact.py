@@ -308,7 +308,8 @@ def _baseline_greedy():
 def test_count_search_equals_rebuilding_search(E, extra, X, kind, tight, seed):
     """The S = 2 count search (pruned moves, segment or rebuilt evaluation, shared rows) ends
     on the same counts as the pre-speed-up search that rebuilt the sorted list of every move,
-    with and without ``distinct``, from water-filling and from random starts."""
+    with and without ``distinct``, from water-filling and from random starts; the pairing
+    layout of the counts equals the pre-speed-up one."""
     rng = np.random.default_rng(seed)
     G = (E + 1) // 2 + extra
     P = 2 * G
@@ -322,18 +323,21 @@ def test_count_search_equals_rebuilding_search(E, extra, X, kind, tight, seed):
     starts = [waterfill(load, P, cap)]
     starts.append(np.stack([1 + rng.multinomial(P - E, np.ones(E) / E) for _ in range(X)]))
     base = _baseline_greedy()
-    default = pairing.REBUILD_MOVES
+    default = pairing.REBUILD_CELLS
     for start in starts:
         start = np.minimum(start, cap)
         assume((start.sum(1) == P).all())
         for distinct in (True, False):
             old = base.improve_counts(load, start, cap, distinct=distinct)
             try:
-                for pairing.REBUILD_MOVES in (default, 0):  # rebuilt, segment evaluation
+                for pairing.REBUILD_CELLS in (default, 0):  # rebuilt, segment evaluation
                     new = pairing.improve_counts(load, start, cap, distinct=distinct)
                     assert np.array_equal(new, old)
             finally:
-                pairing.REBUILD_MOVES = default
+                pairing.REBUILD_CELLS = default
+            ours, theirs = pairing.pair_layout(load, new), base.pair_layout(load, new)
+            assert np.array_equal(ours.slot_e, theirs.slot_e)
+            assert np.array_equal(ours.holds, theirs.holds)
 
 
 def test_stacked_searches_equal_separate_ones():
