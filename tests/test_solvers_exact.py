@@ -340,6 +340,21 @@ def test_count_search_equals_rebuilding_search(E, extra, X, kind, tight, seed):
             assert np.array_equal(ours.holds, theirs.holds)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 20), E=st.integers(1, 30), k=st.integers(1, 20), seed=st.integers(0, 10_000)
+)
+def test_smallest_is_a_stable_argsort_prefix(n, E, k, seed):
+    """The receivers' top-k (partition for many rows) equals the stable argsort's first k
+    columns, ties (equal and infinite keys) by index."""
+    rng = np.random.default_rng(seed)
+    key = rng.integers(0, 4, size=(n, E)).astype(float)
+    key[rng.random((n, E)) < 0.2] = np.inf
+    key[rng.random((n, E)) < 0.1] = -np.inf
+    ref = np.argsort(key, axis=1, kind="stable")[:, :k]
+    assert np.array_equal(pairing._smallest(key, k), ref)
+
+
 def test_stacked_searches_equal_separate_ones():
     """improve_counts over stacked rows sharing loads (load_id) equals separate calls."""
     rng = np.random.default_rng(3)
