@@ -106,10 +106,13 @@ def improve_counts(
         sb = w[rc, recv] / (cb + 1)
         bst = best[ids]
         floor = np.minimum(xs[:, :1], sb)  # the smallest replica after the move is >= floor
+        # a receiver listed twice: its later column repeats the earlier one's moves (the
+        # argmin takes the first of equal values), so it is not evaluated
+        again = (recv[:, :, None] == recv[:, None, :]) & np.tri(R, R, -1, dtype=bool)
         valid = (
             (donors < E)[:, None, :]
             & (donors[:, None, :] != recv[:, :, None])
-            & room[rc, recv][:, :, None]
+            & (room[rc, recv] & ~again.any(2))[:, :, None]
             & (sa[:, None, :] + floor[:, :, None] < bst[:, None, None])
         )  # [n, R, D]: receiver-major, as the moves' columns
         # the critical pair (lo, hi): a move leaving at least P + 1 replicas at or above hi
@@ -419,10 +422,11 @@ def pair_layout(load: np.ndarray, counts: np.ndarray, *, repair: bool = True) ->
     ss = np.take_along_axis(items_s, order, 1)
     slot_e = np.stack([se[:, :G], se[:, ::-1][:, :G]], axis=2)
     slot_s = np.stack([ss[:, :G], ss[:, ::-1][:, :G]], axis=2)
-    holds = np.zeros((X, E, G), dtype=np.int16)
-    gpu = np.arange(G)
+    holds = np.zeros(X * E * G, dtype=np.int16)
+    cell = np.arange(X)[:, None] * (E * G) + np.arange(G)  # [X, G] flat (row, expert 0, gpu)
     for s in range(2):  # one replica per GPU and slot: the indices are distinct
-        holds[np.arange(X)[:, None], slot_e[:, :, s], gpu] += 1
+        holds[(cell + slot_e[:, :, s] * G).ravel()] += 1
+    holds = holds.reshape(X, E, G)
     packed = Packed(slot_e, slot_s, slot_s.sum(2), holds)
     if repair and packed.duplicates().any():
         repair_duplicates(packed)
