@@ -2,7 +2,8 @@
 before the speed-up of issue 12, frozen here so the benchmark compares both in one process
 (same input, same machine load). The two slots per GPU count search evaluated each move by
 rebuilding the sorted list (O(P) per move) and ran its two searches (with and without
-duplicates) one after the other. Not used by the package.
+duplicates) one after the other; `pair_layout` counted the replicas per GPU with ``np.add.at``.
+Not used by the package.
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ def improve_counts(
 
     Receivers tried per step: the experts of the critical (largest) pair, the ``receivers``
     experts with the largest replicas and the ``light_receivers`` experts with the smallest
-    next replica; donors: every expert with two or more replicas. Each move's objective is
-    computed exactly without rebuilding the sorted list (`moved_objectives`). ``cap``: int or
+    next replica; donors: every expert with two or more replicas. Moves that keep a pair as
+    large as the critical one (a count test) are dropped, the others' objectives computed
+    exactly (`rebuilt_objectives`, or `moved_objectives` for many moves). ``cap``: int or
     ``int[X, 1]`` replica limit; ``present: bool[X, E]`` experts that exist (default all).
     ``distinct`` (per row with ``bool[X]``): reject moves whose two middle replicas are equal
     (the sign that the sorted pairing puts two replicas of one expert on a GPU), for
