@@ -2,7 +2,8 @@
 before the speed-up of issue 12, frozen here so the benchmark compares both in one process
 (same input, same machine load). The two slots per GPU count search evaluated each move by
 rebuilding the sorted list (O(P) per move) and ran its two searches (with and without
-duplicates) one after the other. Not used by the package.
+duplicates) one after the other; `pair_layout` counted the replicas per GPU with ``np.add.at``.
+Not used by the package.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def _key(p: packing.Packed) -> np.ndarray:
 def _layout_pairs(load, counts, budget) -> packing.Packed:
     """Sorted pairing; rows where a duplicate had to be swapped away are polished by swaps
     and compared with LPT on the same counts."""
-    packed = pairing.pair_layout(load, counts)
+    packed = pair_layout(load, counts)
     G = packed.shape[1]
     fixed = np.nonzero(better(pairing.pair_objective(load, counts), packed.gpu.max(1)))[0]
     fixed = np.union1d(fixed, np.nonzero(packed.duplicates() > 0)[0])
@@ -174,6 +175,28 @@ def _layout_pairs(load, counts, budget) -> packing.Packed:
         packing.improve(alt, budget=budget)
         sub.assign(alt, _key(alt) < _key(sub))
         packed.assign(sub, np.ones(fixed.size, dtype=bool), rows=fixed)
+    return packed
+
+
+def pair_layout(load: np.ndarray, counts: np.ndarray, *, repair: bool = True) -> packing.Packed:
+    """`pairing.pair_layout` as it was before the speed-up (``np.add.at`` for the holds)."""
+    X, E = counts.shape
+    P = int(counts[0].sum())
+    G = P // 2
+    size = per_replica(load, counts)
+    items_e = np.repeat(np.broadcast_to(np.arange(E), (X, E)).ravel(), counts.ravel()).reshape(X, P)
+    items_s = np.take_along_axis(size, items_e, 1)
+    order = np.lexsort((items_e, pairing._ordinal(items_e), -items_s), axis=1)
+    se = np.take_along_axis(items_e, order, 1)
+    ss = np.take_along_axis(items_s, order, 1)
+    slot_e = np.stack([se[:, :G], se[:, ::-1][:, :G]], axis=2)
+    slot_s = np.stack([ss[:, :G], ss[:, ::-1][:, :G]], axis=2)
+    holds = np.zeros((X, E, G), dtype=np.int16)
+    xs = np.repeat(np.arange(X), 2 * G)
+    np.add.at(holds, (xs, slot_e.ravel(), np.tile(np.repeat(np.arange(G), 2), X)), 1)
+    packed = packing.Packed(slot_e, slot_s, slot_s.sum(2), holds)
+    if repair and packed.duplicates().any():
+        packing.repair_duplicates(packed)
     return packed
 
 

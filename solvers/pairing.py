@@ -18,6 +18,8 @@ from solvers.packing import Packed, repair_duplicates
 from solvers.replication import per_replica
 from solvers.tolerance import better
 
+REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_objectives` is used
+
 
 def pair_objective(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``float64[X]`` largest pair sum of the sorted pairing for ``counts: int64[X, E]``."""
@@ -46,8 +48,9 @@ def improve_counts(
 
     Receivers tried per step: the experts of the critical (largest) pair, the ``receivers``
     experts with the largest replicas and the ``light_receivers`` experts with the smallest
-    next replica; donors: every expert with two or more replicas. Each move's objective is
-    computed exactly without rebuilding the sorted list (`moved_objectives`). ``cap``: int or
+    next replica; donors: every expert with two or more replicas. Moves that keep a pair as
+    large as the critical one (a count test) are dropped, the others' objectives computed
+    exactly (`rebuilt_objectives`, or `moved_objectives` for many moves). ``cap``: int or
     ``int[X, 1]`` replica limit; ``present: bool[X, E]`` experts that exist (default all).
     ``distinct`` (per row with ``bool[X]``): reject moves whose two middle replicas are equal
     (the sign that the sorted pairing puts two replicas of one expert on a GPU), for
@@ -75,73 +78,106 @@ def improve_counts(
         w, c = load[ids], counts[ids]
         n = ids.size
         r = np.arange(n)
+        rc = r[:, None]
         room = present[ids] & (c < cap_all[ids])
         size = per_replica(w, c)
-        items_e = np.repeat(np.broadcast_to(experts, (n, E)).ravel(), c.ravel()).reshape(n, P)
-        items_s = np.take_along_axis(size, items_e, 1)
-        order = np.argsort(items_s, axis=1, kind="stable")
-        xe = np.take_along_axis(items_e, order, 1)
-        xs = np.take_along_axis(items_s, order, 1)
+        # the sorted replicas: experts by replica size (stable: equal sizes in expert order,
+        # as a stable sort of the replicas), each repeated by its count
+        order = np.argsort(size, axis=1, kind="stable")
+        c_o = c[rc, order]
+        xs = np.repeat(size[rc, order].ravel(), c_o.ravel()).reshape(n, P)
+        ends = np.cumsum(c_o, 1)
+        first = np.empty((n, E), dtype=np.int64)  # first sorted position of each expert
+        first[rc, order] = ends - c_o
         i = (xs + xs[:, ::-1]).argmax(1)
+        lo_at = np.minimum(i, P - 1 - i)  # the critical pair: ranks lo_at, P - 1 - lo_at
+        crit = order[rc, (ends[:, None, :] <= np.stack([P - 1 - i, i], 1)[:, :, None]).sum(2)]
         nxt = np.where(room, w / (c + 1), np.inf)
-        light = np.argsort(nxt, axis=1, kind="stable")[:, :light_receivers]
-        heavy = np.argsort(-np.where(room, size, -np.inf), axis=1, kind="stable")
-        recv = np.concatenate(
-            [xe[r, P - 1 - i][:, None], xe[r, i][:, None], heavy[:, :receivers], light], 1
-        )
+        light = _smallest(nxt, light_receivers)
+        heavy = _smallest(-np.where(room, size, -np.inf), receivers)
+        recv = np.concatenate([crit, heavy, light], 1)  # [n, R]
         D = int((c >= 2).sum(1).max(initial=0))
         if D == 0:
             break
         donors = np.sort(np.where(c >= 2, experts, E), axis=1)[:, :D]  # [n, D], E = none
         R = recv.shape[1]
-        ri = np.repeat(recv, D, axis=1)  # [n, R*D]
-        di = np.tile(donors, (1, R))
-        di_c = np.minimum(di, E - 1)
-        ca = np.take_along_axis(c, di_c, 1)
-        cb = np.take_along_axis(c, ri, 1)
-        wa = np.take_along_axis(w, di_c, 1)
-        wb = np.take_along_axis(w, ri, 1)
-        sa = wa / np.maximum(ca - 1, 1)
-        sb = wb / (cb + 1)
+        don = np.minimum(donors, E - 1)
+        ca, cb = c[rc, don], c[rc, recv]
+        sa = w[rc, don] / np.maximum(ca - 1, 1)
+        sb = w[rc, recv] / (cb + 1)
+        bst = best[ids]
         floor = np.minimum(xs[:, :1], sb)  # the smallest replica after the move is >= floor
-        valid = (di < E) & (di != ri) & np.take_along_axis(room, ri, 1)
-        valid &= sa + floor < best[ids][:, None]
-        rows, cols = np.nonzero(valid)
-        # first sorted position of each expert (its replicas are adjacent: equal sizes, and
-        # the stable sort keeps equal sizes in expert order)
-        run = np.ones((n, P), dtype=bool)
-        run[:, 1:] = xe[:, 1:] != xe[:, :-1]
-        rr_, jj_ = np.nonzero(run)
-        first = np.full((n, E), P, dtype=np.int64)
-        first[rr_, xe[rr_, jj_]] = jj_
-        val, tie = moved_objectives(
+        # a receiver listed twice: its later column repeats the earlier one's moves (the
+        # argmin takes the first of equal values), so it is not evaluated
+        again = (recv[:, :, None] == recv[:, None, :]) & np.tri(R, R, -1, dtype=bool)
+        valid = (
+            (donors < E)[:, None, :]
+            & (donors[:, None, :] != recv[:, :, None])
+            & (room[rc, recv] & ~again.any(2))[:, :, None]
+            & (sa[:, None, :] + floor[:, :, None] < bst[:, None, None])
+        )  # [n, R, D]: receiver-major, as the moves' columns
+        # the critical pair (lo, hi): a move leaving at least P + 1 replicas at or above hi
+        # and at or above lo in total keeps a pair summing to at least lo + hi, the current
+        # objective, so it is no improvement (the replicas >= hi are the top ranks); the
+        # count is the row's, minus the donor's and receiver's replicas before, plus after
+        lo, hi = xs[r, lo_at][:, None], xs[r, P - 1 - lo_at][:, None]
+        oa, ob = size[rc, don], size[rc, recv]
+        f_a = (ca - 1) * ((sa >= hi).astype(np.int64) + (sa >= lo)) - ca * (
+            (oa >= hi).astype(np.int64) + (oa >= lo)
+        )
+        g_b = (cb + 1) * ((sb >= hi).astype(np.int64) + (sb >= lo)) - cb * (
+            (ob >= hi).astype(np.int64) + (ob >= lo)
+        )
+        slack = P - (xs >= hi).sum(1) - (xs >= lo).sum(1)
+        keep = better(lo + hi, bst[:, None])[:, :, None]
+        valid &= (g_b[:, :, None] + f_a[:, None, :] <= slack[:, None, None]) | keep
+        rows, rj, dj = np.nonzero(valid)
+        evaluate = rebuilt_objectives if rows.size * P <= REBUILD_CELLS else moved_objectives
+        val, tie = evaluate(
             xs,
             first,
             rows,
-            di[rows, cols],
-            ri[rows, cols],
-            ca[rows, cols],
-            cb[rows, cols],
-            sa[rows, cols],
-            sb[rows, cols],
-            best[ids][rows],
+            donors[rows, dj],
+            recv[rows, rj],
+            ca[rows, dj],
+            cb[rows, rj],
+            sa[rows, dj],
+            sb[rows, rj],
+            *([bst[rows]] if evaluate is moved_objectives else []),
         )
-        obj0 = np.full(valid.shape, np.inf)
+        cols = rj * D + dj
+        obj0 = np.full((n, R * D), np.inf)
         obj0[rows, cols] = val
-        ties = np.zeros(valid.shape, dtype=bool)
+        ties = np.zeros((n, R * D), dtype=bool)
         ties[rows, cols] = tie
         # back to the active rows; distinct rows reject moves with equal middle replicas
         obj = np.where(distinct_all[active][:, None] & ties[back], np.inf, obj0[back])
-        di, ri = di[back], ri[back]
         r = np.arange(active.size)
         j = obj.argmin(1)
         gain = better(obj[r, j], best[active])
         g = r[gain]
-        counts[active[g], di[g, j[g]]] -= 1
-        counts[active[g], ri[g, j[g]]] += 1
-        best[active[g]] = obj[g, j[g]]
+        jg, bg = j[g], back[g]
+        counts[active[g], donors[bg, jg % D]] -= 1
+        counts[active[g], recv[bg, jg // D]] += 1
+        best[active[g]] = obj[g, jg]
         active = active[g]
     return counts
+
+
+def _smallest(key: np.ndarray, k: int) -> np.ndarray:
+    """``int64[n, min(k, E)]``: the first ``k`` columns of the stable argsort of ``key: float[n,
+    E]`` (no NaN); by a partition for many rows, where it is cheaper than the full sort."""
+    n, E = key.shape
+    k = min(k, E)
+    if n < 8:
+        return np.argsort(key, axis=1, kind="stable")[:, :k]
+    kth = np.partition(key, k - 1, axis=1)[:, k - 1 : k]
+    below = key < kth
+    tied = key == kth  # the first of these (by index) fill the k places
+    take = below | (tied & (np.cumsum(tied, 1) <= k - below.sum(1, keepdims=True)))
+    idx = np.nonzero(take)[1].reshape(n, k)
+    rc = np.arange(n)[:, None]
+    return idx[rc, np.argsort(key[rc, idx], axis=1, kind="stable")]
 
 
 def _same_state(
@@ -290,6 +326,39 @@ def moved_objectives(
     return out, tie
 
 
+def rebuilt_objectives(xs, first, row, a, b, ca, cb, sa, sb) -> tuple[np.ndarray, np.ndarray]:
+    """`moved_objectives` (same arguments, same bit-identical results, no bound) by building
+    each moved list: O(P) per move in a few whole-array steps, cheaper than the segment
+    method for a few moves (its fixed cost is many small array operations)."""
+    n, P = xs.shape
+    K = row.size
+    x = xs[row]  # [K, P]
+    pa, pb = first[row, a], first[row, b]
+    oa, ob = xs[row, pa], xs[row, pb]
+    # kept replicas <= each new size
+    m_a = (x <= sa[:, None]).sum(1) - ca * (oa <= sa) - cb * (ob <= sa)
+    m_b = (x <= sb[:, None]).sum(1) - ca * (oa <= sb) - cb * (ob <= sb)
+    i32 = np.int32 if K * P < 2**31 else np.int64
+    na, nb = (ca - 1).astype(i32)[:, None], (cb + 1).astype(i32)[:, None]
+    start_a = (m_a + (cb + 1) * (sb < sa)).astype(i32)[:, None]
+    start_b = (m_b + (ca - 1) * (sa <= sb)).astype(i32)[:, None]
+    end_a, end_b = start_a + na, start_b + nb
+    q = np.arange(P, dtype=i32)
+    t = q - na * (q >= end_a) - nb * (q >= end_b)  # kept index of rank q
+    a_first = pa < pb
+    p1 = np.where(a_first, pa, pb).astype(i32)[:, None]
+    c1 = np.where(a_first, ca, cb).astype(i32)[:, None]
+    c2 = np.where(a_first, cb, ca).astype(i32)[:, None]
+    p2 = np.where(a_first, pb, pa).astype(i32)[:, None]
+    t += c1 * (t >= p1) + c2 * (t >= p2 - c1)  # its position in the row
+    np.minimum(t, P - 1, out=t)
+    t += (np.arange(K, dtype=i32) * P)[:, None]
+    y = x.ravel()[t]
+    y[(q >= start_a) & (q < end_a)] = np.repeat(sa, na.ravel())
+    y[(q >= start_b) & (q < end_b)] = np.repeat(sb, nb.ravel())
+    return (y + y[:, ::-1]).max(1), y[:, P // 2 - 1] == y[:, P // 2]
+
+
 def _pair_tables(xs: np.ndarray, rows: np.ndarray, ds: np.ndarray, levels: int) -> np.ndarray:
     """``float64[levels, U, P]``: for each (row, shift ``d``) the maxima of ``x_j +
     x_{P-1-d-j}`` over ``j .. j + 2**k - 1`` at level ``k`` (a sparse table; ``-inf`` where
@@ -354,9 +423,11 @@ def pair_layout(load: np.ndarray, counts: np.ndarray, *, repair: bool = True) ->
     ss = np.take_along_axis(items_s, order, 1)
     slot_e = np.stack([se[:, :G], se[:, ::-1][:, :G]], axis=2)
     slot_s = np.stack([ss[:, :G], ss[:, ::-1][:, :G]], axis=2)
-    holds = np.zeros((X, E, G), dtype=np.int16)
-    xs = np.repeat(np.arange(X), 2 * G)
-    np.add.at(holds, (xs, slot_e.ravel(), np.tile(np.repeat(np.arange(G), 2), X)), 1)
+    holds = np.zeros(X * E * G, dtype=np.int16)
+    cell = np.arange(X)[:, None] * (E * G) + np.arange(G)  # [X, G] flat (row, expert 0, gpu)
+    for s in range(2):  # one replica per GPU and slot: the indices are distinct
+        holds[(cell + slot_e[:, :, s] * G).ravel()] += 1
+    holds = holds.reshape(X, E, G)
     packed = Packed(slot_e, slot_s, slot_s.sum(2), holds)
     if repair and packed.duplicates().any():
         repair_duplicates(packed)

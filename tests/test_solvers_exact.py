@@ -3,7 +3,9 @@ weighted shares, the group-constrained case, and the known DeepSeek weaknesses."
 
 from __future__ import annotations
 
+import importlib.util
 from itertools import combinations, combinations_with_replacement
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import solvers
 from eplb import Topology
 from solvers import pairing, pairing_exact
 from solvers.bounds import lower_bound
+from solvers.replication import waterfill
 from solvers.shares import optimal_shares
 from solvers.tolerance import better
 from tests import brute_force as bf
@@ -270,6 +273,9 @@ def test_moved_objectives_equal_resorting(E, extra, integer, seed):
     val, tie = pairing.moved_objectives(xs[None], first, row, a, b, ca, cb, sa, sb)
     assert np.array_equal(val, exact)
     assert np.array_equal(tie, [t[1] for t in truth])
+    val, tie = pairing.rebuilt_objectives(xs[None], first, row, a, b, ca, cb, sa, sb)
+    assert np.array_equal(val, exact)
+    assert np.array_equal(tie, [t[1] for t in truth])
     ref = pairing._moved_objective(
         np.repeat(xs[None], a.size, 0), np.repeat(xe[None], a.size, 0), a, b, ca, cb, sa, sb, False
     )
@@ -279,6 +285,74 @@ def test_moved_objectives_equal_resorting(E, extra, integer, seed):
     kept = np.isfinite(cut)
     assert np.array_equal(cut[kept], exact[kept])
     assert not better(exact[~kept], bound[~kept]).any()
+
+
+def _baseline_greedy():
+    """The frozen pre-speed-up implementation (benchmarks/baseline_greedy.py)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "baseline_greedy.py"
+    spec = importlib.util.spec_from_file_location("baseline_greedy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    E=st.integers(2, 14),
+    extra=st.integers(0, 12),
+    X=st.integers(1, 3),
+    kind=st.sampled_from(["int", "zipf", "uniform"]),
+    tight=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_count_search_equals_rebuilding_search(E, extra, X, kind, tight, seed):
+    """The S = 2 count search (pruned moves, segment or rebuilt evaluation, shared rows) ends
+    on the same counts as the pre-speed-up search that rebuilt the sorted list of every move,
+    with and without ``distinct``, from water-filling and from random starts; the pairing
+    layout of the counts equals the pre-speed-up one."""
+    rng = np.random.default_rng(seed)
+    G = (E + 1) // 2 + extra
+    P = 2 * G
+    if kind == "int":
+        load = rng.integers(0, 5, size=(X, E)).astype(float)
+    elif kind == "zipf":
+        load = rng.zipf(1.4, size=(X, E)).astype(float)
+    else:
+        load = rng.random((X, E)) * 100
+    cap = max(2, -(-P // E)) if tight else G
+    starts = [waterfill(load, P, cap)]
+    starts.append(np.stack([1 + rng.multinomial(P - E, np.ones(E) / E) for _ in range(X)]))
+    base = _baseline_greedy()
+    default = pairing.REBUILD_CELLS
+    for start in starts:
+        start = np.minimum(start, cap)
+        assume((start.sum(1) == P).all())
+        for distinct in (True, False):
+            old = base.improve_counts(load, start, cap, distinct=distinct)
+            try:
+                for pairing.REBUILD_CELLS in (default, 0):  # rebuilt, segment evaluation
+                    new = pairing.improve_counts(load, start, cap, distinct=distinct)
+                    assert np.array_equal(new, old)
+            finally:
+                pairing.REBUILD_CELLS = default
+            ours, theirs = pairing.pair_layout(load, new), base.pair_layout(load, new)
+            assert np.array_equal(ours.slot_e, theirs.slot_e)
+            assert np.array_equal(ours.holds, theirs.holds)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 20), E=st.integers(1, 30), k=st.integers(1, 20), seed=st.integers(0, 10_000)
+)
+def test_smallest_is_a_stable_argsort_prefix(n, E, k, seed):
+    """The receivers' top-k (partition for many rows) equals the stable argsort's first k
+    columns, ties (equal and infinite keys) by index."""
+    rng = np.random.default_rng(seed)
+    key = rng.integers(0, 4, size=(n, E)).astype(float)
+    key[rng.random((n, E)) < 0.2] = np.inf
+    key[rng.random((n, E)) < 0.1] = -np.inf
+    ref = np.argsort(key, axis=1, kind="stable")[:, :k]
+    assert np.array_equal(pairing._smallest(key, k), ref)
 
 
 def test_stacked_searches_equal_separate_ones():
