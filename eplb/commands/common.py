@@ -148,6 +148,12 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None)
 MAX_SEED = 2**31 - 1  # CP-SAT and most RNG front ends take a 32-bit seed
 
 
+def say_dropped(lost: Sequence[str], fmt: str, lossless: str) -> None:
+    """Print which fields the written format ``fmt`` could not hold (``lost``), if any."""
+    if lost:
+        print(f"note: {fmt} does not hold {', '.join(lost)}; use {lossless} to keep everything")
+
+
 def seed_arg(text: str) -> int:
     """argparse type of ``--seed``: an integer in 0..2**31-1."""
     try:

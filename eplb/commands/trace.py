@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eplb.commands.common import check_outputs, parse_options, table, windows_arg
+from eplb.commands.common import check_outputs, parse_options, say_dropped, table, windows_arg
 from eplb.errors import InputError
 
 KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
@@ -258,6 +258,4 @@ def run_convert(args: argparse.Namespace) -> int:
 def _say_dropped(trace, fmt: str) -> None:
     import traces
 
-    lost = traces.dropped(trace, fmt)
-    if lost:
-        print(f"note: {fmt} does not hold {', '.join(lost)}; use .npz to keep everything")
+    say_dropped(traces.dropped(trace, fmt), fmt, ".npz")

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from eplb.commands.common import table
+from eplb.commands.common import say_dropped, table
 from eplb.errors import InputError
 
 READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
@@ -345,6 +345,4 @@ def run_convert(args: argparse.Namespace) -> int:
 def _say_dropped(wl, fmt: str) -> None:
     from evaluation.serving import workload as W
 
-    lost = W.dropped(wl, fmt)
-    if lost:
-        print(f"note: {fmt} does not hold {', '.join(lost)}; use .parquet to keep everything")
+    say_dropped(W.dropped(wl, fmt), fmt, ".parquet")
