@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers import packing, pairing
-from solvers.deepseek_kernels import placement_table, replicate
-from solvers.even_split import row_caps
-from solvers.layout import max_load
-from solvers.pairing import pair_objective
-from solvers.replication import per_replica, waterfill
-from solvers.tolerance import better
+from eplb.solvers import packing, pairing
+from eplb.solvers.deepseek_kernels import placement_table, replicate
+from eplb.solvers.even_split import row_caps
+from eplb.solvers.layout import max_load
+from eplb.solvers.pairing import pair_objective
+from eplb.solvers.replication import per_replica, waterfill
+from eplb.solvers.tolerance import better
 
 
 def improve_counts(

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-import solvers  # noqa: E402
-import traces  # noqa: E402
-from eplb import Topology  # noqa: E402
+from eplb import (
+    Topology,
+    solvers,
+    traces,
+)
 from tests.deepseek_reference import rebalance as loop_reference  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang" / "prefill_in1024.json"

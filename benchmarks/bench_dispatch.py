@@ -35,9 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-import solvers
-import traces
-from eplb import Topology
+from eplb import Topology, solvers, traces
 from eplb.executor import minmax
 from eplb.executor.routing import route
 

@@ -22,11 +22,10 @@ import time
 
 import numpy as np
 
-import solvers
-from eplb import Topology
+from eplb import Topology, solvers
+from eplb.evaluation.metrics import score_windows
+from eplb.evaluation.traffic import simulate
 from eplb.executor.routing import route
-from evaluation.metrics import score_windows
-from evaluation.traffic import simulate
 
 
 def best(fn, repeat: int) -> tuple[float, object]:

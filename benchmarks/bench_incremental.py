@@ -34,11 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-import solvers
-import traces
-from eplb import Topology
-from eplb.commands.common import table
-from evaluation.replay import replay
+from eplb import Topology, solvers, traces
+from eplb.cli.common import table
+from eplb.evaluation.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "traces" / "data" / "deepseek-v3-calibrated.npz"

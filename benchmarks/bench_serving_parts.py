@@ -30,12 +30,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from evaluation.serving import balancers as B  # noqa: E402
-from evaluation.serving import workload as W  # noqa: E402
-from evaluation.serving.balancers import RankState, RequestBatch  # noqa: E402
-from evaluation.serving.kvcache import KVStore, RankCaches  # noqa: E402
+from eplb.evaluation.serving import balancers as B  # noqa: E402
+from eplb.evaluation.serving import workload as W  # noqa: E402
+from eplb.evaluation.serving.balancers import RankState, RequestBatch  # noqa: E402
+from eplb.evaluation.serving.kvcache import KVStore, RankCaches  # noqa: E402
 
 MOONCAKE = REPO.parent / "shared" / "requests" / "mooncake_conversation.jsonl"
 if not MOONCAKE.exists():

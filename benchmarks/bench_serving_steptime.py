@@ -25,13 +25,13 @@ from functools import partial
 
 import numpy as np
 
-import solvers
+from eplb import solvers
+from eplb.evaluation.serving import ClusterConfig, RankBatch, StepModel, steady_state
+from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.steady import DEFAULT_INPUT_TOKENS
+from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
-from evaluation.serving import ClusterConfig, RankBatch, StepModel, steady_state
-from evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from evaluation.serving.steady import DEFAULT_INPUT_TOKENS
-from evaluation.traffic import simulate
-from traces import synth
+from eplb.traces import synth
 
 
 def best(fn, repeat: int) -> tuple[float, object]:

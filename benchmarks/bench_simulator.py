@@ -28,10 +28,10 @@ import argparse
 import functools
 import time
 
-from evaluation import serving
-from evaluation.serving import day6, simulator, units
-from evaluation.serving.config import UnitConfig
-from evaluation.serving.steptime import StepModel
+from eplb.evaluation import serving
+from eplb.evaluation.serving import day6, simulator, units
+from eplb.evaluation.serving.config import UnitConfig
+from eplb.evaluation.serving.steptime import StepModel
 
 
 def _config(prefill_units=1, decode_units=1, balancer=None) -> serving.ClusterConfig:

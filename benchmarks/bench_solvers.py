@@ -32,19 +32,20 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import baseline_greedy  # noqa: E402
 
-import solvers  # noqa: E402
-import traces  # noqa: E402
-from eplb import Topology  # noqa: E402
-from solvers import pairing_exact  # noqa: E402
-from solvers.bounds import lower_bound  # noqa: E402
-from solvers.even_split import place_even  # noqa: E402
-from solvers.replication import waterfill  # noqa: E402
-from solvers.traffic_cost import expected_rdma  # noqa: E402
+from eplb import (
+    Topology,
+    solvers,
+    traces,
+)
+from eplb.solvers import pairing_exact  # noqa: E402
+from eplb.solvers.bounds import lower_bound  # noqa: E402
+from eplb.solvers.even_split import place_even  # noqa: E402
+from eplb.solvers.replication import waterfill  # noqa: E402
+from eplb.solvers.traffic_cost import expected_rdma  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
@@ -248,7 +249,7 @@ def section_traffic(load: np.ndarray) -> None:
 
 def section_migration(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
     print(f"\n== 5. rebalancing {names[0]} -> {names[1]}: replicas moved per layer ==")
-    from solvers.migration import replicas_moved
+    from eplb.solvers.migration import replicas_moved
 
     w = (26, 14, 14)
     print(row(["solver", "no previous", "previous="], w))

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-import traces  # noqa: E402
-from traces import synth  # noqa: E402
+from eplb import traces  # noqa: E402
+from eplb.traces import synth  # noqa: E402
 
 
 def median_s(fn, repeat: int) -> float:

@@ -38,14 +38,13 @@ from pathlib import Path
 
 import pandas as pd
 
-import solvers
-import traces
+from eplb import solvers, traces
 from eplb.atomic import atomic_write_text
 from eplb.errors import EplbError
-from evaluation import plots
-from evaluation.compare import compare, parse_topologies
-from evaluation.pareto import sweep
-from evaluation.tables import markdown, slug, write_csv
+from eplb.evaluation import plots
+from eplb.evaluation.compare import compare, parse_topologies
+from eplb.evaluation.pareto import sweep
+from eplb.evaluation.tables import markdown, slug, write_csv
 
 SHARED = (Path(os.environ["EPLB_DATA"]) if os.environ.get("EPLB_DATA")
           else Path(__file__).resolve().parents[2] / "shared" / "traces")

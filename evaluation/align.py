@@ -26,7 +26,7 @@ def check_placement(placement, name: str = "placement") -> Placement:
 
 def check_trace(trace, name: str = "trace"):
     """``trace`` if it is a `traces.Trace`, else an `InputError` naming the argument."""
-    from traces.model import Trace
+    from eplb.traces.model import Trace
 
     return check_type(name, trace, Trace, "a traces.Trace (traces.read(path))")
 

@@ -196,10 +196,10 @@ def make_tasks(
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Solve and score one task; errors become a row with ``status`` = the message."""
-    import solvers
-    from evaluation.align import with_layers
-    from evaluation.metrics import score, summarize
-    from evaluation.traffic import simulate
+    from eplb import solvers
+    from eplb.evaluation.align import with_layers
+    from eplb.evaluation.metrics import score, summarize
+    from eplb.evaluation.traffic import simulate
 
     spec: TopologySpec = task["spec"]
     E = task["fit_load"].shape[1]
@@ -265,7 +265,7 @@ def _progress(total: int, enabled: bool, desc: str):
 
 def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
     """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
-    from evaluation.metrics import layer_bound
+    from eplb.evaluation.metrics import layer_bound
 
     spec: TopologySpec = task["spec"]
     E = task["eval_load"].shape[1]
@@ -340,7 +340,7 @@ class CompareResult:
         """Markdown: one pivot table (trace x solver) per topology for each of ``values``
         (default `TABLES`: ratio to the lower bound first, then step max/mean, RDMA bytes per
         token per layer, solve seconds); each table's heading says what its cells are."""
-        from evaluation.tables import markdown
+        from eplb.evaluation.tables import markdown
 
         if values is None:
             values = list(TABLES)
@@ -366,7 +366,7 @@ class CompareResult:
               layers_path: str | os.PathLike | None = None) -> None:
         """Summary CSV (and the Markdown tables / the per-layer CSV), written atomically."""
         from eplb.atomic import atomic_write_text
-        from evaluation.tables import write_csv
+        from eplb.evaluation.tables import write_csv
 
         write_csv(self.summary, csv_path)
         if markdown_path is not None:
@@ -377,8 +377,8 @@ class CompareResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Per-layer balance and GPU-load heatmaps per (trace, topology), summary bars and a
         balance-vs-RDMA scatter per topology. Returns the files written."""
-        from evaluation import plots
-        from evaluation.tables import slug
+        from eplb.evaluation import plots
+        from eplb.evaluation.tables import slug
 
         out_dir = Path(directory)
         if out_dir.exists() and not out_dir.is_dir():
@@ -441,8 +441,8 @@ def compare(
     name, ``traffic`` extra `simulate` keywords (``hidden``, ``dispatch_bytes``...).
     ``workers > 1``: local process pool; ``scheduler``: Dask address or Client (wins).
     """
-    import solvers as registry
-    import traces as trace_io
+    from eplb import solvers as registry
+    from eplb import traces as trace_io
     from eplb.args import (
         check_bool,
         check_int,
@@ -452,8 +452,8 @@ def compare(
         check_opt_number,
         check_seed,
     )
+    from eplb.evaluation.align import check_trace
     from eplb.executor.routing import check_policy
-    from evaluation.align import check_trace
 
     check_policy(policy)
     for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):

@@ -21,10 +21,7 @@ import pandas as pd
 
 from eplb.args import as_int_array, check_bool, check_int, check_type
 from eplb.errors import InputError
-from eplb.loads import MAX_COUNT, as_real_array, check_load
-from eplb.placement import Placement
-from eplb.topology import Topology
-from evaluation.align import (
+from eplb.evaluation.align import (
     align,
     check_load_shape,
     check_num_groups,
@@ -32,6 +29,9 @@ from evaluation.align import (
     check_trace,
     with_layers,
 )
+from eplb.loads import MAX_COUNT, as_real_array, check_load
+from eplb.placement import Placement
+from eplb.topology import Topology
 
 
 def check_gpu_load(gpu_load, name: str = "gpu_load") -> np.ndarray:
@@ -114,9 +114,9 @@ def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
     try:
-        from solvers.bounds import lower_bound
+        from eplb.solvers.bounds import lower_bound
     except ModuleNotFoundError as exc:
-        if exc.name not in ("solvers.bounds", "solvers"):
+        if exc.name not in ("eplb.solvers.bounds", "eplb.solvers"):
             raise
         return np.full(load.shape[0], np.nan)
     return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
@@ -166,7 +166,7 @@ def score(
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
     """
     check_placement(placement)
-    from traces.model import Trace
+    from eplb.traces.model import Trace
 
     if isinstance(load, Trace):
         default = np.array_equal(placement.layer_ids, np.arange(placement.num_layers))

@@ -41,8 +41,8 @@ def front(x, y) -> np.ndarray:
 
 def _measure(placement, load, source_counts, policy, traffic) -> dict[str, float]:
     """Balance and modelled traffic of one placement."""
-    from evaluation.metrics import score, summarize
-    from evaluation.traffic import simulate
+    from eplb.evaluation.metrics import score, summarize
+    from eplb.evaluation.traffic import simulate
 
     frame = score(placement, load, bound=False)
     s = summarize(frame)
@@ -85,11 +85,11 @@ def sweep(
     ``step_max_over_mean``, ``max_over_mean_worst``, ``rdma_bytes``, ``nvlink_bytes``,
     ``alltoall_seconds``, ``solve_seconds``, ``status``, ``on_front``.
     """
-    import solvers
+    from eplb import solvers
     from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
+    from eplb.evaluation.align import check_num_groups
     from eplb.executor.routing import check_policy
     from eplb.loads import check_load
-    from evaluation.align import check_num_groups
 
     check_policy(policy)
     load = check_load(load)

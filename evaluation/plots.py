@@ -104,7 +104,7 @@ def gpu_heatmap(
     """
     from eplb.args import as_int_array, check_opt_int
     from eplb.errors import InputError
-    from evaluation.metrics import check_gpu_load
+    from eplb.evaluation.metrics import check_gpu_load
 
     _check_common(path, title)
     if not isinstance(loads, Mapping) or not loads:

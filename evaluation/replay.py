@@ -29,17 +29,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import solvers
+from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
 from eplb.errors import EplbError, InputError, TraceError
+from eplb.evaluation.align import align, check_num_groups, check_trace, with_layers
+from eplb.evaluation.metrics import score_windows, summarize
+from eplb.evaluation.traffic import simulate_trace
 from eplb.executor.routing import check_policy
 from eplb.placement import Placement
+from eplb.solvers.migration import replicas_moved
 from eplb.topology import Topology
-from evaluation.align import align, check_num_groups, check_trace, with_layers
-from evaluation.metrics import score_windows, summarize
-from evaluation.traffic import simulate_trace
-from solvers.migration import replicas_moved
-from traces.model import Trace
+from eplb.traces.model import Trace
 
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert, FP8 weights
 

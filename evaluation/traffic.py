@@ -95,11 +95,11 @@ from eplb.args import (
     check_str,
 )
 from eplb.errors import InputError, TopologyError
+from eplb.evaluation.align import check_load_shape, check_placement
 from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.align import check_load_shape, check_placement
 
 DEFAULT_TOP_K = 8  # DeepSeek-V3; used in counts mode when the caller gives no top_k
 
@@ -657,7 +657,7 @@ def simulate_trace(
     modes see the same sources. ``top_k``, ``num_groups`` and ``topk_groups`` default to the
     trace's ``meta``.
     """
-    from evaluation.align import align
+    from eplb.evaluation.align import align
 
     placement = align(placement, trace)
     check_str("source", source, ("auto", "tokens", "source_counts", "load"))

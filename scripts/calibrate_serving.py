@@ -45,11 +45,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from evaluation.serving import ClusterConfig, steady_state  # noqa: E402
-from evaluation.serving import hardware as hw_mod  # noqa: E402
-from evaluation.serving.hardware import FITTED, KernelFit  # noqa: E402
+from eplb.evaluation.serving import ClusterConfig, steady_state  # noqa: E402
+from eplb.evaluation.serving import hardware as hw_mod  # noqa: E402
+from eplb.evaluation.serving.hardware import FITTED, KernelFit  # noqa: E402
 
 CALIBRATION_TOL = 0.15  # the issue's target on every calibration point
 PREDICTION_TOL = 0.25  # stated tolerance on the DeepSeek predictions (not fitted)
@@ -235,8 +234,7 @@ def eplb_checks(fit: KernelFit = FITTED, counts: Path = COUNTS) -> list[dict]:
     """What the model says about SGLang's EPLB measurements, on SGLang's own counts."""
     if not counts.is_dir():
         return []
-    import solvers
-    import traces
+    from eplb import solvers, traces
     from eplb.placement import Placement
 
     rows = []

@@ -31,10 +31,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from traces import calibration, summary  # noqa: E402
-from traces.readers import read  # noqa: E402
+from eplb.traces import calibration, summary  # noqa: E402
+from eplb.traces.readers import read  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
 LEVELS = [0.0, 0.001, 0.005, 0.01, 0.02, 0.05, *np.round(np.arange(0.1, 0.91, 0.05), 2).tolist(),

@@ -15,13 +15,11 @@ The calibration table ``calibration-deepseek-v3.json`` is written by
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from traces import synth, write_npz  # noqa: E402
+from eplb.traces import synth, write_npz  # noqa: E402
 
 DATA = ROOT / "traces" / "data"
 DEEPSEEK = {"num_model_layers": 61, "num_groups": 8, "topk_groups": 4}

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evaluation import serving
-from evaluation.serving import day6
-from evaluation.serving import workload as W
-from evaluation.serving.config import EplbConfig, RoutingConfig, UnitConfig
+from eplb.evaluation import serving
+from eplb.evaluation.serving import day6
+from eplb.evaluation.serving import workload as W
+from eplb.evaluation.serving.config import EplbConfig, RoutingConfig, UnitConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
 BLOCKS = {

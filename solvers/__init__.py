@@ -16,16 +16,16 @@ checks for your own policies: `eplb.testing`. See docs/solvers.md.
 >>> placement = solvers.solve("greedy", trace, topology)  # doctest: +SKIP
 """
 
-from solvers import deepseek as _deepseek  # noqa: F401  (registers the policies)
-from solvers import greedy as _greedy  # noqa: F401
-from solvers import greedy_traffic as _greedy_traffic  # noqa: F401
-from solvers import greedy_weighted as _greedy_weighted  # noqa: F401
-from solvers import hierarchical as _hierarchical  # noqa: F401
-from solvers import ilp as _ilp  # noqa: F401
-from solvers import relaxed as _relaxed  # noqa: F401  (research policy, issue 14)
-from solvers import repair as _repair  # noqa: F401
-from solvers import robust as _robust  # noqa: F401
-from solvers.registry import (
+from eplb.solvers import deepseek as _deepseek  # noqa: F401  (registers the policies)
+from eplb.solvers import greedy as _greedy  # noqa: F401
+from eplb.solvers import greedy_traffic as _greedy_traffic  # noqa: F401
+from eplb.solvers import greedy_weighted as _greedy_weighted  # noqa: F401
+from eplb.solvers import hierarchical as _hierarchical  # noqa: F401
+from eplb.solvers import ilp as _ilp  # noqa: F401
+from eplb.solvers import relaxed as _relaxed  # noqa: F401  (research policy, issue 14)
+from eplb.solvers import repair as _repair  # noqa: F401
+from eplb.solvers import robust as _robust  # noqa: F401
+from eplb.solvers.registry import (
     available,
     check_options,
     get,

@@ -42,13 +42,13 @@ from itertools import combinations
 import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
+from eplb.solvers import pairing, pairing_exact
+from eplb.solvers.even_split import pack_even
+from eplb.solvers.failures import surviving
+from eplb.solvers.partitions import best_partitions
+from eplb.solvers.replication import waterfill
+from eplb.solvers.validation import check_groups, check_int, check_solver_load
 from eplb.topology import Topology
-from solvers import pairing, pairing_exact
-from solvers.even_split import pack_even
-from solvers.failures import surviving
-from solvers.partitions import best_partitions
-from solvers.replication import waterfill
-from solvers.validation import check_groups, check_int, check_solver_load
 
 EXACT_GROUPS = 10  # exact set-partition search up to this many groups
 _CACHE: OrderedDict = OrderedDict()

@@ -34,9 +34,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from solvers import pairing
-from solvers.layout import moved, replica_counts
-from solvers.tolerance import REL_TOL
+from eplb.solvers import pairing
+from eplb.solvers.layout import moved, replica_counts
+from eplb.solvers.tolerance import REL_TOL
 
 _BIG = 1e18  # assignment cost of a forbidden pair
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.deepseek_kernels import pack, rebalance_experts, rebalance_hierarchical, replicate
+from eplb.solvers.deepseek_kernels import placement_table as _table
+from eplb.solvers.registry import register
 from eplb.topology import Topology
-from solvers.deepseek_kernels import pack, rebalance_experts, rebalance_hierarchical, replicate
-from solvers.deepseek_kernels import placement_table as _table
-from solvers.registry import register
 
 __all__ = ["deepseek", "pack", "rebalance_experts", "rebalance_hierarchical", "replicate"]
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.even_split import place_even
+from eplb.solvers.layout import duplicates
+from eplb.solvers.registry import register
+from eplb.solvers.validation import NonNegInt
 from eplb.topology import Topology
-from solvers.even_split import place_even
-from solvers.layout import duplicates
-from solvers.registry import register
-from solvers.validation import NonNegInt
 
 
 @register("greedy")

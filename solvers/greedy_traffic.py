@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.layout import duplicates
+from eplb.solvers.registry import register
+from eplb.solvers.traffic_packing import pack_traffic
+from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
-from solvers.layout import duplicates
-from solvers.registry import register
-from solvers.traffic_packing import pack_traffic
-from solvers.validation import NonNegFloat, NonNegInt
 
 
 @register("greedy_traffic")

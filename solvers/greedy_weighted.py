@@ -13,14 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.even_split import place_even
+from eplb.solvers.layout import duplicates
+from eplb.solvers.registry import register
+from eplb.solvers.shares import chain_layout, optimal_shares
+from eplb.solvers.tolerance import better
+from eplb.solvers.traffic_packing import pack_traffic
+from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
-from solvers.even_split import place_even
-from solvers.layout import duplicates
-from solvers.registry import register
-from solvers.shares import chain_layout, optimal_shares
-from solvers.tolerance import better
-from solvers.traffic_packing import pack_traffic
-from solvers.validation import NonNegFloat, NonNegInt
 
 
 @register("greedy_weighted")

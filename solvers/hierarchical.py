@@ -24,16 +24,16 @@ import numpy as np
 
 from eplb.errors import InfeasibleError
 from eplb.placement import Placement
+from eplb.solvers import exhaustive
+from eplb.solvers.bounds import EXACT_GROUPS, flat_bound, subset_bounds
+from eplb.solvers.deepseek_kernels import pack, placement_table
+from eplb.solvers.even_split import pack_even
+from eplb.solvers.layout import duplicates, max_load
+from eplb.solvers.partitions import best_partitions
+from eplb.solvers.registry import register
+from eplb.solvers.tolerance import better
+from eplb.solvers.validation import NonNegInt, check_groups
 from eplb.topology import Topology
-from solvers import exhaustive
-from solvers.bounds import EXACT_GROUPS, flat_bound, subset_bounds
-from solvers.deepseek_kernels import pack, placement_table
-from solvers.even_split import pack_even
-from solvers.layout import duplicates, max_load
-from solvers.partitions import best_partitions
-from solvers.registry import register
-from solvers.tolerance import better
-from solvers.validation import NonNegInt, check_groups
 
 
 def _node_bounds(

@@ -39,13 +39,12 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.topology import Topology
-from solvers import workers as pool
-from solvers.bounds import lower_bound
-from solvers.even_split import place_even
-from solvers.greedy_weighted import greedy_weighted
-from solvers.hierarchical import hierarchical as hierarchical_policy
-from solvers.ilp_model import (
+from eplb.solvers import workers as pool
+from eplb.solvers.bounds import lower_bound
+from eplb.solvers.even_split import place_even
+from eplb.solvers.greedy_weighted import greedy_weighted
+from eplb.solvers.hierarchical import hierarchical as hierarchical_policy
+from eplb.solvers.ilp_model import (
     DEFAULT_DETERMINISTIC,
     LayerProblem,
     LayerResult,
@@ -53,13 +52,13 @@ from solvers.ilp_model import (
     objective,
     solve_layer,
 )
-from solvers.migration import relabel
-from solvers.progress import Progress
-from solvers.registry import register
-from solvers.shares import optimal_shares
-from solvers.tolerance import better
-from solvers.traffic_packing import pack_traffic
-from solvers.validation import (
+from eplb.solvers.migration import relabel
+from eplb.solvers.progress import Progress
+from eplb.solvers.registry import register
+from eplb.solvers.shares import optimal_shares
+from eplb.solvers.tolerance import better
+from eplb.solvers.traffic_packing import pack_traffic
+from eplb.solvers.validation import (
     NonNegFloat,
     NonNegInt,
     PositiveFloat,
@@ -67,6 +66,7 @@ from solvers.validation import (
     check_groups,
     check_seed,
 )
+from eplb.topology import Topology
 
 CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
 

@@ -49,10 +49,10 @@ from typing import Literal
 
 import numpy as np
 
+from eplb.solvers import pairing, pairing_exact
+from eplb.solvers.shares import optimal_shares
+from eplb.solvers.tolerance import REL_TOL, better, proven
 from eplb.topology import Topology
-from solvers import pairing, pairing_exact
-from solvers.shares import optimal_shares
-from solvers.tolerance import REL_TOL, better, proven
 
 SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
 EXACT_SCALE_LIMIT = 1e13  # largest scaled load for the exact integer scale

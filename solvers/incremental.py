@@ -45,11 +45,11 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.chains import chain_repair
+from eplb.solvers.layout import duplicates, moved
+from eplb.solvers.migration import relabel
+from eplb.solvers.tolerance import REL_TOL
 from eplb.topology import Topology
-from solvers.chains import chain_repair
-from solvers.layout import duplicates, moved
-from solvers.migration import relabel
-from solvers.tolerance import REL_TOL
 
 _NO_CAP = np.iinfo(np.int64).max // 4
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.solvers.tolerance import REL_TOL
 from eplb.topology import Topology
-from solvers.tolerance import REL_TOL
 
 
 def node_counts(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:

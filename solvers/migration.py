@@ -24,7 +24,7 @@ from scipy.optimize import linear_sum_assignment
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from solvers.layout import gpu_counts, moved
+from eplb.solvers.layout import gpu_counts, moved
 
 
 def _check_pair(old: Placement, new: Placement) -> None:

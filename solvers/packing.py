@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.layout import duplicates
-from solvers.replication import per_replica
-from solvers.tolerance import REL_TOL
+from eplb.solvers.layout import duplicates
+from eplb.solvers.replication import per_replica
+from eplb.solvers.tolerance import REL_TOL
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers.packing import Packed, repair_duplicates
-from solvers.replication import per_replica
-from solvers.tolerance import better
+from eplb.solvers.packing import Packed, repair_duplicates
+from eplb.solvers.replication import per_replica
+from eplb.solvers.tolerance import better
 
 REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_objectives` is used
 

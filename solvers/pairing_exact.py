@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.pairing import improve_counts, pair_objective
-from solvers.replication import waterfill
-from solvers.tolerance import PROOF_TOL
+from eplb.solvers.pairing import improve_counts, pair_objective
+from eplb.solvers.replication import waterfill
+from eplb.solvers.tolerance import PROOF_TOL
 
 CERT_TOL = PROOF_TOL  # relative precision of a certificate
 

@@ -35,11 +35,10 @@ import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
-from eplb.topology import Topology
-from solvers.failures import expand, solve_surviving
-from solvers.legacy import LEGACY, route
-from solvers.migration import relabel, replicas_moved
-from solvers.validation import (
+from eplb.solvers.failures import expand, solve_surviving
+from eplb.solvers.legacy import LEGACY, route
+from eplb.solvers.migration import relabel, replicas_moved
+from eplb.solvers.validation import (
     check_layer_ids,
     check_num_groups,
     check_option,
@@ -49,7 +48,8 @@ from solvers.validation import (
     check_solver_windows,
     check_time_limit,
 )
-from traces.model import Trace
+from eplb.topology import Topology
+from eplb.traces.model import Trace
 
 SolverFn = Callable[..., Placement]
 COMMON = ("num_groups", "previous", "seed", "time_limit")

@@ -48,14 +48,14 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from eplb.solvers import local_first, packing
+from eplb.solvers.hierarchical import hierarchical as hierarchical_policy
+from eplb.solvers.layout import duplicates
+from eplb.solvers.migration import relabel
+from eplb.solvers.registry import register
+from eplb.solvers.tolerance import REL_TOL
+from eplb.solvers.validation import NonNegInt, Range, check_groups
 from eplb.topology import Topology
-from solvers import local_first, packing
-from solvers.hierarchical import hierarchical as hierarchical_policy
-from solvers.layout import duplicates
-from solvers.migration import relabel
-from solvers.registry import register
-from solvers.tolerance import REL_TOL
-from solvers.validation import NonNegInt, Range, check_groups
 
 CANDIDATES = 16  # experts (largest per-replica loads) tried per step of the count search
 

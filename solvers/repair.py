@@ -14,11 +14,11 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from eplb.solvers.even_split import place_even
+from eplb.solvers.incremental import incremental
+from eplb.solvers.registry import register
+from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
-from solvers.even_split import place_even
-from solvers.incremental import incremental
-from solvers.registry import register
-from solvers.validation import NonNegFloat, NonNegInt
 
 
 @register("repair")

@@ -31,16 +31,16 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from eplb.solvers import scenario_packing
+from eplb.solvers.even_split import pack_even, row_caps
+from eplb.solvers.forecast import forecast, normalise
+from eplb.solvers.incremental import incremental
+from eplb.solvers.layout import duplicates
+from eplb.solvers.registry import register
+from eplb.solvers.replication import waterfill
+from eplb.solvers.ring_layout import ring_layout
+from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
-from solvers import scenario_packing
-from solvers.even_split import pack_even, row_caps
-from solvers.forecast import forecast, normalise
-from solvers.incremental import incremental
-from solvers.layout import duplicates
-from solvers.registry import register
-from solvers.replication import waterfill
-from solvers.ring_layout import ring_layout
-from solvers.validation import NonNegFloat, NonNegInt
 
 
 @register("robust", windows=True)

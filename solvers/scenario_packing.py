@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers.replication import per_replica
+from eplb.solvers.replication import per_replica
 
 OBJECTIVES = ("mean", "worst")
 

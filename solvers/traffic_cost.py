@@ -28,8 +28,8 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from eplb.solvers.validation import check_solver_load
 from eplb.topology import Topology
-from solvers.validation import check_solver_load
 
 
 def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:

@@ -14,13 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import traces
-from eplb import EplbError, Placement, Topology
+from eplb import EplbError, Placement, Topology, traces
 from eplb import io as pio
+from eplb.evaluation import align, compare, metrics, pareto, plots, replay, tables, traffic
 from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank, kernels, routing
 from eplb.loads import check_load
-from evaluation import align, compare, metrics, pareto, plots, replay, tables, traffic
-from traces import summary, synth
+from eplb.traces import summary, synth
 
 TOPO = Topology(1, 2, 6)  # 12 slots
 E, L = 8, 2

@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 import pytest
 
-import traces
+from eplb import traces
 from eplb.cli import main
 from eplb.io import read_placement
 from tests.conftest import BUNDLED, REPO
@@ -189,7 +189,7 @@ def test_sigterm_removes_the_unfinished_temporary_file(tmp_path):
     out.write_text("old")
     script = textwrap.dedent(f"""
         import os, signal, sys, time
-        import eplb.commands.trace as verb
+        import eplb.cli.trace as verb
         from eplb.atomic import atomic_write
         from eplb.cli import main
 
@@ -324,8 +324,7 @@ def test_bad_solver_options(work, capsys, verb, option, fragments):
 
 def test_solver_type_error_is_one_line(work, capsys, monkeypatch):
     """A TypeError the option checks cannot foresee still ends as one error line."""
-    import solvers
-
+    from eplb import solvers
     real = solvers.solve
 
     def broken(*a, **k):
@@ -374,8 +373,7 @@ def test_solve_windows_and_ema(work, capsys):
     w1 = read_placement(work / "w1.json")
     assert w1.meta["source"]["windows"] == "1"
     # the placement is the one solved on window 1 alone
-    import solvers
-
+    from eplb import solvers
     ref = solvers.solve("deepseek", trace.load([1]), w1.topology)
     assert np.array_equal(ref.phy2log, w1.phy2log)
     one_error(*run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",

@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-import traces
-from eplb import Topology
+from eplb import Topology, traces
 from eplb.io import read_placement
 from tests.conftest import BUNDLED
 
@@ -20,7 +19,7 @@ SAMPLE = BUNDLED / "zipf-58x256.npz"
 
 def eplb(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eplb", *map(str, args)],
+        [sys.executable, "-m", "eplb.cli", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -66,8 +65,7 @@ def test_solve_writes_each_format(tmp_path, fmt, name):
     else:
         rows = p.phy2log
         np.testing.assert_array_equal(p.layer_ids, trace.layer_ids)
-    import solvers
-
+    from eplb import solvers
     want = solvers.solve("deepseek", trace.load(), topo, num_groups=8)
     np.testing.assert_array_equal(rows, want.phy2log)
     if fmt in ("native", "npz"):

@@ -7,10 +7,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-import solvers
-import traces
-from eplb import InfeasibleError, InputError, Topology
-from solvers.deepseek import rebalance_experts
+from eplb import InfeasibleError, InputError, Topology, solvers, traces
+from eplb.solvers.deepseek import rebalance_experts
 from tests.deepseek_reference import rebalance as reference
 
 README_LOAD = [

@@ -207,8 +207,8 @@ def test_lp_prefers_local_replicas():
 
 
 def test_executor_with_lp_equals_the_dense_forward_and_the_traffic_model():
+    from eplb.evaluation.traffic import simulate
     from eplb.executor import MoELayer, ReferenceExecutor
-    from evaluation.traffic import simulate
 
     rng = np.random.default_rng(7)
     topo = Topology(2, 2, 3)

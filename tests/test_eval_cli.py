@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from eplb.cli import main
-from traces import Trace, synth, write_npz
+from eplb.traces import Trace, synth, write_npz
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

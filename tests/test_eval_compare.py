@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Topology, TopologyError
-from evaluation.compare import TopologySpec, compare, parse_topologies
-from evaluation.metrics import score, summarize
-from evaluation.pareto import front, sweep
-from evaluation.traffic import simulate
-from traces import Trace, synth
+from eplb import InputError, Topology, TopologyError, solvers
+from eplb.evaluation.compare import TopologySpec, compare, parse_topologies
+from eplb.evaluation.metrics import score, summarize
+from eplb.evaluation.pareto import front, sweep
+from eplb.evaluation.traffic import simulate
+from eplb.traces import Trace, synth
 
 PNG = b"\x89PNG\r\n\x1a\n"
 STABLE = ["trace", "topology", "solver", "status", "step_max_over_mean", "balancedness_min",
@@ -133,7 +132,7 @@ def test_front_is_the_non_dominated_set(pts):
 
 
 def test_pareto_sweep(tmp_path):
-    from evaluation.plots import pareto_front
+    from eplb.evaluation.plots import pareto_front
 
     load = synth.zipf(3, 16, tokens=500, seed=4).load()
     topo = Topology(2, 2, 5)
@@ -159,7 +158,7 @@ def test_pareto_sweep(tmp_path):
 
 
 def test_every_summary_column_is_defined_in_the_docs():
-    from evaluation.compare import SUMMARY_COLUMNS, TABLES
+    from eplb.evaluation.compare import SUMMARY_COLUMNS, TABLES
     from tests.conftest import REPO
 
     doc = (REPO / "docs" / "evaluation.md").read_text()

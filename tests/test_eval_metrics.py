@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import Placement, PlacementError, Topology, TraceError
-from evaluation.align import align
-from evaluation.metrics import (
+from eplb.evaluation.align import align
+from eplb.evaluation.metrics import (
     balancedness,
     gpu_loads,
     gpu_matrix,
@@ -102,9 +102,8 @@ def test_summaries():
 
 
 def test_lower_bound_ratio_when_available():
-    bounds = pytest.importorskip("solvers.bounds")
-    import solvers
-
+    bounds = pytest.importorskip("eplb.solvers.bounds")
+    from eplb import solvers
     rng = np.random.default_rng(1)
     topo = Topology(2, 4, 3)
     load = rng.random((5, 20)) * 100
@@ -115,7 +114,7 @@ def test_lower_bound_ratio_when_available():
 
 
 def test_mismatch_errors_name_the_shapes():
-    from traces import Trace
+    from eplb.traces import Trace
 
     topo = Topology(1, 2, 2)
     p = Placement([[0, 1, 2, 3]], 4, topo).validate()
@@ -130,7 +129,7 @@ def test_mismatch_errors_name_the_shapes():
 
 
 def test_align_selects_trace_layers():
-    from traces import Trace
+    from eplb.traces import Trace
 
     topo = Topology(1, 2, 1)
     p = Placement([[0, 1], [1, 0], [0, 1]], 2, topo, layer_ids=[3, 4, 5]).validate()

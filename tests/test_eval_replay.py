@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import solvers
-from eplb import InputError, Placement, Topology, TraceError
-from evaluation.metrics import score, summarize
-from evaluation.replay import replay, replay_summary
-from solvers.migration import replicas_moved
-from traces import Trace
+from eplb import InputError, Placement, Topology, TraceError, solvers
+from eplb.evaluation.metrics import score, summarize
+from eplb.evaluation.replay import replay, replay_summary
+from eplb.solvers.migration import replicas_moved
+from eplb.traces import Trace
 
 CALLS: list[dict] = []
 

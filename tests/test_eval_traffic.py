@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, PlacementError, Topology, TopologyError
+from eplb.evaluation.traffic import links, simulate, simulate_trace
 from eplb.executor.routing import dispatch_table, lp_plan, route
-from evaluation.traffic import links, simulate, simulate_trace
 
 
 # ------------------------------------------------------------------ references
@@ -408,8 +408,7 @@ def test_group_limited_model_tracks_group_limited_tokens():
     # Stated tolerance for DeepSeek-style tokens: counts mode (group model) within -15% / +2%
     # of token-level bytes, and it ranks hierarchical below global on RDMA as the tokens do;
     # independent inclusion overestimates the hierarchical placement's RDMA.
-    import solvers
-
+    from eplb import solvers
     rng = np.random.default_rng(7)
     topo = Topology.parse("8x8", 320)
     E, K, N = 256, 8, 12_000
@@ -435,10 +434,9 @@ def test_counts_agree_with_the_token_level_generator():
     # traces.synth.token_level (DeepSeek-style group-limited routing matched to calibrated
     # counts; 16 source ranks spread over 32 GPUs in both modes): stated -15% / +2% on bytes;
     # GPU tokens within 5% of the mean (local_first; only the split inside a rank differs).
-    import solvers
-    import traces
-    from evaluation.align import with_layers
-    from traces import synth
+    from eplb import solvers, traces
+    from eplb.evaluation.align import with_layers
+    from eplb.traces import synth
 
     cal = traces.read(Path(traces.__file__).parent / "data" / "deepseek-v3-calibrated.npz")
     tok = synth.token_level(cal.select(layers=[3, 4]), num_tokens=8192, num_ranks=16, seed=1)
@@ -517,7 +515,7 @@ def test_bad_input_is_one_clear_error():
 
 
 def test_simulate_trace_picks_the_most_exact_source():
-    from traces import Trace
+    from eplb.traces import Trace
 
     topo = Topology(2, 2, 2)
     rng = np.random.default_rng(4)

@@ -44,8 +44,8 @@ def test_execute_passes(placement_file, capsys, policy):
 
 
 def test_execute_replays_token_trace_with_model_traffic(placement_file, tmp_path, capsys):
-    import traces
-    from evaluation.traffic import simulate
+    from eplb import traces
+    from eplb.evaluation.traffic import simulate
 
     path, placement = placement_file
     rng = np.random.default_rng(5)

@@ -115,7 +115,7 @@ def test_stats_follow_the_contract(case):
 @given(cases(max_layers=3))
 def test_stats_equal_evaluation_traffic(case):
     """Cross-check: executor stats == `evaluation.traffic.simulate` for every layer."""
-    from evaluation.traffic import simulate  # the evaluation package, built independently
+    from eplb.evaluation.traffic import simulate  # the evaluation package, built independently
 
     placement, policy, seed, n, k = case
     topo = placement.topology
@@ -144,7 +144,7 @@ def test_stats_equal_evaluation_traffic(case):
 
 def test_cross_check_realistic_size():
     """One larger case: 4 x 8 GPUs, 288 slots, 256 experts, top-8, 2,000 tokens, two layers."""
-    from evaluation.traffic import simulate
+    from eplb.evaluation.traffic import simulate
 
     topo = Topology(4, 8, 9)
     rng = np.random.default_rng(11)

@@ -14,12 +14,10 @@ import numpy as np
 import pytest
 import yaml
 
-import solvers
-import traces
-from eplb import Placement, PlacementError, Topology
+from eplb import Placement, PlacementError, Topology, solvers, traces
+from eplb.evaluation import metrics
+from eplb.evaluation.align import align, with_layers
 from eplb.io import read_placement, write_placement
-from evaluation import metrics
-from evaluation.align import align, with_layers
 from tests.conftest import BUNDLED
 
 TOPO = Topology(4, 8, 9)

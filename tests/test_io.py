@@ -12,8 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Placement, PlacementError, Topology
+from eplb import InputError, Placement, PlacementError, Topology, solvers
 from eplb.io import read_placement, sglang_map, write_placement
 
 

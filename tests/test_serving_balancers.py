@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
-from evaluation.serving import balancers as B
-from evaluation.serving.balancers import RankState, RequestBatch
-from evaluation.serving.kvcache import RankCaches
+from eplb.evaluation.serving import balancers as B
+from eplb.evaluation.serving.balancers import RankState, RequestBatch
+from eplb.evaluation.serving.kvcache import RankCaches
 
 POLICIES = B.available()
 
@@ -301,8 +301,8 @@ def _reference_greedy(led, a, da, A, b, db, B_, w):
 
 
 def _reference(name, batch, state, w):
-    from evaluation.serving.balancers.deepseek import _mean_after
-    from evaluation.serving.balancers.state import Ledger
+    from eplb.evaluation.serving.balancers.deepseek import _mean_after
+    from eplb.evaluation.serving.balancers.state import Ledger
 
     led = Ledger(state, batch)
     if name == "deepseek_prefill":
@@ -420,7 +420,7 @@ def test_rank_state_validation(kw, frag):
 
 
 def test_from_workload_frame():
-    from evaluation.serving.workload import synthesize
+    from eplb.evaluation.serving.workload import synthesize
 
     w = synthesize(30, hit_rate=0.4, seed=0)
     batch = RequestBatch.from_frame(w)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
-from evaluation.serving import (
+from eplb.evaluation.serving import (
     ClusterConfig,
     EplbConfig,
     KVConfig,
@@ -21,10 +21,10 @@ from evaluation.serving import (
     steady_state,
     step_time,
 )
-from evaluation.serving.config import kv_capacity_tokens
-from evaluation.serving.hardware import h800
-from evaluation.serving.model import deepseek_v3
-from evaluation.serving.steptime import BREAKDOWN
+from eplb.evaluation.serving.config import kv_capacity_tokens
+from eplb.evaluation.serving.hardware import h800
+from eplb.evaluation.serving.model import deepseek_v3
+from eplb.evaluation.serving.steptime import BREAKDOWN
 
 PRESETS = [ClusterConfig.deepseek_day6, ClusterConfig.sglang_96xh100, ClusterConfig]
 

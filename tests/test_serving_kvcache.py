@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
-from evaluation.serving.kvcache import KVStore, RankCaches, cached_tokens, chain
+from eplb.evaluation.serving.kvcache import KVStore, RankCaches, cached_tokens, chain
 
 
 class Chainer:

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from eplb.errors import InputError
-from evaluation import serving
-from evaluation.serving import workload as W
-from evaluation.serving.config import EplbConfig, KVConfig, RoutingConfig, UnitConfig
+from eplb.evaluation import serving
+from eplb.evaluation.serving import workload as W
+from eplb.evaluation.serving.config import EplbConfig, KVConfig, RoutingConfig, UnitConfig
 
 
 def small_config(**changes) -> serving.ClusterConfig:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evaluation import serving
-from evaluation.serving.config import EplbConfig, UnitConfig
+from eplb.evaluation import serving
+from eplb.evaluation.serving.config import EplbConfig, UnitConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTH = "synth:n=60,rate=6,input_mean=1200,output_mean=40,hit_rate=0.4,open_sessions=16,seed=3"
@@ -31,7 +31,7 @@ def _config() -> serving.ClusterConfig:
 def eplb(*args, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "eplb", *map(str, args)],
+        [sys.executable, "-m", "eplb.cli", *map(str, args)],
         capture_output=True,
         text=True,
         env=env,

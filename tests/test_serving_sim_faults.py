@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation import serving
-from evaluation.serving.config import EplbConfig
+from eplb.evaluation import serving
+from eplb.evaluation.serving.config import EplbConfig
 from tests.test_serving_sim import small_config, small_workload
 
 T_FAIL = 25.0

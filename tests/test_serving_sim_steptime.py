@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import solvers
+from eplb import solvers
 from eplb.errors import InputError
-from evaluation import serving
-from evaluation.serving import RankBatch, StepModel
-from evaluation.serving.steptime import TABLE_TOL, GemmCurve, TabulatedCurve
-from traces import synth
+from eplb.evaluation import serving
+from eplb.evaluation.serving import RankBatch, StepModel
+from eplb.evaluation.serving.steptime import TABLE_TOL, GemmCurve, TabulatedCurve
+from eplb.traces import synth
 
 REL = 1e-12
 CFG = serving.ClusterConfig.deepseek_day6()

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
+from eplb.evaluation.serving import RankBatch, StepModel, step_time
+from eplb.evaluation.serving import hardware as hw
+from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.model import deepseek_v3
+from eplb.evaluation.serving.steptime import BREAKDOWN
+from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.serving import RankBatch, StepModel, step_time
-from evaluation.serving import hardware as hw
-from evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from evaluation.serving.model import deepseek_v3
-from evaluation.serving.steptime import BREAKDOWN
-from evaluation.traffic import simulate
 
 L, E = deepseek_v3.moe_layers, deepseek_v3.num_experts
 REL = 1e-9  # relative tolerance of float identities (sums, equal paths)

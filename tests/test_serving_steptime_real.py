@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import solvers
-import traces
+from eplb import solvers, traces
+from eplb.evaluation.serving import RankBatch, StepModel
+from eplb.evaluation.serving import hardware as hw
+from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.serving import RankBatch, StepModel
-from evaluation.serving import hardware as hw
-from evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from evaluation.traffic import simulate
 
 TOPO = Topology(4, 8, 9)  # SGLang's and DeepSeek's prefill unit: EP32, 288 slots
 REL = 1e-9

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eplb.errors import InputError
-from evaluation.serving import workload as W
-from evaluation.serving.workload import Workload
+from eplb.evaluation.serving import workload as W
+from eplb.evaluation.serving.workload import Workload
 
 
 def frame(**cols):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eplb.cli import main
-from evaluation.serving import workload as W
+from eplb.evaluation.serving import workload as W
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -195,7 +195,7 @@ def test_fifo_via_subprocess_does_not_hang(tmp_path):
     os.mkfifo(fifo)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "eplb", "workload", "info", str(fifo)],
+        [sys.executable, "-m", "eplb.cli", "workload", "info", str(fifo)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import solvers
-import traces
-from eplb import EplbError, InputError, Placement, Topology
+from eplb import EplbError, InputError, Placement, Topology, solvers, traces
 
 TOPO = Topology(2, 2, 3)
 
@@ -179,9 +177,9 @@ def test_register_twice_is_refused():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from solvers.bounds import lower_bound  # noqa: E402
-from solvers.migration import relabel, replicas_moved  # noqa: E402
-from solvers.traffic_cost import expected_rdma  # noqa: E402
+from eplb.solvers.bounds import lower_bound  # noqa: E402
+from eplb.solvers.migration import relabel, replicas_moved  # noqa: E402
+from eplb.solvers.traffic_cost import expected_rdma  # noqa: E402
 
 JUNK = st.one_of(
     st.none(),

@@ -9,12 +9,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import solvers
-from eplb import Placement, Topology
+from eplb import Placement, Topology, solvers
+from eplb.solvers.chains import chain_repair, repair_pairs
+from eplb.solvers.layout import moved, replica_counts
+from eplb.solvers.migration import replicas_moved
 from eplb.testing import assert_valid_placement
-from solvers.chains import chain_repair, repair_pairs
-from solvers.layout import moved, replica_counts
-from solvers.migration import replicas_moved
 
 
 @st.composite

@@ -14,11 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Placement, Topology
+from eplb import InputError, Placement, Topology, solvers
 from eplb.errors import InfeasibleError, PlacementError, TopologyError
 from eplb.io import read_placement, write_placement
-from solvers.failures import surviving
+from eplb.solvers.failures import surviving
 
 REPO = Path(__file__).resolve().parents[1]
 OPTIONS = {"ilp": {"time_limit": 0.5, "workers": 1}}
@@ -155,7 +154,7 @@ def test_cli_failed_gpus(tmp_path):
     run = [
         sys.executable,
         "-m",
-        "eplb",
+        "eplb.cli",
         "solve",
         str(load),
         "--topology",
@@ -186,8 +185,8 @@ def test_bound_and_metrics_count_only_the_survivors(problem):
     """The lower bound of a topology with failed GPUs is the survivors' bound (every placement
     there is one on the survivors), never above what a solver reaches; `metrics.score` takes
     means and minima over the surviving GPUs only."""
-    from evaluation import metrics
-    from solvers.bounds import lower_bound
+    from eplb.evaluation import metrics
+    from eplb.solvers.bounds import lower_bound
 
     load, topo, _ = problem
     small, _ = surviving(topo)

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import solvers
-from eplb import InputError, Topology
-from solvers import workers
+from eplb import InputError, Topology, solvers
+from eplb.solvers import workers
 
 REPO = Path(__file__).resolve().parents[1]
 HARD = Topology(2, 4, 10)  # 80 slots

@@ -11,12 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import solvers
-import traces
-from eplb import InputError, Placement, Topology
+from eplb import InputError, Placement, Topology, solvers, traces
 from eplb.cli import main
-from solvers.incremental import repair, slots_changed
-from solvers.migration import replicas_moved
+from eplb.solvers.incremental import repair, slots_changed
+from eplb.solvers.migration import replicas_moved
 
 FLOAT_SLACK = 1e-9
 

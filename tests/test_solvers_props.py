@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Placement, Topology
+from eplb import InputError, Placement, Topology, solvers
+from eplb.solvers.bounds import lower_bound
+from eplb.solvers.migration import relabel, replicas_moved
+from eplb.solvers.traffic_cost import expected_rdma
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing.strategies import problems
-from solvers.bounds import lower_bound
-from solvers.migration import relabel, replicas_moved
-from solvers.traffic_cost import expected_rdma
 
 ILP = {"deterministic_time": 0.05, "workers": 1, "max_examples": 10}
 SOLVER_OPTIONS = {
@@ -164,7 +163,7 @@ def _order_slots_one_gpu(new_slots, old_slots):
 def test_order_slots_equals_the_per_gpu_loop(rows):
     """Repeated experts and empty slots (-1) included: first free match in order, the rest in
     order."""
-    from solvers.migration import _order_slots
+    from eplb.solvers.migration import _order_slots
 
     new = np.array([r[0] for r in rows])
     old = np.array([r[1] for r in rows])
@@ -195,7 +194,7 @@ def _best_relabel_plain(ov, gpn):
 @given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 2**32 - 1), st.sampled_from([0.2, 0.8]))
 def test_best_relabel_equals_a_solve_per_node_pair(N, gpn, seed, sparsity):
     """Node pairs without overlap (all-zero blocks) share one solve; the rest are solved."""
-    from solvers.migration import best_relabel
+    from eplb.solvers.migration import best_relabel
 
     rng = np.random.default_rng(seed)
     G = N * gpn

@@ -12,14 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Placement, Topology
+from eplb import InputError, Placement, Topology, solvers
 from eplb.errors import InfeasibleError
+from eplb.evaluation.traffic import simulate
 from eplb.executor.routing import dispatch_table
+from eplb.solvers import local_first
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing.strategies import placements, problems, token_routing
-from evaluation.traffic import simulate
-from solvers import local_first
 
 
 def _table_sources(p: Placement) -> np.ndarray:

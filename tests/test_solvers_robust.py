@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import solvers
-from eplb import InputError, Placement, Topology
+from eplb import InputError, Placement, Topology, solvers
+from eplb.evaluation.replay import replay
+from eplb.solvers.even_split import row_caps
+from eplb.solvers.forecast import ALPHAS, backtest, forecast, normalise
+from eplb.solvers.replication import waterfill
+from eplb.solvers.ring_layout import ring_layout
 from eplb.testing import assert_valid_placement, check_solver
-from evaluation.replay import replay
-from solvers.even_split import row_caps
-from solvers.forecast import ALPHAS, backtest, forecast, normalise
-from solvers.replication import waterfill
-from solvers.ring_layout import ring_layout
-from traces import Trace, synth
+from eplb.traces import Trace, synth
 
 TOPO = Topology(2, 2, 4)  # 16 slots
 SEEN: list[tuple] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import solvers
+from eplb import solvers
 
 PKG = Path(solvers.__file__).parent
 POLICIES = {

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-import solvers
-from eplb import Placement, Topology
+from eplb import Placement, Topology, solvers
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing import strategies as est
 

@@ -9,9 +9,9 @@ import zipfile
 import numpy as np
 import pytest
 
-import traces
+from eplb import traces
 from eplb.errors import TraceError
-from traces import Trace
+from eplb.traces import Trace
 
 
 def _bad(path, *fragments, format=None):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import traces
+from eplb import traces
 from eplb.cli import main
 
 BUNDLED = Path(__file__).resolve().parents[1] / "traces" / "data"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import traces
-from traces import Trace
+from eplb import traces
+from eplb.traces import Trace
 
 BUNDLED = Path(__file__).resolve().parents[1] / "traces" / "data"
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from eplb.errors import TraceError
-from traces import Trace, summary
+from eplb.traces import Trace, summary
 
 
 def _trace(T=3, L=4, E=6, R=None, seed=0, tokens=False):

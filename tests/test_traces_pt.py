@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import traces
+from eplb import traces
 from eplb.errors import TraceError
 
 torch = pytest.importorskip("torch", reason="torch not installed: .pt dump tests skipped")

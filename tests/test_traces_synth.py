@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 from scipy.stats import spearmanr
 
 from eplb.errors import TraceError
-from traces import Trace, calibration, summary, synth
+from eplb.traces import Trace, calibration, summary, synth
 
 COUNT_GENERATORS = {
     "zipf": synth.zipf,
@@ -186,8 +186,7 @@ def test_calibration_phases_differ_as_measured(table):
 
 def test_calibration_table_reproduces_real_statistics(table, deepseek_jsons):
     """The committed targets are the statistics of the real files (checked by hash and value)."""
-    import traces
-
+    from eplb import traces
     recorded = {f["name"]: f["sha256"] for f in table["source"]["files"]}
     assert sorted(recorded) == sorted(p.name for p in deepseek_jsons)
     for p in deepseek_jsons:

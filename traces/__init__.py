@@ -10,11 +10,11 @@
 - `traces.summary`: per-layer skew statistics.
 """
 
-from traces import synth
-from traces.model import Trace
-from traces.readers import FORMATS, read, sniff
-from traces.tables import from_frame
-from traces.writers import WRITE_FORMATS, dropped, write, write_csv, write_npz, write_parquet
+from eplb.traces import synth
+from eplb.traces.model import Trace
+from eplb.traces.readers import FORMATS, read, sniff
+from eplb.traces.tables import from_frame
+from eplb.traces.writers import WRITE_FORMATS, dropped, write, write_csv, write_npz, write_parquet
 
 __all__ = [
     "FORMATS",

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import TraceError
-from traces import summary
+from eplb.traces import summary
 
 DATA = Path(__file__).resolve().parent / "data"
 MODELS = ("deepseek-v3",)

@@ -6,7 +6,7 @@ import numpy as np
 
 from eplb.errors import TraceError
 from eplb.loads import MAX_COUNT, as_real_array
-from traces.model import Trace
+from eplb.traces.model import Trace
 
 FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir")
 FIX_FORMAT = f"pass format= (CLI: --format) with one of {', '.join(FORMATS)}"

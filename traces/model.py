@@ -246,7 +246,7 @@ class Trace:
         """Per-layer skew of ``load(windows, ema=ema)``: one row per layer with columns
         ``layer, tokens, max_over_mean, cv, gini, top1pct_share, top10pct_share``
         (see `traces.summary`)."""
-        from traces.summary import skew_table
+        from eplb.traces.summary import skew_table
 
         return skew_table(self.load(windows, ema=ema), self.layer_ids)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from traces.checks import FIX_FORMAT, check_values, fail, make_trace
-from traces.model import Trace
+from eplb.traces.checks import FIX_FORMAT, check_values, fail, make_trace
+from eplb.traces.model import Trace
 
 _LAYER_FILE = re.compile(r"^moe_layer-(\d+)\.csv$")
 _DIST_COLUMN = "expert distribution"

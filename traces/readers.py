@@ -43,7 +43,7 @@ import numpy as np
 
 from eplb.errors import TraceError
 from eplb.safeload import NPY_MAGIC, ZIP_MAGIC, read_npy, read_npz
-from traces.checks import (
+from eplb.traces.checks import (
     FIX_FORMAT,
     FORMATS,
     check_values,
@@ -52,7 +52,7 @@ from traces.checks import (
     from_dense,
     make_trace,
 )
-from traces.model import Trace
+from eplb.traces.model import Trace
 
 __all__ = ["FORMATS", "drop_dense", "read", "sniff"]
 
@@ -279,9 +279,9 @@ def _lazy(module: str, name: str):
 
 
 _READERS = {"npz": _read_npz, "npy": _read_npy, "sglang": _read_sglang,
-            "pt": _lazy("traces.sglang_pt", "read_pt"), "csv": _lazy("traces.tables", "read_csv"),
-            "parquet": _lazy("traces.tables", "read_parquet"),
-            "rankdir": _lazy("traces.rankdir", "read_rankdir")}
+            "pt": _lazy("eplb.traces.sglang_pt", "read_pt"), "csv": _lazy("eplb.traces.tables", "read_csv"),
+            "parquet": _lazy("eplb.traces.tables", "read_parquet"),
+            "rankdir": _lazy("eplb.traces.rankdir", "read_rankdir")}
 
 
 def read(path: str | os.PathLike, format: str | None = None) -> Trace:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from traces.checks import check_values, drop_dense, fail, from_dense, make_trace
-from traces.model import Trace
+from eplb.traces.checks import check_values, drop_dense, fail, from_dense, make_trace
+from eplb.traces.model import Trace
 
 
 def _torch(path):

@@ -36,7 +36,7 @@ from eplb.args import check_int, check_number, check_seed
 from eplb.errors import TraceError
 from eplb.loads import as_real_array
 from eplb.safeload import check_size
-from traces.model import Trace
+from eplb.traces.model import Trace
 
 __all__ = ["bursty", "calibrated", "cap_shares", "drift", "lognormal", "token_level",
            "token_windows", "uniform", "zipf"]
@@ -280,7 +280,7 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     Shape, layer ids (3..60 of 61 model layers), ``num_groups``, ``top_k`` and ``topk_groups``
     are the model's.
     """
-    from traces import calibration
+    from eplb.traces import calibration
 
     _check_sizes(windows=windows, tokens=tokens)
     if not (isinstance(jitter, (int, float)) and 0 <= jitter <= 2):

@@ -17,8 +17,8 @@ import numpy as np
 
 from eplb.loads import MAX_COUNT
 from eplb.safeload import check_size
-from traces.checks import fail, make_trace
-from traces.model import Trace
+from eplb.traces.checks import fail, make_trace
+from eplb.traces.model import Trace
 
 _MAX_ID = 2**31  # window, layer, expert and rank ids beyond this are corrupt input
 

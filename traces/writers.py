@@ -28,7 +28,7 @@ import numpy as np
 
 from eplb.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from eplb.errors import TraceError
-from traces.model import Trace, json_default
+from eplb.traces.model import Trace, json_default
 
 WRITE_FORMATS = ("npz", "parquet", "csv", "sglang")
 _SUFFIXES = {".npz": "npz", ".parquet": "parquet", ".pq": "parquet", ".csv": "csv",

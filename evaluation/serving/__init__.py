@@ -17,10 +17,10 @@ See docs/serving.md and docs/serving-calibration.md. Nothing outside ``evaluatio
 imports it.
 """
 
-from evaluation.serving import balancers, workload
-from evaluation.serving.balancers import RankState, RequestBatch
-from evaluation.serving.compare import compare, paired_table
-from evaluation.serving.config import (
+from eplb.evaluation.serving import balancers, workload
+from eplb.evaluation.serving.balancers import RankState, RequestBatch
+from eplb.evaluation.serving.compare import compare, paired_table
+from eplb.evaluation.serving.config import (
     ClusterConfig,
     EplbConfig,
     KVConfig,
@@ -28,15 +28,15 @@ from evaluation.serving.config import (
     SLOConfig,
     UnitConfig,
 )
-from evaluation.serving.faults import GpuFailure
-from evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
-from evaluation.serving.kvcache import KVStore, RankCaches
-from evaluation.serving.model import ModelSpec, deepseek_v3, get_model
-from evaluation.serving.result import SimResult
-from evaluation.serving.simulator import simulate
-from evaluation.serving.steady import steady_state
-from evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
-from evaluation.serving.workload import Workload, rescale
+from eplb.evaluation.serving.faults import GpuFailure
+from eplb.evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
+from eplb.evaluation.serving.kvcache import KVStore, RankCaches
+from eplb.evaluation.serving.model import ModelSpec, deepseek_v3, get_model
+from eplb.evaluation.serving.result import SimResult
+from eplb.evaluation.serving.simulator import simulate
+from eplb.evaluation.serving.steady import steady_state
+from eplb.evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
+from eplb.evaluation.serving.workload import Workload, rescale
 
 __all__ = [
     "ClusterConfig",

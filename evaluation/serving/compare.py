@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
-from evaluation.serving.config import ClusterConfig
-from evaluation.serving.workload_model import Workload
+from eplb.evaluation.serving.config import ClusterConfig
+from eplb.evaluation.serving.workload_model import Workload
 
 __all__ = ["PAIRED", "compare", "paired_table", "run_task"]
 
@@ -44,7 +44,7 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     ``duration_s``, ``window``; returns the summary row (with ``wall_s``)."""
     import time
 
-    from evaluation.serving.simulator import simulate
+    from eplb.evaluation.serving.simulator import simulate
 
     start = time.perf_counter()
     res = simulate(
@@ -99,8 +99,8 @@ def compare(
     ``window``: the summary window (default the whole run). ``workers > 1``: a local process
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
-    from evaluation.compare import _run_dask, _run_inline, _run_pool
-    from evaluation.serving.simulator import _check_args
+    from eplb.evaluation.compare import _run_dask, _run_inline, _run_pool
+    from eplb.evaluation.serving.simulator import _check_args
 
     named = _named(configs)
     if not isinstance(workload, Workload):

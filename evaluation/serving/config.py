@@ -28,11 +28,11 @@ from typing import Any
 
 from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
+from eplb.evaluation.serving.faults import as_fault
+from eplb.evaluation.serving.hardware import Hardware, get_hardware
+from eplb.evaluation.serving.model import ModelSpec, get_model
 from eplb.executor.routing import POLICIES
 from eplb.topology import Topology
-from evaluation.serving.faults import as_fault
-from evaluation.serving.hardware import Hardware, get_hardware
-from evaluation.serving.model import ModelSpec, get_model
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -209,8 +209,7 @@ class EplbConfig:
     base_solver: str = "deepseek"
 
     def check(self) -> None:
-        import solvers
-
+        from eplb import solvers
         names = (*solvers.available(), *EXTRA_SOLVERS)
         if self.solver not in names:
             raise InputError(

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eplb.evaluation.serving.config import EplbConfig
+from eplb.evaluation.serving.model import ModelSpec
 from eplb.placement import Placement
 from eplb.topology import Topology
-from evaluation.serving.config import EplbConfig
-from evaluation.serving.model import ModelSpec
 
 __all__ = ["Planner", "Recorder", "migration_bytes", "trivial_placement"]
 
@@ -158,8 +158,7 @@ class Planner:
         return self.config.solver not in ("static", "balanced")
 
     def _solve(self, name: str, load: np.ndarray, previous: Placement | None) -> Placement:
-        import solvers
-
+        from eplb import solvers
         self.calls += 1
         opts = dict(self.config.options) if name == self.config.solver else {}
         return solvers.solve(

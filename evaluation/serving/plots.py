@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.plots import _plt, _save
-from evaluation.serving.steptime import BREAKDOWN
+from eplb.evaluation.plots import _plt, _save
+from eplb.evaluation.serving.steptime import BREAKDOWN
 
 __all__ = ["breakdown", "latency_cdfs", "throughput", "utilisation", "write_all"]
 

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
-from evaluation.serving.steptime import BREAKDOWN
+from eplb.evaluation.serving.steptime import BREAKDOWN
 
 __all__ = ["STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
 
@@ -274,7 +274,7 @@ class SimResult:
 
     def summary_table(self, window=None) -> str:
         """The summary as an aligned text table with a unit column."""
-        from eplb.commands.common import table
+        from eplb.cli.common import table
 
         rows = []
         for key, value in self.summary(window).items():
@@ -297,6 +297,6 @@ class SimResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
-        from evaluation.serving import plots
+        from eplb.evaluation.serving import plots
 
         return plots.write_all(self, Path(directory))

@@ -45,8 +45,8 @@ import math
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving.config import RoutingConfig
-from evaluation.serving.model import ModelSpec
+from eplb.evaluation.serving.config import RoutingConfig
+from eplb.evaluation.serving.model import ModelSpec
 
 __all__ = ["OPTIONS", "Popularity", "StepLoads"]
 
@@ -93,7 +93,7 @@ def routing_options(config: RoutingConfig) -> dict:
 
 
 def _cap(p: np.ndarray, top_k: int) -> np.ndarray:
-    from traces.synth import cap_shares
+    from eplb.traces.synth import cap_shares
 
     return cap_shares(p / p.sum(-1, keepdims=True), top_k)
 
@@ -207,7 +207,7 @@ class Popularity:
 
 def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.ndarray:
     """DeepSeek-V3 shares as `traces.synth.calibrated` draws them (no window jitter)."""
-    from traces import calibration
+    from eplb.traces import calibration
 
     table = calibration.load_table("deepseek-v3")
     L, E = len(table["layer_ids"]), int(table["num_experts"])
@@ -232,7 +232,7 @@ def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.nd
 
 
 def _read_trace(path, L: int, E: int) -> np.ndarray:
-    import traces
+    from eplb import traces
     from eplb.errors import EplbError
 
     try:

@@ -42,21 +42,21 @@ from collections import deque
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving import balancers
-from evaluation.serving.balancers import RankState, RequestBatch
-from evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from evaluation.serving.eplb_loop import Planner, Recorder, emptied
-from evaluation.serving.kvcache import KVStore, RankCaches
-from evaluation.serving.routing_source import Popularity, StepLoads
-from evaluation.serving.steptime import BREAKDOWN, StepModel
-from evaluation.serving.units import (
+from eplb.evaluation.serving import balancers
+from eplb.evaluation.serving.balancers import RankState, RequestBatch
+from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
+from eplb.evaluation.serving.eplb_loop import Planner, Recorder, emptied
+from eplb.evaluation.serving.kvcache import KVStore, RankCaches
+from eplb.evaluation.serving.routing_source import Popularity, StepLoads
+from eplb.evaluation.serving.steptime import BREAKDOWN, StepModel
+from eplb.evaluation.serving.units import (
     DecodeUnit,
     PrefillUnit,
     cum,
     cum_many,
     first_reach_many,
 )
-from evaluation.serving.workload_model import Workload
+from eplb.evaluation.serving.workload_model import Workload
 
 __all__ = ["simulate"]
 
@@ -792,7 +792,7 @@ class _Sim:
                     self._push(eplb.rebalance_interval_s, _REBAL, (phase, unit.index))
 
     def run(self):
-        from evaluation.serving.result import SimResult
+        from eplb.evaluation.serving.result import SimResult
 
         self._initial_placements()
         for j, fault in enumerate(self.cfg.faults):

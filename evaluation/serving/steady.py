@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
+from eplb.evaluation.serving.steptime import RankBatch, check_phase, step_time
 from eplb.placement import Placement
-from evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from evaluation.serving.steptime import RankBatch, check_phase, step_time
 
 DEFAULT_INPUT_TOKENS = 4096  # prompt length of DeepSeek's profile
 DEFAULT_KV_TOKENS = 4096  # decode context of DeepSeek's profile

@@ -62,17 +62,17 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.executor.routing import check_policy, dispatch_table
-from eplb.placement import Placement
-from eplb.topology import Topology
-from evaluation.serving.hardware import (
+from eplb.evaluation.serving.hardware import (
     COMBINE_BYTES,
     DISPATCH_BYTES,
     Hardware,
     h800,
     visit_probability,
 )
-from evaluation.serving.model import ModelSpec, deepseek_v3
+from eplb.evaluation.serving.model import ModelSpec, deepseek_v3
+from eplb.executor.routing import check_policy, dispatch_table
+from eplb.placement import Placement
+from eplb.topology import Topology
 
 PHASES = ("prefill", "decode")
 BREAKDOWN = (
@@ -763,7 +763,7 @@ class StepModel:
             v, vn = _visits(rt, np.minimum(dist * K, 1.0), m, topo)
             return slot, recv, v, vn, None
         # slow path: per-source distributions or local_first, via evaluation.traffic
-        from evaluation.traffic import simulate
+        from eplb.evaluation.traffic import simulate
 
         if arr.ndim == 2:
             per_src = _normalise(arr)[:, None, :] * (K * src)[None, :, None]

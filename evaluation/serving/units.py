@@ -26,10 +26,10 @@ import math
 
 import numpy as np
 
+from eplb.evaluation.serving.eplb_loop import Planner, Recorder
+from eplb.evaluation.serving.routing_source import StepLoads
+from eplb.evaluation.serving.steptime import RankBatch, RoutedPlacement, StepModel, StepTime
 from eplb.placement import Placement
-from evaluation.serving.eplb_loop import Planner, Recorder
-from evaluation.serving.routing_source import StepLoads
-from evaluation.serving.steptime import RankBatch, RoutedPlacement, StepModel, StepTime
 
 __all__ = ["DecodeUnit", "PrefillUnit", "cum", "cum_many", "first_reach", "first_reach_many"]
 

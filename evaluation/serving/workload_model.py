@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
-from evaluation.serving.kvcache import KVStore, cached_tokens
+from eplb.evaluation.serving.kvcache import KVStore, cached_tokens
 
 __all__ = ["COLUMNS", "MAX_TOKENS", "Workload"]
 

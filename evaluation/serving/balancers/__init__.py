@@ -7,11 +7,17 @@ router), ``deepseek_prefill``, ``deepseek_decode`` (DeepSeek's published objecti
 `RequestBatch` and `RankState` (see `evaluation.serving.balancers.state`).
 """
 
-from evaluation.serving.balancers import cache_aware as _cache_aware  # noqa: F401
-from evaluation.serving.balancers import deepseek as _deepseek  # noqa: F401
-from evaluation.serving.balancers import simple as _simple  # noqa: F401
-from evaluation.serving.balancers.registry import assign, available, get, options, register
-from evaluation.serving.balancers.state import PHASES, Ledger, RankState, RequestBatch, make_rng
+from eplb.evaluation.serving.balancers import cache_aware as _cache_aware  # noqa: F401
+from eplb.evaluation.serving.balancers import deepseek as _deepseek  # noqa: F401
+from eplb.evaluation.serving.balancers import simple as _simple  # noqa: F401
+from eplb.evaluation.serving.balancers.registry import assign, available, get, options, register
+from eplb.evaluation.serving.balancers.state import (
+    PHASES,
+    Ledger,
+    RankState,
+    RequestBatch,
+    make_rng,
+)
 
 __all__ = [
     "PHASES",

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving.balancers.registry import register
-from evaluation.serving.balancers.simple import metric_array
-from evaluation.serving.balancers.state import Ledger, RankState, RequestBatch
+from eplb.evaluation.serving.balancers.registry import register
+from eplb.evaluation.serving.balancers.simple import metric_array
+from eplb.evaluation.serving.balancers.state import Ledger, RankState, RequestBatch
 
 
 @register("cache_aware")

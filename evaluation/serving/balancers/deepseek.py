@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving.balancers.registry import register
-from evaluation.serving.balancers.state import Ledger, RankState, RequestBatch
+from eplb.evaluation.serving.balancers.registry import register
+from eplb.evaluation.serving.balancers.state import Ledger, RankState, RequestBatch
 
 _TIE = 1e-9  # weight of the sum in the score: breaks ties of the maximum only
 

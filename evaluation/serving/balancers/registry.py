@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving.balancers.state import RankState, RequestBatch
+from eplb.evaluation.serving.balancers.state import RankState, RequestBatch
 
 BalancerFn = Callable[..., np.ndarray]
 _REGISTRY: dict[str, BalancerFn] = {}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from evaluation.serving.balancers.registry import register
-from evaluation.serving.balancers.state import Ledger, RankState, RequestBatch, make_rng
+from eplb.evaluation.serving.balancers.registry import register
+from eplb.evaluation.serving.balancers.state import Ledger, RankState, RequestBatch, make_rng
 
 METRICS = ("requests", "tokens")
 

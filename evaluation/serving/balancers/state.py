@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eplb.errors import InputError
-from evaluation.serving.kvcache import RankCaches
+from eplb.evaluation.serving.kvcache import RankCaches
 
 __all__ = ["PHASES", "Ledger", "RankState", "RequestBatch", "make_rng"]
 

@@ -120,7 +120,7 @@ def parse_synth(spec: str) -> dict:
 
 
 def load_config(text: str):
-    from evaluation.serving import ClusterConfig
+    from eplb.evaluation.serving import ClusterConfig
 
     path = Path(text)
     if not path.exists() and text in PRESETS:
@@ -134,7 +134,7 @@ def load_config(text: str):
 
 
 def load_workload(args: argparse.Namespace, block_size: int):
-    from evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W
 
     spec = args.workload
     if spec == "synth" or spec.startswith("synth:"):
@@ -239,7 +239,7 @@ def _nan_to_none(obj):
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluation.serving import simulate
+    from eplb.evaluation.serving import simulate
 
     out = Path(args.output)
     _check_output(out, args.force)

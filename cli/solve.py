@@ -6,7 +6,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from eplb.commands.common import (
+from eplb.cli.common import (
     add_topology_args,
     add_window_args,
     check_groups,
@@ -87,8 +87,8 @@ def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
     """Balance rows of a solve summary: every figure says what it runs over."""
     import numpy as np
 
-    from evaluation.metrics import score, summarize
-    from solvers.bounds import lower_bound
+    from eplb.evaluation.metrics import score, summarize
+    from eplb.solvers.bounds import lower_bound
 
     # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
     bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)
@@ -128,13 +128,12 @@ def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    import solvers
-    import traces
+    from eplb import solvers, traces
     from eplb.errors import InputError
+    from eplb.evaluation.metrics import balancedness, max_over_mean
     from eplb.io import format_for, write_placement
     from eplb.placement import Placement
     from eplb.topology import Topology
-    from evaluation.metrics import balancedness, max_over_mean
 
     check_outputs({"LOAD": args.load}, {"-o": args.output})
     options = parse_options(args.option)

@@ -21,7 +21,7 @@ from eplb import __version__
 from eplb.atomic import Terminated
 from eplb.errors import EplbError
 
-# verb modules under eplb.commands, each with add_parser(subparsers); add a verb by name here
+# verb modules under eplb.cli, each with add_parser(subparsers); add a verb by name here
 COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate")
 
 
@@ -68,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"eplb.commands.{name}")
+            module = importlib.import_module(f"eplb.cli.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"eplb.commands.{name}":
+            if exc.name == f"eplb.cli.{name}":
                 continue  # verb not built yet
             raise
         module.add_parser(sub)

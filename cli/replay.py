@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.commands.common import seconds_arg, seed_arg
+from eplb.cli.common import seconds_arg, seed_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,9 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import solvers
-    import traces
-    from eplb.commands.common import (
+    from eplb import solvers, traces
+    from eplb.cli.common import (
         check_groups,
         check_outputs,
         check_solver_options,
@@ -68,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         table,
     )
     from eplb.errors import InputError
+    from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary
+    from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
     from eplb.topology import Topology
-    from evaluation.replay import EXPERT_BYTES, replay, replay_summary
-    from evaluation.tables import write_csv
 
     check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
     solvers.get(args.solver)
@@ -110,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_csv(frame, args.output)
     if args.plot is not None:
-        from evaluation.plots import replay_curve
+        from eplb.evaluation.plots import replay_curve
 
         replay_curve({args.solver: frame}, args.plot,
                      title=f"{Path(args.trace).name}: {args.solver}, every {args.interval} "

@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-import solvers
+from eplb import solvers
 from eplb.errors import EplbError, InfeasibleError
 from eplb.placement import Placement
+from eplb.solvers.bounds import lower_bound
 from eplb.testing.asserts import assert_valid_placement
 from eplb.topology import Topology
-from solvers.bounds import lower_bound
 
 _COUNTER = itertools.count()
 

@@ -12,7 +12,7 @@
 
 Five lines for your own policy::
 
-    import solvers
+    from eplb import solvers
     from eplb.testing import check_solver
 
     @solvers.register("mine")

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from eplb.commands.common import say_dropped, table
+from eplb.cli.common import say_dropped, table
 from eplb.errors import InputError
 
 READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
@@ -214,7 +214,7 @@ def _num(x, digits: int = 0) -> str:
 
 # ------------------------------------------------------------------ info
 def run_info(args: argparse.Namespace) -> int:
-    from evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W
 
     wl = W.read(args.file, format=args.format, block_size=args.block_size)
     s = wl.summary()
@@ -269,7 +269,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ synth
 def run_synth(args: argparse.Namespace) -> int:
-    from evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W
 
     fmt = W.write_format(args.output, args.format)
     lengths = W.read(args.lengths_from) if args.lengths_from else None
@@ -314,7 +314,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W
 
     if _same_file(args.input, args.output):
         raise InputError(f"output {args.output} is the input file; write to a new path")
@@ -343,6 +343,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _say_dropped(wl, fmt: str) -> None:
-    from evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W
 
     say_dropped(W.dropped(wl, fmt), fmt, ".parquet")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.commands.common import add_topology_args, seed_arg, table
+from eplb.cli.common import add_topology_args, seed_arg, table
 
 POLICY_NAMES = ("even", "random", "local_first", "weighted", "lp")
 
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from eplb.commands.common import topology_from
+    from eplb.cli.common import topology_from
     from eplb.errors import InputError
     from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank
     from eplb.io import read_placement
@@ -141,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace, trow = None, None
     if args.trace:
-        import traces
-
+        from eplb import traces
         trace = traces.read(args.trace)
     row = _row_of(placement, args.layer) if args.layer is not None else \
         _default_row(placement, trace)

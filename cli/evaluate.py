@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.commands.common import seed_arg
+from eplb.cli.common import seed_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,18 +66,18 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    import traces
+    from eplb import traces
     from eplb.atomic import atomic_write_bytes
-    from eplb.commands.common import check_groups, check_outputs, table, windows_arg
+    from eplb.cli.common import check_groups, check_outputs, table, windows_arg
     from eplb.errors import InputError
+    from eplb.evaluation.align import align
+    from eplb.evaluation.metrics import score, summarize
+    from eplb.evaluation.tables import write_csv
+    from eplb.evaluation.traffic import simulate_trace
     from eplb.executor.routing import check_policy
     from eplb.io import read_placement
     from eplb.placement import Placement
     from eplb.topology import Topology
-    from evaluation.align import align
-    from evaluation.metrics import score, summarize
-    from evaluation.tables import write_csv
-    from evaluation.traffic import simulate_trace
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_csv(layers, args.output)
     if args.plot is not None:
-        from evaluation.plots import gpu_heatmap
+        from eplb.evaluation.plots import gpu_heatmap
 
         gpu_heatmap({"GPU tokens": report.gpu_tokens}, args.plot, layer_ids=trace.layer_ids,
                     title=f"{Path(args.placement).name} on {Path(args.trace).name}, "

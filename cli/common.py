@@ -203,8 +203,8 @@ RESERVED_OPTIONS = {"num_groups": "--groups", "seed": "--seed", "time_limit": "-
 def solver_options(name: str) -> dict[str, object]:
     """``{option: default}`` of solver ``name``'s ``--option`` keys (`solvers.options`), plus
     the older spellings `solvers.legacy` still maps (default ``None``)."""
-    import solvers
-    from solvers.legacy import LEGACY
+    from eplb import solvers
+    from eplb.solvers.legacy import LEGACY
 
     opts = dict(solvers.options(name))
     for key in LEGACY.get(name, ()):
@@ -220,8 +220,7 @@ def check_solver_options(name: str, options: Mapping[str, object], flag: str = "
                          *, previous: bool = False) -> None:
     """Refuse keys that have their own flags, unknown ``--option`` keys of solver ``name`` and
     values of the wrong kind (`solvers.resolve`: the solver package's own checks)."""
-    import solvers
-
+    from eplb import solvers
     for key in options:
         if key in RESERVED_OPTIONS:
             own = RESERVED_OPTIONS[key]
@@ -233,7 +232,7 @@ def check_solver_options(name: str, options: Mapping[str, object], flag: str = "
 def run_solver(name: str, load, topology: Topology, **kw):
     """`solvers.solve` with a solver's stray TypeError/ValueError (a bad option value the
     checks above could not see) turned into one `InputError` line."""
-    import solvers
+    from eplb import solvers
     from eplb.errors import EplbError
 
     try:
@@ -252,8 +251,7 @@ def solvers_epilog(example: str) -> str:
     """``--help`` text listing each solver and its ``--option`` keys (imports solvers)."""
     import textwrap
 
-    import solvers
-
+    from eplb import solvers
     lines = ["solvers and their --option keys (KEY=VALUE, value parsed as JSON):"]
     for name in solvers.available():
         lines += textwrap.wrap(describe_options(name), 78, initial_indent=f"  {name:<13} ",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.commands.common import seconds_arg, seed_arg
+from eplb.cli.common import seconds_arg, seed_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _epilog() -> str:
     import textwrap
 
-    from eplb.commands.common import solvers_epilog
-    from evaluation.compare import SUMMARY_COLUMNS
+    from eplb.cli.common import solvers_epilog
+    from eplb.evaluation.compare import SUMMARY_COLUMNS
 
     lines = ["summary columns (-o CSV; the printed tables use the first ones):"]
     for name, text in SUMMARY_COLUMNS.items():
@@ -82,7 +82,7 @@ def _epilog() -> str:
 
 
 def _options(items, names):
-    from eplb.commands.common import check_solver_options, parse_options, solver_options
+    from eplb.cli.common import check_solver_options, parse_options, solver_options
     from eplb.errors import InputError
 
     out: dict[str, dict] = {n: {} for n in names}
@@ -119,14 +119,13 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    import solvers
-    import traces
+    from eplb import solvers, traces
     from eplb.atomic import atomic_write_text
-    from eplb.commands.common import check_groups, check_outputs
+    from eplb.cli.common import check_groups, check_outputs
     from eplb.errors import EplbError, InputError
+    from eplb.evaluation.compare import compare, parse_topologies
+    from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
-    from evaluation.compare import compare, parse_topologies
-    from evaluation.tables import write_csv
 
     check_outputs({"TRACE": args.traces},
                   {"-o": args.output, "--markdown": args.markdown, "--layers-csv": args.layers_csv},
@@ -171,9 +170,9 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.markdown, tables)
     written = result.plot(args.plot) if args.plot is not None else []
     if args.pareto:
-        from evaluation import plots
-        from evaluation.pareto import WEIGHTS, sweep
-        from evaluation.tables import slug
+        from eplb.evaluation import plots
+        from eplb.evaluation.pareto import WEIGHTS, sweep
+        from eplb.evaluation.tables import slug
 
         frames = []
         for tname, trace in loaded.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eplb.commands.common import check_outputs, parse_options, say_dropped, table, windows_arg
+from eplb.cli.common import check_outputs, parse_options, say_dropped, table, windows_arg
 from eplb.errors import InputError
 
 KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
@@ -93,8 +93,7 @@ def _fmt(x: float, digits: int = 3) -> str:
 def run_info(args: argparse.Namespace) -> int:
     import numpy as np
 
-    import traces
-
+    from eplb import traces
     check_outputs({"FILE": args.file}, {"--plot": args.plot})
     trace = traces.read(args.file, format=args.format)
     fmt = args.format or (traces.sniff(args.file) if Path(args.file).exists() else "sglang")
@@ -130,7 +129,7 @@ def run_info(args: argparse.Namespace) -> int:
     rows.append(("load", f"{how} over {len(chosen)} of {trace.num_windows} windows"))
     print(table(rows))
 
-    from traces.summary import skew_table
+    from eplb.traces.summary import skew_table
 
     df = skew_table(load, ids)
     header = ["layer", "load", "max/mean", "cv", "gini", "top1%", "top10%"]
@@ -195,8 +194,8 @@ def _heatmap(load, layer_ids, path: str, title: str) -> None:
 def run_synth(args: argparse.Namespace) -> int:
     import inspect
 
-    import traces
-    from traces import synth
+    from eplb import traces
+    from eplb.traces import synth
 
     check_outputs({"--target": args.target}, {"-o": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
@@ -244,8 +243,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ convert
 def run_convert(args: argparse.Namespace) -> int:
-    import traces
-
+    from eplb import traces
     check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
     trace = traces.read(args.input, format=args.in_format)
@@ -256,6 +254,5 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _say_dropped(trace, fmt: str) -> None:
-    import traces
-
+    from eplb import traces
     say_dropped(traces.dropped(trace, fmt), fmt, ".npz")

@@ -1,5 +1,0 @@
-import sys
-
-from eplb.cli import main
-
-sys.exit(main())
