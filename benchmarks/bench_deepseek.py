@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from eplb import Topology, solvers, traces
 
-from eplb import (
-    Topology,
-    solvers,
-    traces,
-)
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # for tests/deepseek_reference.py; eplb itself comes installed
 from tests.deepseek_reference import rebalance as loop_reference  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang" / "prefill_in1024.json"

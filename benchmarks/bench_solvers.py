@@ -31,21 +31,21 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import baseline_greedy  # noqa: E402
-
 from eplb import (
     Topology,
     solvers,
     traces,
 )
-from eplb.solvers import pairing_exact  # noqa: E402
-from eplb.solvers.bounds import lower_bound  # noqa: E402
-from eplb.solvers.even_split import place_even  # noqa: E402
-from eplb.solvers.replication import waterfill  # noqa: E402
-from eplb.solvers.traffic_cost import expected_rdma  # noqa: E402
+from eplb.solvers import pairing_exact
+from eplb.solvers.bounds import lower_bound
+from eplb.solvers.even_split import place_even
+from eplb.solvers.replication import waterfill
+from eplb.solvers.traffic_cost import expected_rdma
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import baseline_greedy  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"

@@ -34,21 +34,22 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-OUT = HERE  # where the stages write; main() points it at a temporary folder
-PUBLISHED = ("tables", "figures", "results.json", "paper.md")
-
 from eplb import (
     Topology,
     solvers,
     traces,
 )
-from eplb.atomic import atomic_write_text  # noqa: E402
-from eplb.evaluation import metrics, pareto, plots, replay, traffic  # noqa: E402
-from eplb.evaluation.tables import markdown  # noqa: E402
-from eplb.solvers.bounds import lower_bound  # noqa: E402
-from eplb.solvers.migration import replicas_moved  # noqa: E402
+from eplb.atomic import atomic_write_text
+from eplb.evaluation import metrics, pareto, plots, replay, traffic
+from eplb.evaluation.tables import markdown
+from eplb.solvers.bounds import lower_bound
+from eplb.solvers.migration import replicas_moved
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+OUT = HERE  # where the stages write; main() points it at a temporary folder
+PUBLISHED = ("tables", "figures", "results.json", "paper.md")
+
 
 SETTINGS = {
     "prefill": (Topology(4, 8, 9), 8),  # 4 nodes x 8 GPUs, 288 slots, 8 groups: hierarchical

@@ -279,7 +279,8 @@ def _lazy(module: str, name: str):
 
 
 _READERS = {"npz": _read_npz, "npy": _read_npy, "sglang": _read_sglang,
-            "pt": _lazy("eplb.traces.sglang_pt", "read_pt"), "csv": _lazy("eplb.traces.tables", "read_csv"),
+            "pt": _lazy("eplb.traces.sglang_pt", "read_pt"),
+            "csv": _lazy("eplb.traces.tables", "read_csv"),
             "parquet": _lazy("eplb.traces.tables", "read_parquet"),
             "rankdir": _lazy("eplb.traces.rankdir", "read_rankdir")}
 
