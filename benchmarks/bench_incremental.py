@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from eplb import Topology, solvers, traces
-from eplb.cli.common import table
 from eplb.evaluation.replay import replay
+from eplb.format import text_table
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "traces" / "data" / "deepseek-v3-calibrated.npz"
@@ -77,7 +77,7 @@ def bench_replay(topo: Topology, interval: int, history: int) -> None:
             )
         )
     print(
-        table(
+        text_table(
             rows,
             [
                 "mode",
@@ -155,7 +155,7 @@ def bench_real(
                     )
                 )
         print(
-            table(
+            text_table(
                 rows,
                 ["load", "mode", "moved", "max/mean", "worst vs fresh", "fresh layers", "seconds"],
             )
@@ -226,7 +226,7 @@ def bench_chains(seed: int) -> None:
                     ]
             rows.append(tuple(out))
     print(
-        table(
+        text_table(
             rows,
             [
                 "live load",

@@ -134,16 +134,6 @@ def parse_options(items: Sequence[str] | None) -> dict:
     return out
 
 
-def table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None) -> str:
-    """Plain aligned text table."""
-    cells = [[str(c) for c in row] for row in ([header] if header else []) + list(rows)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    if header:
-        lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------ numbers and options
 MAX_SEED = 2**31 - 1  # CP-SAT and most RNG front ends take a 32-bit seed
 

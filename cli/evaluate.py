@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from eplb.cli.common import seed_arg
+from eplb.format import text_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from eplb import traces
     from eplb.atomic import atomic_write_bytes
-    from eplb.cli.common import check_groups, check_outputs, table, windows_arg
+    from eplb.cli.common import check_groups, check_outputs, windows_arg
     from eplb.errors import InputError
     from eplb.evaluation.align import align
     from eplb.evaluation.metrics import score, summarize
@@ -205,5 +206,5 @@ def run(args: argparse.Namespace) -> int:
     ]
     rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot)
              if path is not None]
-    print(table(rows))
+    print(text_table(rows))
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.cli.common import add_topology_args, seed_arg, table
+from eplb.cli.common import add_topology_args, seed_arg
+from eplb.format import text_table
 
 POLICY_NAMES = ("even", "random", "local_first", "weighted", "lp")
 
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"layer: {layer!r}")
     print(f"tokens: {n} from {source}; dispatch {args.dispatch}, seed {args.seed}")
     print()
-    print(table(rows, ["gpu", "node", "picks", "/mean", "tokens in", "GFLOP",
+    print(text_table(rows, ["gpu", "node", "picks", "/mean", "tokens in", "GFLOP",
                        "NVL out MB", "NVL in MB", "RDMA out MB", "RDMA in MB"]))
     print("(link columns: dispatch phase; combine sends the same copies back, x "
           f"{args.combine_bytes:g}/{args.dispatch_bytes:g} bytes)")
@@ -241,5 +242,5 @@ def run(args: argparse.Namespace) -> int:
         ("max abs error vs dense", f"{err:.3e} (tolerance {tol:.1e})"),
         ("check", "PASS" if ok else "FAIL"),
     ]
-    print(table(summary))
+    print(text_table(summary))
     return 0 if ok else 1

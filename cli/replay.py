@@ -64,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
         check_outputs,
         check_solver_options,
         parse_options,
-        table,
     )
     from eplb.errors import InputError
     from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary
     from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
+    from eplb.format import text_table
     from eplb.topology import Topology
 
     check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
@@ -145,5 +145,5 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB (all layers, "
                                         "dispatch + combine)"))
     rows += [("wrote", path) for path in (args.output, args.plot) if path is not None]
-    print(table(rows))
+    print(text_table(rows))
     return 0

@@ -19,9 +19,9 @@ from eplb.cli.common import (
     seconds_arg,
     seed_arg,
     solvers_epilog,
-    table,
     windows_arg,
 )
+from eplb.format import text_table
 
 EXAMPLE = ("example: eplb solve traces/data/deepseek-v3-calibrated.npz --topology 4x8 "
            "--slots 288 --groups 8 --solver greedy -o placement.json")
@@ -221,5 +221,5 @@ def run(args: argparse.Namespace) -> int:
             layer_ids_are_model_ids=True,  # they come from LOAD (its rows or its layer column)
         )
         rows.append(("wrote", f"{args.output} ({fmt})"))
-    print(table(rows))
+    print(text_table(rows))
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eplb.cli.common import check_outputs, parse_options, say_dropped, table, windows_arg
+from eplb.cli.common import check_outputs, parse_options, say_dropped, windows_arg
 from eplb.errors import InputError
+from eplb.format import text_table
 
 KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
 _GENERATOR = {"tokens": "token_level"}
@@ -127,7 +128,7 @@ def run_info(args: argparse.Namespace) -> int:
         rows.append(("provenance", " ".join(f"{k}={v}" for k, v in keep.items())))
     how = f"EMA alpha={args.ema}" if args.ema else "sum"
     rows.append(("load", f"{how} over {len(chosen)} of {trace.num_windows} windows"))
-    print(table(rows))
+    print(text_table(rows))
 
     from eplb.traces.summary import skew_table
 
@@ -140,7 +141,7 @@ def run_info(args: argparse.Namespace) -> int:
     for name, agg in (("median", stats.median()), ("max", stats.max())):
         body.append([name, "", _fmt(agg.iloc[0], 2), *(_fmt(v) for v in agg.iloc[1:])])
     print()
-    print(table(body, header))
+    print(text_table(body, header))
     if args.plot is not None:
         span = (f"window {int(chosen[0])}" if len(chosen) == 1 else
                 f"{how} over {len(chosen)} windows")

@@ -9,8 +9,9 @@ import math
 import os
 from pathlib import Path
 
-from eplb.cli.common import say_dropped, table
+from eplb.cli.common import say_dropped
 from eplb.errors import InputError
+from eplb.format import text_table
 
 READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
 WRITE_FORMATS = ("mooncake", "csv", "parquet")
@@ -250,7 +251,7 @@ def run_info(args: argparse.Namespace) -> int:
         )
     for note in wl.meta.get("notes", []):
         rows.append(("note", note))
-    print(table(rows))
+    print(text_table(rows))
     print()
     header = ["tokens per request", "mean", "p50", "p90", "p99", "max"]
     body = [
@@ -263,7 +264,7 @@ def run_info(args: argparse.Namespace) -> int:
         ]
         for k in ("input", "output")
     ]
-    print(table(body, header))
+    print(text_table(body, header))
     return 0
 
 

@@ -52,3 +52,4 @@ def slug(text: str) -> str:
 
     check_str("text", text)
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")
+

@@ -47,6 +47,7 @@ import pandas as pd
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.steptime import BREAKDOWN
+from eplb.format import text_table
 
 __all__ = ["STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
 
@@ -274,7 +275,6 @@ class SimResult:
 
     def summary_table(self, window=None) -> str:
         """The summary as an aligned text table with a unit column."""
-        from eplb.cli.common import table
 
         rows = []
         for key, value in self.summary(window).items():
@@ -291,7 +291,7 @@ class SimResult:
             else:
                 text = f"{value:,}"
             rows.append((key, text, unit))
-        return table(rows, header=("metric", "value", "unit"))
+        return text_table(rows, header=("metric", "value", "unit"))
 
     # ------------------------------------------------------------------ output
     def plot(self, directory: str | os.PathLike) -> list[Path]:
