@@ -16,7 +16,7 @@ from eplb.solvers.even_split import row_caps
 from eplb.solvers.layout import max_load
 from eplb.solvers.pairing import pair_objective
 from eplb.solvers.replication import per_replica, waterfill
-from eplb.solvers.tolerance import better
+from eplb.tolerance import better
 
 
 def improve_counts(

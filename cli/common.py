@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from eplb.atomic import check_output_path, same_file
 from eplb.errors import InputError
-from eplb.topology import Topology
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
 PathLike = str | os.PathLike
 
@@ -79,16 +79,16 @@ def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> N
     p.add_argument(
         "--nvlink-gbps",
         type=float,
-        default=160.0,
+        default=NVLINK_GBPS,
         metavar="GB/s",
-        help="NVLink bandwidth per GPU in GB/s (default 160)",
+        help=f"NVLink bandwidth per GPU in GB/s (default {NVLINK_GBPS:g})",
     )
     p.add_argument(
         "--rdma-gbps",
         type=float,
-        default=50.0,
+        default=RDMA_GBPS,
         metavar="GB/s",
-        help="RDMA bandwidth per GPU in GB/s (default 50)",
+        help=f"RDMA bandwidth per GPU in GB/s (default {RDMA_GBPS:g})",
     )
     p.add_argument(
         "--failed-gpus",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from eplb.cli.common import seconds_arg, seed_arg
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,8 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", metavar="[SOLVER.]KEY=VALUE",
                    help="solver option, for every solver or one (e.g. greedy.rdma_weight=0.1)")
     p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
-    p.add_argument("--nvlink-gbps", type=float, default=160.0, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=float, default=50.0, metavar="GB/s")
+    p.add_argument("--nvlink-gbps", type=float, default=NVLINK_GBPS, metavar="GB/s")
+    p.add_argument("--rdma-gbps", type=float, default=RDMA_GBPS, metavar="GB/s")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="local worker processes (default 1: run inline)")
     p.add_argument("--scheduler", metavar="ADDR",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from eplb.cli.common import seconds_arg, seed_arg
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="nodes x GPUs (default 4x8), or NxGxS with slots per GPU")
     p.add_argument("--slots", type=int, metavar="P",
                    help="slots in all (default: experts rounded up to the GPUs + one per GPU)")
-    p.add_argument("--nvlink-gbps", type=float, default=160.0, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=float, default=50.0, metavar="GB/s")
+    p.add_argument("--nvlink-gbps", type=float, default=NVLINK_GBPS, metavar="GB/s")
+    p.add_argument("--rdma-gbps", type=float, default=RDMA_GBPS, metavar="GB/s")
     p.add_argument("--groups", type=int, metavar="G",
                    help="expert groups (default: the trace's own)")
     p.add_argument("--topk-groups", type=int, metavar="T",

@@ -22,6 +22,11 @@ _SHAPE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*(?:[xX*]\s*(\d+)\s*)?$")
 MAX_GPUS = 2**16
 MAX_SLOTS = 2**20
 
+# DeepSeek's published per-GPU figures for H800 nodes (profile-data README, DeepEP README):
+# the defaults of every bandwidth option in the toolkit
+NVLINK_GBPS = 160.0  # GB/s per GPU inside a node
+RDMA_GBPS = 50.0  # GB/s per GPU between nodes (one 400 Gb/s NIC)
+
 
 def _failed(value: object, num_gpus: int) -> tuple[int, ...]:
     """``failed_gpus`` as a sorted tuple of unique GPU indices, at least one GPU left."""
@@ -60,8 +65,8 @@ class Topology:
     num_nodes: int
     gpus_per_node: int
     slots_per_gpu: int
-    nvlink_gbps: float = 160.0
-    rdma_gbps: float = 50.0
+    nvlink_gbps: float = NVLINK_GBPS
+    rdma_gbps: float = RDMA_GBPS
     failed_gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -189,8 +194,8 @@ class Topology:
         text: str,
         slots: int | None = None,
         *,
-        nvlink_gbps: float = 160.0,
-        rdma_gbps: float = 50.0,
+        nvlink_gbps: float = NVLINK_GBPS,
+        rdma_gbps: float = RDMA_GBPS,
         min_slots: int | None = None,
         failed_gpus=None,
     ) -> Topology:

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb import runners
 from eplb.errors import EplbError, InputError, TopologyError
-from eplb.topology import Topology
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+))?\s*$")
 
@@ -72,8 +73,8 @@ class TopologySpec:
             kw["redundant"] = int(num)
         return cls(str(text).strip(), nodes, gpus, **kw)
 
-    def resolve(self, num_experts: int, *, nvlink_gbps: float = 160.0,
-                rdma_gbps: float = 50.0) -> Topology:
+    def resolve(self, num_experts: int, *, nvlink_gbps: float = NVLINK_GBPS,
+                rdma_gbps: float = RDMA_GBPS) -> Topology:
         """The `Topology` for a trace with ``num_experts`` experts."""
         G = self.nodes * self.gpus_per_node
         if self.slots_per_gpu is not None:
@@ -163,8 +164,8 @@ def make_tasks(
     seed: int = 0,
     time_limit: float | None = None,
     solver_options: Mapping[str, Mapping[str, Any]] | None = None,
-    nvlink_gbps: float = 160.0,
-    rdma_gbps: float = 50.0,
+    nvlink_gbps: float = NVLINK_GBPS,
+    rdma_gbps: float = RDMA_GBPS,
     traffic: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One picklable task dict per (trace, topology, solver); loads are sliced here."""
@@ -257,12 +258,6 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ runners
-def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
-
-
 def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
     """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
     from eplb.evaluation.metrics import layer_bound
@@ -274,56 +269,6 @@ def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
         return layer_bound(task["eval_load"], topo, task["num_groups"])
     except EplbError:
         return np.full(task["eval_load"].shape[0], np.nan)
-
-
-def _run_inline(tasks, progress, fn=run_task, desc="compare"):
-    out = []
-    with _progress(len(tasks), progress, desc) as bar:
-        for task in tasks:
-            out.append(fn(task))
-            bar.update()
-    return out
-
-
-def _run_pool(tasks, workers: int, progress, fn=run_task, desc="compare"):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    results: list[Any] = [None] * len(tasks)
-    ctx = multiprocessing.get_context("spawn")  # solvers may hold threads; never fork them
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, \
-            _progress(len(tasks), progress, f"{desc} ({workers} processes)") as bar:
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            bar.update()
-    return results
-
-
-def _run_dask(tasks, scheduler, progress, fn=run_task, desc="compare"):
-    try:
-        from distributed import Client, as_completed
-    except ModuleNotFoundError:
-        raise InputError(
-            "running on a Dask cluster needs the dask extra: pip install 'eplb[dask]'"
-        ) from None
-    own = not isinstance(scheduler, Client)
-    try:
-        client = Client(scheduler, set_as_default=False, timeout="20s") if own else scheduler
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise InputError(f"cannot connect to the Dask scheduler {scheduler!r}: {exc}") from None
-    try:
-        futures = client.map(fn, tasks, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[Any] = [None] * len(tasks)
-        with client.as_current(), _progress(len(tasks), progress, f"{desc} (dask)") as bar:
-            for fut in as_completed(futures):
-                results[index[fut.key]] = fut.result()
-                bar.update()
-        return results
-    finally:
-        if own:
-            client.close()
 
 
 # ------------------------------------------------------------------------ results
@@ -423,8 +368,8 @@ def compare(
     seed: int = 0,
     time_limit: float | None = None,
     solver_options: Mapping[str, Mapping[str, Any]] | None = None,
-    nvlink_gbps: float = 160.0,
-    rdma_gbps: float = 50.0,
+    nvlink_gbps: float = NVLINK_GBPS,
+    rdma_gbps: float = RDMA_GBPS,
     workers: int = 1,
     scheduler: Any = None,
     progress: bool = True,
@@ -510,11 +455,8 @@ def compare(
                        rdma_gbps=rdma_gbps, traffic=traffic)
 
     def run(items, fn, desc):
-        if scheduler is not None:
-            return _run_dask(items, scheduler, progress, fn, desc)
-        if workers > 1 and len(items) > 1:
-            return _run_pool(items, min(workers, len(items)), progress, fn, desc)
-        return _run_inline(items, progress, fn, desc)
+        return runners.run(fn, items, workers=workers, scheduler=scheduler, progress=progress,
+                           desc=desc)
 
     # lower bounds once per (trace, topology), shared by its solver tasks
     keys = list(dict.fromkeys((t["trace"], t["spec"].text) for t in tasks))

@@ -36,7 +36,7 @@ from scipy.optimize import linear_sum_assignment
 
 from eplb.solvers import pairing
 from eplb.solvers.layout import moved, replica_counts
-from eplb.solvers.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL
 
 _BIG = 1e18  # assignment cost of a forbidden pair
 

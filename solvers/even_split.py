@@ -22,7 +22,7 @@ from eplb.solvers import packing, pairing
 from eplb.solvers.deepseek_kernels import placement_table, replicate
 from eplb.solvers.layout import max_load
 from eplb.solvers.replication import waterfill
-from eplb.solvers.tolerance import better
+from eplb.tolerance import better
 
 
 def row_caps(present: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:

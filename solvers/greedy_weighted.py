@@ -17,9 +17,9 @@ from eplb.solvers.even_split import place_even
 from eplb.solvers.layout import duplicates
 from eplb.solvers.registry import register
 from eplb.solvers.shares import chain_layout, optimal_shares
-from eplb.solvers.tolerance import better
 from eplb.solvers.traffic_packing import pack_traffic
 from eplb.solvers.validation import NonNegFloat, NonNegInt
+from eplb.tolerance import better
 from eplb.topology import Topology
 
 

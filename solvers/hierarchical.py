@@ -31,8 +31,8 @@ from eplb.solvers.even_split import pack_even
 from eplb.solvers.layout import duplicates, max_load
 from eplb.solvers.partitions import best_partitions
 from eplb.solvers.registry import register
-from eplb.solvers.tolerance import better
 from eplb.solvers.validation import NonNegInt, check_groups
+from eplb.tolerance import better
 from eplb.topology import Topology
 
 

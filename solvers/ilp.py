@@ -19,7 +19,7 @@ then does not depend on machine speed or load. With neither, each layer gets
 deterministic clock).
 
 Layers run in ``workers`` processes (default: the CPU count; 1 runs inline), which die with
-the parent and are stopped at once on Ctrl-C or any error (`solvers.workers`). Progress: a
+the parent and are stopped at once on Ctrl-C or any error (`eplb.runners`). Progress: a
 bar on a terminal, a line per 10 layers on stderr otherwise (``progress=False``: none).
 
 ``meta["solver"]``: per layer ``objective``, ``bound``, ``gap`` (``1 - bound / objective``),
@@ -37,9 +37,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eplb import runners as pool
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers import workers as pool
+from eplb.progress import Progress
 from eplb.solvers.bounds import lower_bound
 from eplb.solvers.even_split import place_even
 from eplb.solvers.greedy_weighted import greedy_weighted
@@ -53,10 +54,8 @@ from eplb.solvers.ilp_model import (
     solve_layer,
 )
 from eplb.solvers.migration import relabel
-from eplb.solvers.progress import Progress
 from eplb.solvers.registry import register
 from eplb.solvers.shares import optimal_shares
-from eplb.solvers.tolerance import better
 from eplb.solvers.traffic_packing import pack_traffic
 from eplb.solvers.validation import (
     NonNegFloat,
@@ -66,6 +65,7 @@ from eplb.solvers.validation import (
     check_groups,
     check_seed,
 )
+from eplb.tolerance import better
 from eplb.topology import Topology
 
 CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer

@@ -51,7 +51,7 @@ import numpy as np
 
 from eplb.solvers import pairing, pairing_exact
 from eplb.solvers.shares import optimal_shares
-from eplb.solvers.tolerance import REL_TOL, better, proven
+from eplb.tolerance import REL_TOL, better, proven
 from eplb.topology import Topology
 
 SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units

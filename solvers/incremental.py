@@ -48,7 +48,7 @@ from eplb.placement import Placement
 from eplb.solvers.chains import chain_repair
 from eplb.solvers.layout import duplicates, moved
 from eplb.solvers.migration import relabel
-from eplb.solvers.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
 _NO_CAP = np.iinfo(np.int64).max // 4

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from eplb.solvers.layout import duplicates
 from eplb.solvers.replication import per_replica
-from eplb.solvers.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL
 
 
 @dataclass

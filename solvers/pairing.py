@@ -16,7 +16,7 @@ import numpy as np
 
 from eplb.solvers.packing import Packed, repair_duplicates
 from eplb.solvers.replication import per_replica
-from eplb.solvers.tolerance import better
+from eplb.tolerance import better
 
 REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_objectives` is used
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from eplb.solvers.pairing import improve_counts, pair_objective
 from eplb.solvers.replication import waterfill
-from eplb.solvers.tolerance import PROOF_TOL
+from eplb.tolerance import PROOF_TOL
 
 CERT_TOL = PROOF_TOL  # relative precision of a certificate
 

@@ -53,8 +53,8 @@ from eplb.solvers.hierarchical import hierarchical as hierarchical_policy
 from eplb.solvers.layout import duplicates
 from eplb.solvers.migration import relabel
 from eplb.solvers.registry import register
-from eplb.solvers.tolerance import REL_TOL
 from eplb.solvers.validation import NonNegInt, Range, check_groups
+from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
 CANDIDATES = 16  # experts (largest per-replica loads) tried per step of the count search

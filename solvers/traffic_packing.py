@@ -14,8 +14,8 @@ import numpy as np
 
 from eplb.solvers import packing
 from eplb.solvers.replication import default_cap, waterfill
-from eplb.solvers.tolerance import better
 from eplb.solvers.traffic_cost import rdma_from_node_count, traffic_objective
+from eplb.tolerance import better
 from eplb.topology import Topology
 
 BETAS = (0.0, 1.0, 4.0, 16.0, 64.0)  # count-priority multiples of rdma_weight / G

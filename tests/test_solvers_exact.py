@@ -17,7 +17,7 @@ from eplb.solvers import pairing, pairing_exact
 from eplb.solvers.bounds import lower_bound
 from eplb.solvers.replication import waterfill
 from eplb.solvers.shares import optimal_shares
-from eplb.solvers.tolerance import better
+from eplb.tolerance import better
 from tests import brute_force as bf
 
 # ------------------------------------------------------------------------- brute force

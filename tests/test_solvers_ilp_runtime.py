@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from eplb import InputError, Topology, solvers
-from eplb.solvers import workers
+from eplb import runners as workers
 
 REPO = Path(__file__).resolve().parents[1]
 HARD = Topology(2, 4, 10)  # 80 slots

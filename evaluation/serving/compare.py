@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import ClusterConfig
 from eplb.evaluation.serving.workload_model import Workload
@@ -99,7 +100,6 @@ def compare(
     ``window``: the summary window (default the whole run). ``workers > 1``: a local process
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
-    from eplb.evaluation.compare import _run_dask, _run_inline, _run_pool
     from eplb.evaluation.serving.simulator import _check_args
 
     named = _named(configs)
@@ -127,12 +127,8 @@ def compare(
         for seed in seeds
         for name, cfg in named.items()
     ]
-    if scheduler is not None:
-        rows = _run_dask(tasks, scheduler, progress, fn=run_task, desc="simulate")
-    elif workers > 1:
-        rows = _run_pool(tasks, workers, progress, fn=run_task, desc="simulate")
-    else:
-        rows = _run_inline(tasks, progress, fn=run_task, desc="simulate")
+    rows = runners.run(run_task, tasks, workers=workers, scheduler=scheduler,
+                       progress=progress, desc="simulate")
     frame = pd.DataFrame(rows)
     base = next(iter(named))
     ref = frame[frame["config"] == base].set_index("seed")

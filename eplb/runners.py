@@ -1,26 +1,9 @@
-"""Running independent tasks (e.g. ILP layers) in worker processes that never outlive us.
+"""One runner for independent tasks: inline, a local process pool, or a Dask cluster.
 
-`run(fn, tasks, workers=W)` calls ``fn(task)`` for every task and returns the results in
-task order: inline when ``W == 1``, else in ``W`` processes. They are forked on Linux when the
-parent runs no other thread (cheap, and scripts without an ``if __name__ == "__main__"``
-guard work), else spawned (forking a process with threads is unsafe; spawned workers
-re-import the main module, which then needs that guard). Guarantees:
-
-- workers die with their parent: on Linux each sets ``PR_SET_PDEATHSIG`` (SIGKILL when the
-  parent dies, even by SIGKILL), and a watchdog thread exits when the parent process is gone
-  (other platforms, or a parent that died before the signal was armed);
-- workers ignore SIGINT (Ctrl-C goes to the parent, which stops them);
-- inside a daemonic process (e.g. a ``multiprocessing.Pool`` worker), which may not start
-  processes, the tasks run inline;
-- on any exception in the parent (KeyboardInterrupt, SystemExit, an error in a task) every
-  worker is killed at once and joined for at most `KILL_WAIT` seconds, and the queues are
-  closed without waiting for data to flush, so a second Ctrl-C cannot hang at exit;
-- a task that raises stops the run; its exception is re-raised in the parent (or a
-  `SolverError`-like `EplbError` carrying the worker's traceback when it cannot be pickled);
-  a worker that dies without a result (killed, out of memory) raises `EplbError`.
-
-``context``: a picklable object (may hold ``multiprocessing.Value``\\ s of the spawn context,
-`shared_value`) every worker can read with `context()` during its tasks, e.g. a deadline.
+`run(fn, tasks, workers=W, scheduler=None)` returns ``[fn(t) for t in tasks]`` in task order.
+Pool workers die with their parent, ignore SIGINT, and are killed at once on any error or
+signal in the parent; a task's exception is re-raised in the parent. Details in
+docs/evaluation.md ("Runners").
 """
 
 from __future__ import annotations
@@ -36,7 +19,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eplb.errors import EplbError
+from eplb.errors import EplbError, InputError
+from eplb.progress import Progress
 
 KILL_WAIT = 1.0  # seconds to join killed workers
 POLL = 0.2  # seconds between checks of worker health while waiting for results
@@ -64,15 +48,39 @@ def run(
     tasks: Sequence[Any],
     *,
     workers: int = 1,
+    scheduler: Any = None,
     context: Any = None,
     on_result: Callable[[int, Any], None] | None = None,
+    progress: bool | None = False,
+    desc: str = "tasks",
+    unit: str = "task",
 ) -> list[Any]:
-    """``[fn(t) for t in tasks]`` on ``workers`` processes (module docstring).
+    """``[fn(t) for t in tasks]``, in task order, inline or on ``workers`` processes.
 
-    ``on_result(index, result)`` is called in the parent as results arrive (progress).
+    ``scheduler``: a Dask scheduler address or ``distributed.Client`` (wins over ``workers``;
+    needs the ``dask`` extra). ``context``: a picklable object every task reads with
+    `context()` (pool and inline only). ``on_result(index, result)`` runs in the parent as
+    results arrive; ``progress`` shows a bar (`eplb.progress.Progress`; None: on a terminal).
     """
-    global _CONTEXT
     tasks = list(tasks)
+    bar = Progress(len(tasks), desc, progress, unit=unit)
+
+    def arrived(i: int, value: Any) -> None:
+        bar.update()
+        if on_result is not None:
+            on_result(i, value)
+
+    with bar:
+        if scheduler is not None:
+            if context is not None:
+                raise InputError("context= is not available on a Dask scheduler; "
+                                 "run on local workers")
+            return _run_dask(fn, tasks, scheduler, arrived)
+        return _run_local(fn, tasks, workers, context, arrived)
+
+
+def _run_local(fn, tasks, workers, context, on_result) -> list[Any]:
+    global _CONTEXT
     workers = max(1, min(int(workers), len(tasks)))
     if multiprocessing.current_process().daemon:  # daemons may not start processes: inline
         workers = 1
@@ -82,8 +90,7 @@ def run(
             out = []
             for i, t in enumerate(tasks):
                 out.append(fn(t))
-                if on_result is not None:
-                    on_result(i, out[-1])
+                on_result(i, out[-1])
             return out
         finally:
             _CONTEXT = previous
@@ -121,7 +128,7 @@ def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
                     raise EplbError(
-                        f"a solver worker process died (exit code {dead[0].exitcode}) before "
+                        f"a worker process died (exit code {dead[0].exitcode}) before "
                         "returning its result; out of memory or killed?"
                     ) from None
                 continue
@@ -129,8 +136,7 @@ def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
                 raise value
             results[i] = value
             pending.discard(i)
-            if on_result is not None:
-                on_result(i, value)
+            on_result(i, value)
         for p in procs:
             p.join(timeout=KILL_WAIT)
         return results
@@ -143,6 +149,33 @@ def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
         for p in procs:
             if p.pid is not None:
                 p.join(timeout=KILL_WAIT)
+
+
+def _run_dask(fn, tasks, scheduler, on_result) -> list[Any]:
+    try:  # lazy: dask is an optional extra
+        from distributed import Client, as_completed
+    except ModuleNotFoundError:
+        raise InputError(
+            "running on a Dask cluster needs the dask extra: pip install 'eplb[dask]'"
+        ) from None
+    own = not isinstance(scheduler, Client)
+    try:
+        client = Client(scheduler, set_as_default=False, timeout="20s") if own else scheduler
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"cannot connect to the Dask scheduler {scheduler!r}: {exc}") from None
+    try:
+        futures = client.map(fn, tasks, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * len(tasks)
+        with client.as_current():
+            for fut in as_completed(futures):
+                i = index[fut.key]
+                results[i] = fut.result()
+                on_result(i, results[i])
+        return results
+    finally:
+        if own:
+            client.close()
 
 
 def _worker(fn, task_q, result_q, parent: int, ctx) -> None:
@@ -173,7 +206,7 @@ def _portable(exc: BaseException) -> BaseException:
         return exc
     except Exception:
         text = "".join(traceback.format_exception(exc))
-        return EplbError(f"a solver worker failed:\n{text}")
+        return EplbError(f"a worker failed:\n{text}")
 
 
 def _die_with_parent(parent: int) -> None:
