@@ -35,6 +35,7 @@ import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
+from eplb.registry import Registry
 from eplb.solvers.failures import expand, solve_surviving
 from eplb.solvers.legacy import LEGACY, route
 from eplb.solvers.migration import relabel, replicas_moved
@@ -67,7 +68,7 @@ class Spec:
     windows: bool = False  # the function takes float64[W, L, E] windows
 
 
-_REGISTRY: dict[str, Spec] = {}
+_REGISTRY: Registry[Spec] = Registry("solver")
 
 
 def _spec(fn: SolverFn, windows: bool = False) -> Spec:
@@ -105,9 +106,7 @@ def register(name: str, *, windows: bool = False) -> Callable[[SolverFn], Solver
         raise InputError(f"windows must be True or False, got {windows!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
-            raise InputError(f"solver {name!r} is already registered")
-        _REGISTRY[name] = _spec(fn, windows)
+        _REGISTRY.add(name, _spec(fn, windows), same=lambda old, new: old.fn is new.fn)
         return fn
 
     return deco
@@ -119,18 +118,18 @@ def takes_windows(name: str) -> bool:
     return _lookup(name).windows
 
 
+def unregister(name: str) -> None:
+    """Remove policy ``name`` from the registry (e.g. a test's spy policy)."""
+    _REGISTRY.remove(name)
+
+
 def available() -> list[str]:
     """Names of the registered solvers, sorted."""
     return sorted(_REGISTRY)
 
 
 def _lookup(name) -> Spec:
-    if not isinstance(name, str):
-        raise InputError(f"solver name must be a string, got {name!r}")
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise InputError(f"unknown solver {name!r}; available: {', '.join(available())}") from None
+    return _REGISTRY.get(name)
 
 
 def get(name: str) -> SolverFn:

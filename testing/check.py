@@ -114,126 +114,129 @@ def check_solver(
     from eplb.testing.strategies import problems
 
     name, temporary = _registered(name_or_fn, windows)
-    report = CheckReport(name)
-    conf = settings(
-        max_examples=max_examples,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        report_multiple_bugs=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
-    strategy = problems(
-        max_nodes=max_nodes, max_gpus_per_node=max_gpus_per_node, max_group_size=max_group_size
-    )
-
-    def solve(load, topo, groups, **kw):
-        prev = kw.pop("previous", None)
-        if needs_previous and prev is None:
-            prev = _live(load, topo)
-        return solvers.solve(
-            name, load, topo, num_groups=groups, seed=seed, previous=prev, **options, **kw
+    try:
+        report = CheckReport(name)
+        conf = settings(
+            max_examples=max_examples,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            report_multiple_bugs=False,
+            print_blob=False,
+            suppress_health_check=list(HealthCheck),
+        )
+        strategy = problems(
+            max_nodes=max_nodes, max_gpus_per_node=max_gpus_per_node, max_group_size=max_group_size
         )
 
-    def run(prop: str, body: Callable[..., str | None]) -> None:
-        last: list[str] = []
-        ran = [0]
+        def solve(load, topo, groups, **kw):
+            prev = kw.pop("previous", None)
+            if needs_previous and prev is None:
+                prev = _live(load, topo)
+            return solvers.solve(
+                name, load, topo, num_groups=groups, seed=seed, previous=prev, **options, **kw
+            )
 
-        @conf
-        @given(strategy)
-        def test(problem):
-            load, topo, groups = problem
-            last[:] = [_describe(load, topo, groups)]
-            if body(load, topo, groups) != "skip":
-                ran[0] += 1
+        def run(prop: str, body: Callable[..., str | None]) -> None:
+            last: list[str] = []
+            ran = [0]
 
-        try:
-            test()
-        except Exception as exc:
-            err = exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
-            report.failures.append(Failure(prop, err, last[0] if last else "?"))
-            return
-        (report.passed if ran[0] else report.skipped).append(prop)
+            @conf
+            @given(strategy)
+            def test(problem):
+                load, topo, groups = problem
+                last[:] = [_describe(load, topo, groups)]
+                if body(load, topo, groups) != "skip":
+                    ran[0] += 1
 
-    def valid(load, topo, groups):
-        try:
-            p = solve(load, topo, groups)
-        except InfeasibleError:
+            try:
+                test()
+            except Exception as exc:
+                err = exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
+                report.failures.append(Failure(prop, err, last[0] if last else "?"))
+                return
+            (report.passed if ran[0] else report.skipped).append(prop)
+
+        def valid(load, topo, groups):
+            try:
+                p = solve(load, topo, groups)
+            except InfeasibleError:
+                return None
+            assert_valid_placement(p, load)
             return None
-        assert_valid_placement(p, load)
-        return None
 
-    def deterministic(load, topo, groups):
-        try:
-            a = solve(load, topo, groups)
-        except InfeasibleError:
+        def deterministic(load, topo, groups):
+            try:
+                a = solve(load, topo, groups)
+            except InfeasibleError:
+                return None
+            b = solve(load.copy(), topo, groups)
+            assert a.equals(b), "two solves of the same input and seed differ"
             return None
-        b = solve(load.copy(), topo, groups)
-        assert a.equals(b), "two solves of the same input and seed differ"
-        return None
 
-    def bound(load, topo, groups):
-        try:
-            p = solve(load, topo, groups)
-        except InfeasibleError:
+        def bound(load, topo, groups):
+            try:
+                p = solve(load, topo, groups)
+            except InfeasibleError:
+                return None
+            lb = lower_bound(load, topo, weighted=p.replica_share is not None, lp=False)
+            got = p.gpu_load(load).max(1)
+            bad = got < lb * (1 - 1e-9) - 1e-9
+            assert not bad.any(), (
+                f"layer {int(np.argmax(bad))}: max GPU load {got[bad][0]!r} is "
+                f"below the lower bound {lb[bad][0]!r}"
+            )
             return None
-        lb = lower_bound(load, topo, weighted=p.replica_share is not None, lp=False)
-        got = p.gpu_load(load).max(1)
-        bad = got < lb * (1 - 1e-9) - 1e-9
-        assert not bad.any(), (
-            f"layer {int(np.argmax(bad))}: max GPU load {got[bad][0]!r} is "
-            f"below the lower bound {lb[bad][0]!r}"
-        )
-        return None
 
-    def relabels(load, topo, groups):
-        if needs_previous:
-            return "skip"
-        try:
-            old = solve(load * (1 + np.arange(load.shape[1]) % 3) / 2, topo, groups)
-            plain = solve(load, topo, groups)
-        except InfeasibleError:
+        def relabels(load, topo, groups):
+            if needs_previous:
+                return "skip"
+            try:
+                old = solve(load * (1 + np.arange(load.shape[1]) % 3) / 2, topo, groups)
+                plain = solve(load, topo, groups)
+            except InfeasibleError:
+                return None
+            if plain.meta.get("solver", {}).get("relabeled"):
+                return "skip"
+            moved = solve(load, topo, groups, previous=old)
+            if moved.meta["solver"].get("relabeled"):
+                return "skip"
+            a = np.sort(plain.gpu_load(load), 1)
+            b = np.sort(moved.gpu_load(load), 1)
+            assert np.allclose(a, b, rtol=1e-9, atol=1e-9), (
+                f"previous= changed the GPU loads: {a.tolist()} without, {b.tolist()} with"
+            )
             return None
-        if plain.meta.get("solver", {}).get("relabeled"):
-            return "skip"
-        moved = solve(load, topo, groups, previous=old)
-        if moved.meta["solver"].get("relabeled"):
-            return "skip"
-        a = np.sort(plain.gpu_load(load), 1)
-        b = np.sort(moved.gpu_load(load), 1)
-        assert np.allclose(a, b, rtol=1e-9, atol=1e-9), (
-            f"previous= changed the GPU loads: {a.tolist()} without, {b.tolist()} with"
-        )
-        return None
 
-    def windows(load, topo, groups):
-        stack = np.stack([load, load * (1 + np.arange(load.shape[1]) % 3) / 2, load])
-        try:
-            a = solve(stack, topo, groups)
-        except InfeasibleError:
-            return None
-        assert_valid_placement(a, stack.sum(0))
-        assert a.equals(solve(stack.copy(), topo, groups)), "two solves of the same windows differ"
-        try:
-            solve(stack[None], topo, groups)
-        except EplbError:
-            return None
-        raise AssertionError("a 4-D load [1, W, L, E] was accepted")
+        def windows(load, topo, groups):
+            stack = np.stack([load, load * (1 + np.arange(load.shape[1]) % 3) / 2, load])
+            try:
+                a = solve(stack, topo, groups)
+            except InfeasibleError:
+                return None
+            assert_valid_placement(a, stack.sum(0))
+            again = solve(stack.copy(), topo, groups)
+            assert a.equals(again), "two solves of the same windows differ"
+            try:
+                solve(stack[None], topo, groups)
+            except EplbError:
+                return None
+            raise AssertionError("a 4-D load [1, W, L, E] was accepted")
 
-    props = [
-        ("valid", valid),
-        ("deterministic", deterministic),
-        ("lower_bound", bound),
-        ("previous_relabels", relabels),
-    ]
-    if solvers.takes_windows(name):
-        props.append(("windows", windows))
-    for prop, body in props:
-        run(prop, body)
-    _bad_input(solve, report)
-    if temporary:
-        solvers.registry._REGISTRY.pop(name, None)
+        props = [
+            ("valid", valid),
+            ("deterministic", deterministic),
+            ("lower_bound", bound),
+            ("previous_relabels", relabels),
+        ]
+        if solvers.takes_windows(name):
+            props.append(("windows", windows))
+        for prop, body in props:
+            run(prop, body)
+        _bad_input(solve, report)
+    finally:
+        if temporary:
+            solvers.registry.unregister(name)
     if raise_on_failure and report.failures:
         raise AssertionError(str(report))
     return report

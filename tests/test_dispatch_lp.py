@@ -229,3 +229,15 @@ def test_executor_with_lp_equals_the_dense_forward_and_the_traffic_model():
     assert rep.rdma_bytes[0] == stats.rdma_bytes and rep.nvlink_bytes[0] == stats.nvlink_bytes
     even = gpu_picks(route(ids, placement, policy="even"), topo)
     assert stats.gpu_tokens.max() <= even.max()
+
+
+def test_lp_sends_nothing_to_a_failed_gpu():
+    """Issue 18 (2): empty slots (-1) are no replica of the last expert (NumPy's -1 index)."""
+    from eplb.evaluation.traffic import simulate
+
+    p = Placement(np.array([[0, -1]]), 1, Topology(1, 2, 1, failed_gpus=[1]))
+    tok = simulate(p, topk_ids=np.zeros((4, 1, 1), int), token_rank=np.array([0, 1, 0, 1]),
+                   policy="lp")
+    assert tok.gpu_tokens.tolist() == [[4, 0]]
+    counts = simulate(p, load=np.array([[31.0]]), policy="lp")
+    assert counts.gpu_tokens.tolist() == [[31.0, 0.0]]

@@ -37,7 +37,7 @@ def test_registry():
         B.assign("round_robin", RequestBatch([5]), st_, bogus=1)
     with pytest.raises(InputError, match="caches"):
         B.assign("cache_aware", RequestBatch([5]), st_)
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(InputError, match="balancer .random. is already registered"):
         B.register("random")(lambda *a, **k: None)
 
 

@@ -165,7 +165,7 @@ def test_plain_function_solvers():
         with pytest.raises(InputError, match="has no option 'x'"):
             solvers.solve("test_round_robin", np.ones((2, 8)), TOPO, x=1)
     finally:
-        solvers.registry._REGISTRY.pop("test_round_robin")
+        solvers.registry.unregister("test_round_robin")
 
 
 def test_register_twice_is_refused():

@@ -125,4 +125,4 @@ def test_docs_example_runs():
     finally:
         for name in list(solvers.available()):
             if name == "mine":
-                solvers.registry._REGISTRY.pop(name)
+                solvers.registry.unregister(name)

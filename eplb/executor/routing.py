@@ -28,19 +28,41 @@ in ascending slot order as ``log2phy[e, 0..c-1]``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from eplb.args import as_int_array, check_seed, check_type
 from eplb.errors import InputError
 from eplb.executor import minmax
 from eplb.placement import Placement
+from eplb.registry import Registry
 
-POLICIES = ("even", "random", "local_first", "weighted", "lp")
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A registered dispatch policy: ``fn(ids, placement, layer, rank, seed) -> int64[N, K]``
+    slots; ``rank`` (source GPU of each token, ``int64[N]``) is None unless ``needs_rank``."""
+
+    fn: Callable[..., np.ndarray]
+    needs_rank: bool = False
+
+
+DISPATCH: Registry[Dispatch] = Registry("dispatch policy")
+
+
+def _policy(name: str, *, needs_rank: bool = False):
+    def deco(fn):
+        DISPATCH.add(name, Dispatch(fn, needs_rank))
+        return fn
+
+    return deco
 
 
 def check_policy(policy: str) -> str:
-    if not isinstance(policy, str) or policy not in POLICIES:
-        raise InputError(f"unknown dispatch policy {policy!r}; use one of {', '.join(POLICIES)}")
+    """``policy`` if it names a registered dispatch policy (else `InputError`)."""
+    DISPATCH.get(policy)
     return policy
 
 
@@ -94,7 +116,7 @@ def route(
 
     ``token_rank: int[N]`` (source GPU of each token) is required by ``local_first``.
     """
-    check_policy(policy)
+    spec = DISPATCH.get(policy)
     layer = _layer(placement, layer_index)
     seed = check_seed("seed", seed)
     ids = as_int_array("topk_ids", topk_ids, ndim=2)
@@ -102,37 +124,62 @@ def route(
     if ids.size and (ids.min() < 0 or ids.max() >= E):
         raise InputError(f"topk_ids must be expert ids in 0..{E - 1}")
     ids = ids.astype(np.int64, copy=False)
-    N, K = ids.shape
-    l2p = placement.log2phy[layer]
-    cnt = placement.logcnt[layer][ids]  # [N, K]
-    if policy == "even":
-        replica = np.arange(N * K, dtype=np.int64).reshape(N, K) % cnt
-    elif policy in ("random", "weighted"):
-        u = np.random.default_rng([seed, layer]).random((N, K))
-        if policy == "random":
-            replica = np.minimum((u * cnt).astype(np.int64), cnt - 1)
-        else:
-            share = placement.share[layer]  # [P]
-            shares = np.where(l2p >= 0, share[np.maximum(l2p, 0)], 0.0)  # [E, R]
-            cum = np.cumsum(shares, axis=1)
-            cum /= cum[:, -1:]
-            # first replica whose cumulative share exceeds u
-            replica = (u[..., None] >= cum[ids]).sum(-1)
-            replica = np.minimum(replica, cnt - 1)
-    else:  # local_first, lp
+    rank = None
+    if spec.needs_rank:
         if token_rank is None:
             raise InputError(f"the {policy} policy needs token_rank (source GPU of each token)")
         rank = as_int_array("token_rank", token_rank)
         G = placement.topology.num_gpus
-        if rank.shape != (N,):
-            raise InputError(f"token_rank must be int[{N}], got shape {rank.shape}")
+        if rank.shape != (len(ids),):
+            raise InputError(f"token_rank must be int[{len(ids)}], got shape {rank.shape}")
         if rank.size and (rank.min() < 0 or rank.max() >= G):
             raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
         rank = rank.astype(np.int64)
-        if policy == "lp":
-            return _lp_route(ids, rank, placement, layer)
-        return dispatch_table(placement, layer)[rank[:, None], ids]
+    return spec.fn(ids, placement, layer, rank, seed)
+
+
+@_policy("even")
+def _even(ids, placement, layer, rank, seed):
+    N, K = ids.shape
+    cnt = placement.logcnt[layer][ids]
+    replica = np.arange(N * K, dtype=np.int64).reshape(N, K) % cnt
+    return placement.log2phy[layer][ids, replica]
+
+
+@_policy("random")
+def _random(ids, placement, layer, rank, seed):
+    cnt = placement.logcnt[layer][ids]
+    u = np.random.default_rng([seed, layer]).random(ids.shape)
+    replica = np.minimum((u * cnt).astype(np.int64), cnt - 1)
+    return placement.log2phy[layer][ids, replica]
+
+
+@_policy("local_first", needs_rank=True)
+def _local_first(ids, placement, layer, rank, seed):
+    return dispatch_table(placement, layer)[rank[:, None], ids]
+
+
+@_policy("weighted")
+def _weighted(ids, placement, layer, rank, seed):
+    l2p = placement.log2phy[layer]
+    cnt = placement.logcnt[layer][ids]
+    u = np.random.default_rng([seed, layer]).random(ids.shape)
+    share = placement.share[layer]  # [P]
+    shares = np.where(l2p >= 0, share[np.maximum(l2p, 0)], 0.0)  # [E, R]
+    cum = np.cumsum(shares, axis=1)
+    cum /= cum[:, -1:]
+    # first replica whose cumulative share exceeds u
+    replica = np.minimum((u[..., None] >= cum[ids]).sum(-1), cnt - 1)
     return l2p[ids, replica]
+
+
+@_policy("lp", needs_rank=True)
+def _lp(ids, placement, layer, rank, seed):
+    return _lp_route(ids, rank, placement, layer)
+
+
+# every registered dispatch policy, in the order the docs list them
+POLICIES = tuple(DISPATCH.names())
 
 
 def _gpu_slots(placement: Placement, layer: int) -> np.ndarray:
@@ -140,6 +187,7 @@ def _gpu_slots(placement: Placement, layer: int) -> np.ndarray:
     topo = placement.topology
     E, G, S = placement.num_experts, topo.num_gpus, topo.slots_per_gpu
     slots = np.arange(topo.num_slots)[::-1]  # reversed: the lowest slot is written last
+    slots = slots[placement.phy2log[layer][slots] >= 0]  # empty slots (-1) hold no expert
     table = np.full((E, G), -1, dtype=np.int64)
     table[placement.phy2log[layer][slots], slots // S] = slots
     return table

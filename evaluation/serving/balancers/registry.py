@@ -17,21 +17,24 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.balancers.state import RankState, RequestBatch
+from eplb.registry import Registry
 
 BalancerFn = Callable[..., np.ndarray]
-_REGISTRY: dict[str, BalancerFn] = {}
+_REGISTRY: Registry[BalancerFn] = Registry("balancer")
 
 
 def register(name: str) -> Callable[[BalancerFn], BalancerFn]:
     """Decorator adding a balancer to the registry under ``name``."""
 
     def deco(fn: BalancerFn) -> BalancerFn:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise ValueError(f"balancer {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
+        return _REGISTRY.add(name, fn)
 
     return deco
+
+
+def unregister(name: str) -> None:
+    """Remove balancer ``name`` from the registry."""
+    _REGISTRY.remove(name)
 
 
 def available() -> list[str]:
@@ -40,12 +43,8 @@ def available() -> list[str]:
 
 
 def get(name: str) -> BalancerFn:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise InputError(
-            f"unknown balancer {name!r}; available: {', '.join(available())}"
-        ) from None
+    """The balancer registered as ``name``."""
+    return _REGISTRY.get(name)
 
 
 def options(name: str) -> list[str]:
