@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.loads import as_real_array
 
 _INTS = (int, np.integer)
 _REALS = (int, float, np.integer, np.floating)
@@ -162,7 +163,6 @@ def as_float_array(
 ) -> np.ndarray:
     """``value`` as a finite real array of ``dtype`` (values beyond its range are refused, not
     turned into ``inf`` with a warning)."""
-    from eplb.loads import as_real_array
 
     arr = as_real_array(value, name, error=error)
     if ndim is not None and arr.ndim != ndim:

@@ -229,7 +229,7 @@ def write_placement(
         rows = sglang_map(p, num_model_layers).tolist()
         atomic_write_text(path, json.dumps({"physical_to_logical_map": rows}) + "\n")
     else:  # trtllm
-        import yaml
+        import yaml  # lazy: PyYAML is needed only for TensorRT-LLM files
 
         if p.replica_share is not None:
             raise InputError("TensorRT-LLM's initial_global_assignments cannot carry replica_share")
@@ -380,7 +380,7 @@ def _read_sglang(path, topology, num_experts, doc: Any = None) -> Placement:
 
 
 def _read_trtllm(path, topology, num_experts) -> Placement:
-    import yaml
+    import yaml  # lazy: PyYAML is needed only for TensorRT-LLM files
 
     try:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))

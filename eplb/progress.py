@@ -28,7 +28,7 @@ class Progress:
     def update(self, n: int = 1, note: str = "") -> None:
         self.done += n
         if self.use_bar and self.bar is None:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
             self.bar = tqdm(
                 total=self.total,

@@ -199,7 +199,7 @@ def _worker(fn, task_q, result_q, parent: int, ctx) -> None:
 
 def _portable(exc: BaseException) -> BaseException:
     """``exc`` if it pickles, else an `EplbError` holding its traceback."""
-    import pickle
+    import pickle  # lazy: only to test an exception for pickling
 
     try:
         pickle.loads(pickle.dumps(exc))

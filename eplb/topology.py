@@ -147,7 +147,7 @@ class Topology:
         as DeepEP's internode kernels assume: RDMA to the peer GPU, then NVLink forwarding).
         Each edge carries ``kind`` and ``gbps``.
         """
-        import networkx as nx
+        import networkx as nx  # lazy: networkx is needed only for graph()
 
         g = nx.Graph(name=str(self))
         per = self.gpus_per_node

@@ -11,6 +11,7 @@ import numpy as np
 from eplb.args import as_int_array, check_opt_int, check_type
 from eplb.errors import InputError, PlacementError, TraceError
 from eplb.placement import Placement
+from eplb.traces.model import Trace
 
 
 def _ids(ids: np.ndarray, limit: int = 8) -> str:
@@ -26,7 +27,6 @@ def check_placement(placement, name: str = "placement") -> Placement:
 
 def check_trace(trace, name: str = "trace"):
     """``trace`` if it is a `traces.Trace`, else an `InputError` naming the argument."""
-    from eplb.traces.model import Trace
 
     return check_type(name, trace, Trace, "a traces.Trace (traces.read(path))")
 

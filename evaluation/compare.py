@@ -27,8 +27,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eplb import runners
+from eplb import runners, solvers
+from eplb import solvers as registry
+from eplb import traces as trace_io
+from eplb.args import (
+    check_bool,
+    check_int,
+    check_mapping,
+    check_number,
+    check_opt_int,
+    check_opt_number,
+    check_seed,
+)
+from eplb.atomic import atomic_write_text
 from eplb.errors import EplbError, InputError, TopologyError
+from eplb.evaluation import plots
+from eplb.evaluation.align import check_trace, with_layers
+from eplb.evaluation.metrics import layer_bound, score, summarize
+from eplb.evaluation.tables import markdown, slug, write_csv
+from eplb.evaluation.traffic import simulate
+from eplb.executor.routing import check_policy
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+))?\s*$")
@@ -197,10 +215,6 @@ def make_tasks(
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Solve and score one task; errors become a row with ``status`` = the message."""
-    from eplb import solvers
-    from eplb.evaluation.align import with_layers
-    from eplb.evaluation.metrics import score, summarize
-    from eplb.evaluation.traffic import simulate
 
     spec: TopologySpec = task["spec"]
     E = task["fit_load"].shape[1]
@@ -260,7 +274,6 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------ runners
 def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
     """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
-    from eplb.evaluation.metrics import layer_bound
 
     spec: TopologySpec = task["spec"]
     E = task["eval_load"].shape[1]
@@ -285,7 +298,6 @@ class CompareResult:
         """Markdown: one pivot table (trace x solver) per topology for each of ``values``
         (default `TABLES`: ratio to the lower bound first, then step max/mean, RDMA bytes per
         token per layer, solve seconds); each table's heading says what its cells are."""
-        from eplb.evaluation.tables import markdown
 
         if values is None:
             values = list(TABLES)
@@ -310,8 +322,6 @@ class CompareResult:
     def write(self, csv_path: str | os.PathLike, markdown_path: str | os.PathLike | None = None,
               layers_path: str | os.PathLike | None = None) -> None:
         """Summary CSV (and the Markdown tables / the per-layer CSV), written atomically."""
-        from eplb.atomic import atomic_write_text
-        from eplb.evaluation.tables import write_csv
 
         write_csv(self.summary, csv_path)
         if markdown_path is not None:
@@ -322,8 +332,6 @@ class CompareResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Per-layer balance and GPU-load heatmaps per (trace, topology), summary bars and a
         balance-vs-RDMA scatter per topology. Returns the files written."""
-        from eplb.evaluation import plots
-        from eplb.evaluation.tables import slug
 
         out_dir = Path(directory)
         if out_dir.exists() and not out_dir.is_dir():
@@ -386,19 +394,6 @@ def compare(
     name, ``traffic`` extra `simulate` keywords (``hidden``, ``dispatch_bytes``...).
     ``workers > 1``: local process pool; ``scheduler``: Dask address or Client (wins).
     """
-    from eplb import solvers as registry
-    from eplb import traces as trace_io
-    from eplb.args import (
-        check_bool,
-        check_int,
-        check_mapping,
-        check_number,
-        check_opt_int,
-        check_opt_number,
-        check_seed,
-    )
-    from eplb.evaluation.align import check_trace
-    from eplb.executor.routing import check_policy
 
     check_policy(policy)
     for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):

@@ -31,7 +31,9 @@ from eplb.evaluation.align import (
 )
 from eplb.loads import MAX_COUNT, as_real_array, check_load
 from eplb.placement import Placement
+from eplb.solvers.bounds import lower_bound
 from eplb.topology import Topology
+from eplb.traces.model import Trace
 
 
 def check_gpu_load(gpu_load, name: str = "gpu_load") -> np.ndarray:
@@ -108,17 +110,10 @@ def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
 
 
 def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
-    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`),
-    NaN when the solvers package is not installed."""
+    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`)."""
     load = check_load(load)
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
-    try:
-        from eplb.solvers.bounds import lower_bound
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("eplb.solvers.bounds", "eplb.solvers"):
-            raise
-        return np.full(load.shape[0], np.nan)
     return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
 
 
@@ -166,7 +161,6 @@ def score(
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
     """
     check_placement(placement)
-    from eplb.traces.model import Trace
 
     if isinstance(load, Trace):
         default = np.array_equal(placement.layer_ids, np.arange(placement.num_layers))

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb import solvers
+from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
 from eplb.errors import EplbError, InputError
+from eplb.evaluation.align import check_num_groups
+from eplb.evaluation.metrics import score, summarize
+from eplb.evaluation.traffic import simulate
+from eplb.executor.routing import check_policy
+from eplb.loads import as_real_array, check_load
 from eplb.topology import Topology
 
 WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -26,7 +33,6 @@ WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
 def front(x, y) -> np.ndarray:
     """``bool[n]``: points not dominated (another point <= on both and < on one)."""
-    from eplb.loads import as_real_array
 
     x, y = as_real_array(x, "x"), as_real_array(y, "y")
     if x.ndim != 1 or x.shape != y.shape:
@@ -41,8 +47,6 @@ def front(x, y) -> np.ndarray:
 
 def _measure(placement, load, source_counts, policy, traffic) -> dict[str, float]:
     """Balance and modelled traffic of one placement."""
-    from eplb.evaluation.metrics import score, summarize
-    from eplb.evaluation.traffic import simulate
 
     frame = score(placement, load, bound=False)
     s = summarize(frame)
@@ -85,11 +89,6 @@ def sweep(
     ``step_max_over_mean``, ``max_over_mean_worst``, ``rdma_bytes``, ``nvlink_bytes``,
     ``alltoall_seconds``, ``solve_seconds``, ``status``, ``on_front``.
     """
-    from eplb import solvers
-    from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
-    from eplb.evaluation.align import check_num_groups
-    from eplb.executor.routing import check_policy
-    from eplb.loads import check_load
 
     check_policy(policy)
     load = check_load(load)
@@ -124,7 +123,7 @@ def sweep(
                                     "time_limit": ilp_time_limit, **(ilp_options or {})})
                  for w in iws]
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
         runs = tqdm(runs, desc="pareto", unit="solve")
     rows = []

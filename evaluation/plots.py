@@ -19,21 +19,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from eplb.atomic import atomic_write_bytes
+from eplb.args import as_int_array, check_opt_int
+from eplb.atomic import atomic_write_bytes, check_output_path
+from eplb.errors import InputError
+from eplb.evaluation.metrics import check_gpu_load
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # lazy: matplotlib is an optional extra (plot)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib is an optional extra (plot)
 
     return plt
 
 
 def _check_common(path, title) -> None:
-    from eplb.atomic import check_output_path
-    from eplb.errors import InputError
 
     check_output_path(path, "plot")
     if not isinstance(title, str):
@@ -41,7 +42,6 @@ def _check_common(path, title) -> None:
 
 
 def _frames(frames, columns) -> dict:
-    from eplb.errors import InputError
 
     if not isinstance(frames, Mapping) or not frames:
         raise InputError("frames must be a non-empty {name: DataFrame} mapping")
@@ -76,7 +76,6 @@ def layer_balance(
     """Line per solver: ``column`` of `evaluation.metrics.score` frames against model layer."""
     _check_common(path, title)
     if not isinstance(column, str):
-        from eplb.errors import InputError
 
         raise InputError(f"column must be a column name, got {str(column)[:30]}")
     frames = _frames(frames, ("layer", column))
@@ -102,9 +101,6 @@ def gpu_heatmap(
     ``gpus_per_node`` draws a line at every node boundary. Keep ``title`` short (file names,
     not paths): it is drawn above the panels, in one line.
     """
-    from eplb.args import as_int_array, check_opt_int
-    from eplb.errors import InputError
-    from eplb.evaluation.metrics import check_gpu_load
 
     _check_common(path, title)
     if not isinstance(loads, Mapping) or not loads:

@@ -150,7 +150,7 @@ def replay(
     version, fit = 0, (-1, -1)
     steps = range(T)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
         steps = tqdm(steps, desc=f"replay {solver}", unit="window")
     for t in steps:

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from eplb.args import check_bool, check_int, check_str, check_type
 from eplb.atomic import atomic_write_text
 
 
@@ -23,7 +24,6 @@ def _cell(value, digits: int) -> str:
 
 def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str:
     """A GitHub-flavoured Markdown table of ``frame`` (index included unless ``index=False``)."""
-    from eplb.args import check_bool, check_int, check_type
 
     check_type("frame", frame, pd.DataFrame, "a pandas DataFrame")
     digits = check_int("digits", digits, 0, 17)
@@ -40,7 +40,6 @@ def markdown(frame: pd.DataFrame, *, digits: int = 4, index: bool = True) -> str
 
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """``frame`` as CSV (no index), written atomically."""
-    from eplb.args import check_type
 
     check_type("frame", frame, pd.DataFrame, "a pandas DataFrame")
     atomic_write_text(path, frame.to_csv(index=False))
@@ -48,7 +47,6 @@ def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
 
 def slug(text: str) -> str:
     """``text`` as a file-name stem: runs of anything but letters, digits and ``._+-`` -> ``_``."""
-    from eplb.args import check_str
 
     check_str("text", text)
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")

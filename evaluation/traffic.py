@@ -95,7 +95,7 @@ from eplb.args import (
     check_str,
 )
 from eplb.errors import InputError, TopologyError
-from eplb.evaluation.align import check_load_shape, check_placement
+from eplb.evaluation.align import align, check_load_shape, check_placement
 from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
@@ -544,7 +544,7 @@ def simulate(
             slots_out = np.empty((N, L, K), np.int16 if topo.num_slots < 2**15 else np.int32)
         layers = range(L)
         if progress:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
             layers = tqdm(layers, desc="traffic", unit="layer")
         for layer in layers:
@@ -657,7 +657,6 @@ def simulate_trace(
     modes see the same sources. ``top_k``, ``num_groups`` and ``topk_groups`` default to the
     trace's ``meta``.
     """
-    from eplb.evaluation.align import align
 
     placement = align(placement, trace)
     check_str("source", source, ("auto", "tokens", "source_counts", "load"))

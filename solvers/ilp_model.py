@@ -237,7 +237,7 @@ def _limits(params, pb: LayerProblem, wall: float | None) -> None:
 
 
 def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # lazy: OR-Tools is heavy; start-up avoids it
 
     w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
     E = pb.E
@@ -377,7 +377,7 @@ def _stopped(done: bool, wall_used: float, wall: float | None, pb: LayerProblem)
 
 # ----------------------------------------------------------------------------- MIP (shares)
 def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
-    from ortools.linear_solver import pywraplp
+    from ortools.linear_solver import pywraplp  # lazy: OR-Tools is heavy; start-up avoids it
 
     w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
     E = pb.E

@@ -83,7 +83,7 @@ def _model(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1):
     ``companions``: small replicas each big one needs on its GPU (``S - 1``; the model is
     exact for ``S = 2`` and a relaxation for larger ``S``).
     """
-    from scipy.sparse import coo_matrix, vstack
+    from scipy.sparse import coo_matrix, vstack  # lazy: scipy is heavy; start-up avoids it
 
     opts = _options(w, P, T, cap)
     if opts is None:
@@ -125,7 +125,7 @@ def _fill(w: np.ndarray, counts: np.ndarray, P: int, cap: int) -> np.ndarray:
 
 def lp_feasible(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1) -> bool:
     """LP relaxation of the ballot model at ``T``; False proves ``T`` unreachable."""
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # lazy: scipy is heavy; start-up avoids it
 
     m = _model(w, P, T, cap, companions)
     if m is None:
@@ -158,7 +158,7 @@ def milp_counts(
     ``5 time_limit + 5``). Returns ``(result, deterministic_seconds)``: ``result`` is counts
     reaching ``T``, ``None`` if ``T`` is proven unreachable, or ``"time_limit"``. ``hint``:
     counts to start the search from (usually the incumbent, just above ``T``)."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # lazy: OR-Tools is heavy; start-up avoids it
 
     opts = _options(w, P, T, cap)
     if opts is None:

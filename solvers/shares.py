@@ -43,7 +43,7 @@ def optimal_shares(
 
 
 def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple[np.ndarray, float]:
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # lazy: scipy is heavy; start-up avoids it
     from scipy.sparse import coo_matrix
 
     G, S = topology.num_gpus, topology.slots_per_gpu

@@ -30,25 +30,15 @@ from __future__ import annotations
 from typing import Any
 
 from eplb.testing.asserts import assert_valid_placement
+from eplb.testing.check import CheckReport, check_solver
 
 __all__ = ["CheckReport", "assert_valid_placement", "check_solver", "strategies"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "strategies":
+    if name == "strategies":  # lazy: hypothesis is needed only when strategies are used
         import importlib
 
         return importlib.import_module("eplb.testing.strategies")
-    if name == "CheckReport":
-        from eplb.testing.check import CheckReport
-
-        return CheckReport
     raise AttributeError(f"module 'eplb.testing' has no attribute {name!r}")
 
-
-def check_solver(name_or_fn, **kwargs):
-    """Run the solver invariant suite (`eplb.testing.check.check_solver`, which documents
-    the arguments)."""
-    from eplb.testing.check import check_solver as run
-
-    return run(name_or_fn, **kwargs)

@@ -109,6 +109,7 @@ def check_solver(
     ``raise_on_failure`` (default) an ``AssertionError`` listing every failure instead when
     any property fails.
     """
+    # lazy: hypothesis is needed only when checks run
     from hypothesis import HealthCheck, given, settings
 
     from eplb.testing.strategies import problems

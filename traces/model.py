@@ -217,7 +217,7 @@ class Trace:
         ``by_rank=True`` uses ``source_counts`` and adds a ``rank`` column (source rank) before
         ``count``. ``nonzero=True`` leaves out rows whose count is 0.
         """
-        import pandas as pd
+        import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
         by_rank = check_bool("by_rank", by_rank, error=TraceError)
         nonzero = check_bool("nonzero", nonzero, error=TraceError)
@@ -246,7 +246,7 @@ class Trace:
         """Per-layer skew of ``load(windows, ema=ema)``: one row per layer with columns
         ``layer, tokens, max_over_mean, cv, gini, top1pct_share, top10pct_share``
         (see `traces.summary`)."""
-        from eplb.traces.summary import skew_table
+        from eplb.traces.summary import skew_table  # lazy: it imports pandas
 
         return skew_table(self.load(windows, ema=ema), self.layer_ids)
 

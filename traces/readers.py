@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import TraceError
-from eplb.safeload import NPY_MAGIC, ZIP_MAGIC, read_npy, read_npz
+from eplb.safeload import NPY_MAGIC, ZIP_MAGIC, npz_names, read_npy, read_npz
 from eplb.traces.checks import (
     FIX_FORMAT,
     FORMATS,
@@ -234,7 +234,6 @@ def _read_npz(path) -> Trace:
     err = lambda msg: fail(path, msg)  # noqa: E731
     z = read_npz(path, err, names=(*_NPZ_ARRAYS, "meta"))
     if "counts" not in z:
-        from eplb.safeload import npz_names
 
         names = npz_names(path, err)
         with zipfile.ZipFile(path) as zf:

@@ -26,7 +26,7 @@ from eplb.traces.model import Trace
 
 def _torch(path):
     try:
-        import torch
+        import torch  # lazy: torch is an optional extra
     except ImportError:
         raise fail(path, "reading .pt dumps needs PyTorch; install it with "
                     "pip install 'eplb[torch]'") from None

@@ -280,7 +280,8 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
     Shape, layer ids (3..60 of 61 model layers), ``num_groups``, ``top_k`` and ``topk_groups``
     are the model's.
     """
-    from eplb.traces import calibration
+
+    from eplb.traces import calibration  # lazy: it imports pandas, which start-up avoids
 
     _check_sizes(windows=windows, tokens=tokens)
     if not (isinstance(jitter, (int, float)) and 0 <= jitter <= 2):
@@ -380,7 +381,7 @@ def token_level(target, *, num_tokens: int = 4096, num_groups: int = 8, topk_gro
     chunk = max(1, min(L, 2**19 // (num_tokens * E)))  # small chunks stay in cache
     bar = None
     if progress:
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: tqdm only when progress is shown
 
         bar = tqdm(total=L, desc="routing tokens", unit="layer")
     for a in range(0, L, chunk):
@@ -429,7 +430,7 @@ def token_windows(target: Trace, *, num_tokens: int = 4096, num_groups: int = 8,
     out = []
     windows = range(target.num_windows)
     if progress:
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: tqdm only when progress is shown
 
         windows = tqdm(windows, desc="token windows", unit="window")
     for t in windows:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from eplb.args import check_mapping
 from eplb.loads import MAX_COUNT
 from eplb.safeload import check_size
 from eplb.traces.checks import fail, make_trace
@@ -27,9 +28,8 @@ _LONG_KEYS = ("window", "layer", "expert")
 
 def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = None) -> Trace:
     """Build a trace from a long frame with columns ``window, layer, expert, count[, rank]``."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
-    from eplb.args import check_mapping
 
     if not isinstance(df, pd.DataFrame):
         raise fail(path, f"df must be a pandas DataFrame, got {type(df).__name__}")
@@ -96,7 +96,7 @@ def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = Non
 
 def _numeric(col) -> np.ndarray:
     """float64 values of a column; anything that is not a number (or overflows) becomes NaN."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
     try:
         return pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
@@ -111,7 +111,7 @@ def _numeric(col) -> np.ndarray:
 
 
 def _int_column(path, col, name: str) -> np.ndarray:
-    import pandas as pd
+    import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
     if pd.api.types.is_integer_dtype(col.dtype) and col.dtype != np.uint64:
         return col.to_numpy(np.int64)
@@ -125,7 +125,7 @@ def _int_column(path, col, name: str) -> np.ndarray:
 
 
 def read_csv(path) -> Trace:
-    import pandas as pd
+    import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
     try:
         df = pd.read_csv(path, skipinitialspace=True)
@@ -139,7 +139,7 @@ def read_csv(path) -> Trace:
 
 def read_parquet(path) -> Trace:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: pyarrow is an optional extra (parquet)
     except ImportError:
         raise fail(path, "reading Parquet needs pyarrow; install it with "
                     "pip install 'eplb[parquet]'") from None

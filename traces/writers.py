@@ -124,7 +124,7 @@ def write_csv(trace: Trace, path: str | os.PathLike) -> None:
 def write_parquet(trace: Trace, path: str | os.PathLike) -> None:
     """Long Parquet table with ``meta`` and the expert count in the schema metadata."""
     try:
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow is an optional extra (parquet)
         import pyarrow.parquet as pq
     except ImportError:
         raise TraceError("writing Parquet needs pyarrow; install it with "

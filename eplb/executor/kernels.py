@@ -267,6 +267,7 @@ def _selector(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> s
 # back to ``@`` without it (tests run both paths every time).
 def _load_csr_matvecs():
     try:
+        # lazy: scipy is heavy; start-up avoids it
         from scipy.sparse._sparsetools import csr_matvecs
     except ImportError:  # pragma: no cover - depends on the scipy version
         return None

@@ -163,7 +163,7 @@ def split_lp(demand, fixed, arc_j, arc_g) -> tuple[float, np.ndarray]:
     conservation and ``fixed + inflow <= T``): ``(T, flow: float64[A])``. Its optimum rounded up
     equals `split`'s ``T`` (the flow polytope is integral for integer ``T``); used as an
     independent check and as the generic-LP baseline of ``benchmarks/bench_dispatch.py``."""
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # lazy: scipy is heavy; start-up avoids it
     from scipy.sparse import coo_matrix, vstack
 
     demand, fixed, arc_j, arc_g = _check(demand, fixed, arc_j, arc_g)
