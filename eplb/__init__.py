@@ -1,7 +1,7 @@
 """eplb: expert-parallel load balancing for MoE inference (core types only).
 
-Solvers live in `solvers`, traces in `traces`, evaluation in `evaluation`; the core never
-imports them.
+Solvers live in `eplb.solvers`, traces in `eplb.traces`, evaluation in `eplb.evaluation`; the
+core never imports them. See docs/core.md.
 """
 
 from eplb.errors import (

@@ -4,14 +4,16 @@ argument, its value and what it should be (never a TypeError from deep inside nu
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from eplb.errors import InputError
 from eplb.loads import as_real_array
 
+_Error = Callable[[str], Exception]  # InputError, or a factory naming the file
 _INTS = (int, np.integer)
 _REALS = (int, float, np.integer, np.floating)
 
@@ -26,7 +28,7 @@ def is_int(value: Any) -> bool:
 
 
 def check_int(
-    name: str, value: Any, lo: int | None = None, hi: int | None = None, error=InputError
+    name: str, value: Any, lo: int | None = None, hi: int | None = None, error: _Error = InputError
 ) -> int:
     """``value`` as an ``int`` in ``lo..hi`` (bounds inclusive, ``None`` = open)."""
     if lo in (0, 1):
@@ -45,7 +47,7 @@ def check_int(
 
 
 def check_opt_int(
-    name: str, value: Any, lo: int | None = None, hi: int | None = None, error=InputError
+    name: str, value: Any, lo: int | None = None, hi: int | None = None, error: _Error = InputError
 ) -> int | None:
     return None if value is None else check_int(name, value, lo, hi, error)
 
@@ -58,7 +60,7 @@ def check_number(
     *,
     lo_open: bool = False,
     hi_open: bool = False,
-    error=InputError,
+    error: _Error = InputError,
 ) -> float:
     """``value`` as a finite ``float`` in the range (``lo_open``/``hi_open``: bound excluded)."""
     low = None if lo is None else f"{'>' if lo_open else '>='} {lo:g}"
@@ -87,23 +89,25 @@ def check_number(
 
 
 def check_opt_number(
-    name: str, value: Any, lo: float | None = None, hi: float | None = None, **kw
+    name: str, value: Any, lo: float | None = None, hi: float | None = None, **kw: Any
 ) -> float | None:
     return None if value is None else check_number(name, value, lo, hi, **kw)
 
 
-def check_bool(name: str, value: Any, error=InputError) -> bool:
+def check_bool(name: str, value: Any, error: _Error = InputError) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise error(f"{name} must be True or False, got {_show(value)}")
     return bool(value)
 
 
-def check_seed(name: str, value: Any, error=InputError) -> int:
+def check_seed(name: str, value: Any, error: _Error = InputError) -> int:
     """A seed for ``numpy.random.default_rng``: an integer in ``0..2**63-1``."""
     return check_int(name, value, 0, 2**63 - 1, error)
 
 
-def check_str(name: str, value: Any, choices=None, error=InputError) -> str:
+def check_str(
+    name: str, value: Any, choices: Collection[Any] | None = None, error: _Error = InputError
+) -> str:
     if not isinstance(value, str):
         raise error(f"{name} must be a string, got {_show(value)}")
     if choices is not None and value not in choices:
@@ -111,7 +115,7 @@ def check_str(name: str, value: Any, choices=None, error=InputError) -> str:
     return value
 
 
-def check_mapping(name: str, value: Any, error=InputError) -> dict:
+def check_mapping(name: str, value: Any, error: _Error = InputError) -> dict:
     """``value`` as a dict (``None`` -> ``{}``)."""
     if value is None:
         return {}
@@ -121,7 +125,7 @@ def check_mapping(name: str, value: Any, error=InputError) -> dict:
 
 
 def check_type(
-    name: str, value: Any, cls: type | tuple[type, ...], what: str, error=InputError
+    name: str, value: Any, cls: type | tuple[type, ...], what: str, error: _Error = InputError
 ) -> Any:
     if not isinstance(value, cls):
         raise error(f"{name} must be {what}, got {type(value).__name__}")
@@ -142,8 +146,10 @@ __all__ = [
 ]
 
 
-def as_int_array(name: str, value: Any, ndim: int | None = None, error=InputError) -> np.ndarray:
-    """``value`` as an int64 array (of ``ndim`` dimensions if given); floats, booleans, strings
+def as_int_array(
+    name: str, value: Any, ndim: int | None = None, error: _Error = InputError
+) -> np.ndarray:
+    """``value`` as ``int64[...]`` (of ``ndim`` dimensions if given); floats, booleans, strings
     and ragged lists are refused."""
     try:
         arr = np.asarray(value)
@@ -159,10 +165,14 @@ def as_int_array(name: str, value: Any, ndim: int | None = None, error=InputErro
 
 
 def as_float_array(
-    name: str, value: Any, dtype=np.float64, ndim: int | None = None, error=InputError
+    name: str,
+    value: Any,
+    dtype: DTypeLike = np.float64,
+    ndim: int | None = None,
+    error: _Error = InputError,
 ) -> np.ndarray:
-    """``value`` as a finite real array of ``dtype`` (values beyond its range are refused, not
-    turned into ``inf`` with a warning)."""
+    """``value`` as a finite real ``dtype[...]`` array (values beyond its range are refused,
+    not turned into ``inf`` with a warning)."""
 
     arr = as_real_array(value, name, error=error)
     if ndim is not None and arr.ndim != ndim:

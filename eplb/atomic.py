@@ -1,25 +1,8 @@
 """Atomic file writes: write to a temporary file beside the target, then rename over it.
 
-A failed or interrupted write never leaves a half-written or partial file behind: the old
-file (if any) stays intact until the finished new one replaces it.
-
-Rules (each one refuses with an `InputError` that names the *target*, never the temp file):
-
-- the path must be non-empty and must not be an existing directory;
-- a symlink is written *through*: its target file is replaced and the link is kept;
-- an existing target keeps its permission bits (a 0600 file stays 0600); a new file gets
-  ``0666 & ~umask`` as ``open`` would give it;
-- a read-only target (no write bit in its mode, or not writable by this user) is refused, as a
-  plain write would be refused for a normal user (eplb refuses it for root too);
-- an existing target that is not a regular file (``/dev/null``, a FIFO) cannot be replaced
-  atomically: it is opened and written directly, as ``open(path, "w")`` would;
-- the temporary file is ``.<name>.<pid>.<random>.tmp`` in the target's directory; it is removed
-  on any exception, including the `Terminated` that `eplb.cli.main` raises on SIGTERM. A
-  SIGKILL cannot be caught: the next write of the same target removes stale temp files of that
-  name whose process no longer runs.
-
-A hard link to the target keeps the old content (rename replaces the directory entry), as with
-every atomic-rename writer; `same_file` lets callers refuse writing over their own input.
+A failed or interrupted write never leaves a partial file; the old file stays intact until the
+new one replaces it. Errors are `InputError`s naming the target. Symlinks, permissions,
+non-regular targets and stale temporary files: docs/core.md, section "Atomic writes".
 """
 
 from __future__ import annotations
@@ -31,7 +14,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from eplb.errors import InputError
 
@@ -56,7 +39,7 @@ def _umask() -> int:
     return mask
 
 
-def check_output_path(path, what: str = "output") -> Path:
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     """``path`` as a `Path` after refusing an empty name or an existing directory."""
     if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
         raise InputError(f"{what} path must be a file name, got {path!r}")
@@ -76,7 +59,7 @@ def check_output_path(path, what: str = "output") -> Path:
     return target
 
 
-def same_file(a, b) -> bool:
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """True when paths ``a`` and ``b`` name the same file (symlinks, hard links and relative
     spellings included), or when ``b`` lies inside directory ``a``."""
     try:
@@ -145,10 +128,10 @@ def _clean_stale(parent: Path, name: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw) -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> Iterator[IO]:
     """Open a temporary file for writing; on success rename it over ``path``, else delete it.
 
-    See the module docstring for symlinks, permissions and non-regular targets.
+    Symlinks, permissions and non-regular targets: docs/core.md, section "Atomic writes".
     """
     if mode not in ("w", "wb"):
         raise InputError(f"atomic_write mode must be 'w' or 'wb', not {mode!r}")

@@ -1,22 +1,8 @@
 """Placement files: native JSON and NPZ (lossless), SGLang and TensorRT-LLM exports.
 
-- ``native``: JSON ``{"format": "eplb.placement", "version": 1, "topology", "num_logical_experts",
-  "layer_ids", "phy2log", "replica_share", "solver", "source", "metrics", "meta"}``.
-- ``npz``: the same content; arrays as arrays, the rest as a JSON ``header`` string.
-- ``sglang``: ``{"physical_to_logical_map": [[...]]}`` with one row per *model* layer (SGLang
-  passes every key as a keyword argument, so nothing else is written). Rows of layers the
-  placement does not cover (dense layers) get the default map ``slot % E``.
-- ``trtllm``: TensorRT-LLM MoE load-balancer YAML ``{num_slots, initial_global_assignments:
-  {layer_id: [expert per slot]}}``.
-
-Both exports index rows by *model* layer id (``Placement.layer_ids``). A placement whose ids are
-the default ``0..L-1`` is refused for them unless ``layer_ids_are_model_ids=True``: solved from
-a bare load matrix, its rows would land on the wrong layers of a model with dense layers
-first (DeepSeek-V3's MoE layers are 3..60). Solve from the `traces.Trace` (its ``layer_ids``
-are carried over) or label the rows with ``evaluation.align.with_layers``.
-
-Every write is atomic (temporary file, then rename); every read raises `PlacementError` or
-`InputError` naming the file and field, never a numpy traceback.
+Exports index rows by *model* layer id and refuse the default ``0..L-1`` unless
+``layer_ids_are_model_ids=True``. Writes are atomic; reads raise `PlacementError` or `InputError`
+naming the file and field. Formats: docs/deployment.md, section "Placement file formats".
 """
 
 from __future__ import annotations
@@ -188,7 +174,7 @@ def write_placement(
 
     ``num_model_layers`` (SGLang only) sets the row count of the map; default is the largest
     layer id + 1. SGLang and TensorRT-LLM exports refuse a placement whose ``layer_ids`` are
-    the default ``0..L-1`` unless ``layer_ids_are_model_ids=True`` (see the module docstring).
+    the default ``0..L-1`` unless ``layer_ids_are_model_ids=True`` (docs/deployment.md).
     """
     if not isinstance(placement, Placement):
         raise InputError(f"placement must be an eplb.Placement, got {type(placement).__name__}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from eplb.errors import InputError
@@ -11,9 +14,12 @@ from eplb.errors import InputError
 MAX_COUNT = float(2**53)
 
 
-def as_real_array(value, name: str, error=InputError) -> np.ndarray:
-    """``value`` as a float64 array; booleans, strings, complex numbers and other objects are
-    refused (never silently cast: ``True`` is not a count, ``1+2j`` loses its imaginary part)."""
+def as_real_array(
+    value: Any, name: str, error: Callable[[str], Exception] = InputError
+) -> np.ndarray:
+    """``value`` as ``float64[...]`` (same shape); booleans, strings, complex numbers and other
+    objects are refused (never silently cast: ``True`` is not a count, ``1+2j`` loses its
+    imaginary part)."""
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
@@ -40,11 +46,12 @@ def as_real_array(value, name: str, error=InputError) -> np.ndarray:
     return raw.astype(np.float64, copy=False)
 
 
-def check_load(load, *, name: str = "load", ndim: int = 2) -> np.ndarray:
+def check_load(load: Any, *, name: str = "load", ndim: int = 2) -> np.ndarray:
     """Return ``load`` as a read-only float64 array after checking it.
 
-    ``load: float[L, E]`` (``ndim=2``) or ``float[T, L, E]`` (``ndim=3``): real, finite token
-    counts in ``0..2**53``. Raises `InputError` naming the first bad entry.
+    ``load: float[L, E]`` (``ndim=2``), ``float[T, L, E]`` (``ndim=3``) or
+    ``float[T, L, G_src, E]`` (``ndim=4``): real, finite token counts in ``0..2**53``, at least
+    one entry per axis. Raises `InputError` naming the first bad entry.
     """
     if not isinstance(ndim, int) or isinstance(ndim, bool) or not 1 <= ndim <= 4:
         raise InputError(f"ndim must be 1..4, got {str(ndim)[:30]}")

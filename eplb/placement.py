@@ -1,18 +1,8 @@
 """Placement: which logical expert every physical slot holds, per layer.
 
-Tables (names and meanings shared with DeepSeek's EPLB, vLLM and SGLang):
-
-- ``phy2log: int64[L, P]``: logical expert held by each slot (the placement itself).
-- ``logcnt: int64[L, E]``: replicas of each expert; ``logcnt.sum(-1) == P``, all ``>= 1``.
-- ``log2phy: int64[L, E, R]``: slots of each expert in *ascending slot order*, ``-1`` padded,
-  ``R = logcnt.max()``. (DeepSeek orders replicas by creation; vLLM's
-  ``compute_logical_maps`` and SGLang's ``init_by_mapping`` order by slot, as we do.)
-- ``replica_share: float64[L, P]`` or ``None``: fraction of its expert's tokens each replica
-  receives; ``None`` means an even split ``1 / logcnt``.
-
-Failed GPUs (``Topology.failed_gpus``): their slots hold ``-1`` (empty), and only theirs;
-``logcnt``, ``log2phy``, ``share`` (0) and the loads skip empty slots, and ``logcnt.sum(-1)``
-is the number of surviving slots.
+``phy2log: int64[L, P]`` is the placement; ``logcnt: int64[L, E]``, ``log2phy: int64[L, E, R]``
+(ascending slot order, ``-1`` padded) and the loads derive from it. Failed GPUs' slots hold
+``-1``. See docs/core.md, section "Placement tables".
 """
 
 from __future__ import annotations
@@ -23,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.errors import PlacementError
 from eplb.loads import as_real_array, check_load
@@ -40,8 +31,13 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 class Placement:
     """A replicated expert placement for ``L`` layers on a `Topology`.
 
-    ``layer_ids: int64[L]`` are the model layer ids of the rows (default ``0..L-1``);
-    ``meta`` records solver name, parameters, seconds, objective, bound and source.
+    - ``phy2log: int64[L, P]``: logical expert of each slot (``-1`` only on failed GPUs).
+    - ``num_experts``: ``E``; ``topology``: the cluster, ``P = topology.num_slots``.
+    - ``replica_share: float64[L, P]`` or ``None``: fraction of its expert's tokens each slot
+      receives (per expert summing to 1); ``None`` is an even split ``1 / logcnt``.
+    - ``meta``: solver name, parameters, seconds, objective, bound and source.
+    - ``layer_ids: int64[L]``: model layer ids of the rows (default ``0..L-1``).
+
     Construction converts and freezes the arrays; `validate` checks every invariant.
     """
 
@@ -147,20 +143,20 @@ class Placement:
         return _readonly(np.where(self.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0))
 
     # ------------------------------------------------------------------ loads
-    def slot_load(self, load) -> np.ndarray:
+    def slot_load(self, load: ArrayLike) -> np.ndarray:
         """float64[L, P]: tokens each slot receives for ``load: float[L, E]``."""
         load = self._check_load(load)
         return np.take_along_axis(load, np.maximum(self.phy2log, 0), axis=1) * self.share
 
-    def gpu_load(self, load) -> np.ndarray:
+    def gpu_load(self, load: ArrayLike) -> np.ndarray:
         """float64[L, G]: tokens each GPU receives for ``load: float[L, E]`` (shares honoured)."""
         topo = self.topology
         return (
             self.slot_load(load).reshape(self.num_layers, topo.num_gpus, topo.slots_per_gpu).sum(-1)
         )
 
-    def node_load(self, load) -> np.ndarray:
-        """float64[L, N]: tokens each node receives."""
+    def node_load(self, load: ArrayLike) -> np.ndarray:
+        """float64[L, N]: tokens each node receives for ``load: float[L, E]``."""
         topo = self.topology
         return (
             self.gpu_load(load).reshape(self.num_layers, topo.num_nodes, topo.gpus_per_node).sum(-1)

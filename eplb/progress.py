@@ -1,10 +1,6 @@
 """Progress of long solves: a tqdm bar on a terminal, plain lines to stderr elsewhere.
 
-``Progress(total, desc, enabled)``: ``enabled=None`` shows a bar when stderr is a terminal
-and otherwise writes a line every `LINE_EVERY` items (and at the end), so logs of batch jobs
-show progress too; ``False`` shows nothing. ``update(n, note="")`` advances it; ``note`` is
-shown on the line/bar (e.g. how many layers are optimal so far). The bar (and tqdm's
-monitor thread) is created at the first update, so worker processes can be forked before.
+See `Progress` and docs/core.md, section "Progress".
 """
 
 from __future__ import annotations
@@ -16,7 +12,13 @@ LINE_EVERY = 10  # items between two progress lines when stderr is not a termina
 
 
 class Progress:
-    def __init__(self, total: int, desc: str, enabled: bool | None = None, unit: str = "layer"):
+    """``total`` items of ``unit`` labelled ``desc``: ``enabled=None`` shows a bar when stderr is
+    a terminal, else a line every `LINE_EVERY` items (and at the end); ``False`` shows nothing.
+    The bar is created at the first `update`, so worker processes can be forked before."""
+
+    def __init__(
+        self, total: int, desc: str, enabled: bool | None = None, unit: str = "layer"
+    ) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.done = 0
         self.start = time.perf_counter()
@@ -26,6 +28,7 @@ class Progress:
         self.use_bar = enabled is not False and tty
 
     def update(self, n: int = 1, note: str = "") -> None:
+        """Advance by ``n`` items; ``note`` is shown on the line or bar (e.g. layers optimal)."""
         self.done += n
         if self.use_bar and self.bar is None:
             from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown

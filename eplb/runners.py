@@ -28,7 +28,8 @@ _CONTEXT: Any = None
 
 
 def _mp():
-    """The multiprocessing context for workers started now (module docstring)."""
+    """The multiprocessing context for workers started now: fork on Linux when this process
+    runs no other thread, else spawn (docs/evaluation.md, section "Runners")."""
     fork = sys.platform.startswith("linux") and threading.active_count() == 1
     return multiprocessing.get_context("fork" if fork else "spawn")
 
@@ -38,7 +39,7 @@ def context() -> Any:
     return _CONTEXT
 
 
-def shared_value(typecode: str, value):
+def shared_value(typecode: str, value: Any) -> Any:
     """A ``multiprocessing.Value`` usable in `run`'s ``context``."""
     return _mp().Value(typecode, value)
 
@@ -210,7 +211,8 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def _die_with_parent(parent: int) -> None:
-    """Arrange for this process to exit when ``parent`` does (module docstring)."""
+    """Arrange for this process to exit when ``parent`` does: ``PR_SET_PDEATHSIG`` on Linux
+    and a watchdog thread (docs/evaluation.md, section "Runners")."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -1,12 +1,8 @@
 """Reading ``.npy`` / ``.npz`` files defensively: no unpickling, no decompression bombs.
 
-Every array's header (dtype and shape) is read and checked *before* its data is allocated:
-object, structured, complex and date dtypes are refused (numbers and text pass), and so is an
-array larger than `max_bytes` (default 4 GiB per file, environment variable ``EPLB_MAX_BYTES``
-to change it) or larger than the bytes the file (or zip member) actually holds. `check_size`
-applies the same limit to sizes requested on the command line or through the API (windows,
-tokens, slots...), before anything is allocated. Errors are `InputError` naming the size and
-the limit.
+Headers (dtype, shape) are checked before any data is allocated, against `max_bytes` (4 GiB,
+``EPLB_MAX_BYTES``) and the bytes the file holds; `check_size` applies the same limit to
+requested sizes. Errors are `InputError`s. See docs/core.md, section "Safe loading".
 """
 
 from __future__ import annotations
@@ -102,7 +98,7 @@ def _check_array(name: str, shape, dtype, available: int, error: ErrorFactory) -
         )
 
 
-def read_npy(path, error: ErrorFactory = InputError) -> np.ndarray:
+def read_npy(path: str | os.PathLike, error: ErrorFactory = InputError) -> np.ndarray:
     """The array in ``.npy`` file ``path`` (header checked first, never unpickled)."""
     try:
         size = os.path.getsize(path)
@@ -123,7 +119,7 @@ def read_npy(path, error: ErrorFactory = InputError) -> np.ndarray:
 
 
 def read_npz(
-    path, error: ErrorFactory = InputError, names: Sequence[str] | None = None
+    path: str | os.PathLike, error: ErrorFactory = InputError, names: Sequence[str] | None = None
 ) -> dict[str, np.ndarray]:
     """``{name: array}`` of the ``.npz`` file ``path`` (only ``names`` if given).
 
@@ -174,7 +170,7 @@ def read_npz(
     return out
 
 
-def npz_names(path, error: ErrorFactory = InputError) -> list[str]:
+def npz_names(path: str | os.PathLike, error: ErrorFactory = InputError) -> list[str]:
     """Array names in the ``.npz`` file ``path`` (no data read)."""
     try:
         with zipfile.ZipFile(path) as zf:

@@ -1,24 +1,27 @@
-"""The toolkit's solver tolerances, defined once.
-
-- ``REL_TOL``: relative float noise. A value counts as *better* only when it is below
-  ``other * (1 - REL_TOL)``; loads summed in another order differ by about this much.
-- ``PROOF_TOL``: relative gap accepted as a proof of optimality. A layer is reported
-  ``"optimal"`` only when a proven lower bound ``b`` and the placement's exact objective ``v``
-  satisfy ``b >= v * (1 - PROOF_TOL)`` (see `proven`). The exact ``S = 2`` method certifies
-  to this precision.
+"""The toolkit's solver tolerances, defined once: ``REL_TOL`` (float noise, `better`) and
+``PROOF_TOL`` (gap accepted as a proof of optimality, `proven`). See docs/core.md, section
+"Tolerances".
 """
 
 from __future__ import annotations
 
-REL_TOL = 1e-12
-PROOF_TOL = 1e-9
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: the module needs no numpy at run time
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+REL_TOL = 1e-12  # relative float noise: loads summed in another order differ by about this
+PROOF_TOL = 1e-9  # relative gap accepted as a proof of optimality (the exact S = 2 method's)
 
 
-def better(value, other):
-    """``value`` is better (smaller) than ``other`` beyond float noise (works on arrays)."""
+def better(value: ArrayLike, other: ArrayLike) -> bool | np.ndarray:
+    """``value`` is better (smaller) than ``other`` beyond float noise: below
+    ``other * (1 - REL_TOL)`` (works on arrays: ``bool[...]``)."""
     return value < other * (1 - REL_TOL)
 
 
 def proven(bound: float, value: float) -> bool:
-    """``bound`` (a proven lower bound) certifies ``value`` optimal to ``PROOF_TOL``."""
+    """``bound`` (a proven lower bound) certifies ``value`` (the exact objective) optimal to
+    ``PROOF_TOL``: ``bound >= value * (1 - PROOF_TOL)``, up to ``REL_TOL`` noise."""
     return bound * (1 + REL_TOL) >= value * (1 - PROOF_TOL) or value <= 0

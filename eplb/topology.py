@@ -1,19 +1,24 @@
 """Cluster shape: nodes x GPUs per node x expert slots per GPU, plus link bandwidths.
 
 Slot ``p`` lives on GPU ``p // S``; GPU ``g`` lives on node ``g // gpus_per_node``.
-Bandwidths are in GB/s (gigabytes per second) per GPU; defaults are DeepSeek's published
-figures for H800 nodes (NVLink ~160 GB/s, InfiniBand ~50 GB/s per NIC).
+Bandwidths are in GB/s per GPU; defaults are DeepSeek's published figures for H800 nodes
+(NVLink ~160 GB/s, InfiniBand ~50 GB/s per NIC). See docs/core.md, section "Topology".
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from eplb.errors import TopologyError
+
+if TYPE_CHECKING:  # for annotations only: networkx is imported by graph() when used
+    import networkx as nx
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*(?:[xX*]\s*(\d+)\s*)?$")
 
@@ -134,12 +139,12 @@ class Topology:
         out.flags.writeable = False
         return out
 
-    def with_failed(self, gpus) -> Topology:
+    def with_failed(self, gpus: Iterable[int]) -> Topology:
         """This topology with ``gpus`` failed as well (the union with `failed_gpus`)."""
         return replace(self, failed_gpus=(*self.failed_gpus, *_failed(gpus, self.num_gpus)))
 
     # ------------------------------------------------------------------ views
-    def graph(self):
+    def graph(self) -> nx.Graph:
         """networkx.Graph of GPUs (nodes ``0..G-1``, attribute ``node``) and their links.
 
         Inside a node every GPU pair is joined by an ``nvlink`` edge; across nodes GPUs with
@@ -197,7 +202,7 @@ class Topology:
         nvlink_gbps: float = NVLINK_GBPS,
         rdma_gbps: float = RDMA_GBPS,
         min_slots: int | None = None,
-        failed_gpus=None,
+        failed_gpus: Iterable[int] | None = None,
     ) -> Topology:
         """Parse ``"NODESxGPUS"`` (then ``slots`` = total slots P) or ``"NODESxGPUSxSLOTS"``.
 

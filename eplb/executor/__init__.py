@@ -1,13 +1,8 @@
 """Reference executor: one expert-parallel MoE layer driven by placement tables, in numpy.
 
-- `MoELayer`: router + SwiGLU experts and the dense single-device forward (the truth).
-- `ReferenceExecutor`: the layer on ``G`` simulated ranks; ``forward`` returns the output and
-  measured `ExecutorStats` (tokens per GPU, NVLink/RDMA bytes); ``rebalance`` moves weights.
-- `eplb.executor.kernels`: ``route``, ``dispatch_layout``, ``dispatch``, ``expert_compute``,
-  ``combine``.
-- `eplb.executor.routing`: the dispatch policies shared with ``evaluation.traffic``.
-
-Depends on the eplb core only.
+`MoELayer` (the dense truth), `ReferenceExecutor` (the layer on ``G`` simulated ranks), the
+kernels and the dispatch policies shared with ``eplb.evaluation.traffic``. Depends on the eplb
+core only. See docs/core.md, section "The reference executor".
 """
 
 from eplb.executor.executor import (

@@ -1,13 +1,8 @@
 """`ReferenceExecutor`: one MoE layer executed on ``G`` simulated EP ranks from placement tables.
 
-Each rank owns the weights of its ``S`` slots (copies of the logical experts the placement puts
-there); ``forward`` runs route -> dispatch_layout -> dispatch -> expert_compute -> combine
-(`eplb.executor.kernels`) and returns the output with measured `ExecutorStats`. The output equals
-``layer.dense_forward`` for every valid placement: a placement changes cost, never results.
-
-Traffic is counted from the buffers the kernels actually fill, under the contract shared with
-``evaluation.traffic`` (see the brief): NVLink rows are same-node copies plus rail-peer
-forwards, RDMA rows are one per (token, remote node); combine uses the same rows in reverse.
+``forward`` returns the output, equal to ``layer.dense_forward`` for every valid placement (a
+placement changes cost, never results), and `ExecutorStats` counted from the buffers the kernels
+fill; ``rebalance`` moves expert weights. See docs/core.md, section "The executor".
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.args import check_int, check_number, check_seed
 from eplb.errors import InputError, PlacementError
@@ -41,6 +37,7 @@ class ExecutorStats:
     - ``gpu_tokens: int64[G]`` (token, k) picks served by each GPU; ``slot_tokens: int64[P]`` per
       slot; ``recv_tokens: int64[G]`` distinct tokens each GPU received (its own included);
       ``flops: int64[G]`` expert FLOPs per GPU (``gpu_tokens * 6 * H * F``).
+    - ``layer_index``: the placement row used; ``policy``; ``num_tokens``: ``N``.
     - ``nvlink_bytes``, ``rdma_bytes``: dispatch + combine bytes over each link kind
       (``hidden * dispatch_bytes`` per dispatch copy, ``hidden * combine_bytes`` per combine copy);
       ``dispatch_*`` / ``combine_*`` split them. ``nvlink_transfers``, ``rdma_transfers``: copies
@@ -78,13 +75,15 @@ class ExecutorStats:
 
 @dataclass(frozen=True)
 class RebalanceReport:
-    """Weight moves of one `ReferenceExecutor.rebalance`, per placement layer ``[L]``.
+    """Weight moves of one `ReferenceExecutor.rebalance`, per placement layer.
 
-    ``slots_changed`` slots whose expert changed; each received the expert's weights from a slot
-    holding it under the old placement, preferring the same GPU (``local_bytes``, no link), then
-    the same node (``nvlink_bytes``), else another node (``rdma_bytes``). ``bytes_moved`` counts
-    bytes that crossed between ranks (NVLink + RDMA) over all layers. ``moves`` lists, per layer,
-    ``int64[changed, 3]`` rows ``(destination slot, source slot, LINK_LOCAL/NVLINK/RDMA)``.
+    ``slots_changed, local_bytes, nvlink_bytes, rdma_bytes: int64[L]``; ``expert_bytes`` the
+    bytes of one expert's weights. ``slots_changed`` slots whose expert changed; each received
+    the expert's weights from a slot holding it under the old placement, preferring the same GPU
+    (``local_bytes``, no link), then the same node (``nvlink_bytes``), else another node
+    (``rdma_bytes``). ``bytes_moved`` counts bytes that crossed between ranks (NVLink + RDMA)
+    over all layers. ``moves`` lists, per layer, ``int64[changed, 3]`` rows
+    ``(destination slot, source slot, LINK_LOCAL/NVLINK/RDMA)``.
     """
 
     expert_bytes: int
@@ -99,7 +98,7 @@ class RebalanceReport:
         return int(self.nvlink_bytes.sum() + self.rdma_bytes.sum())
 
 
-def weight_moves(old_row, new_row, topology: Topology) -> np.ndarray:
+def weight_moves(old_row: ArrayLike, new_row: ArrayLike, topology: Topology) -> np.ndarray:
     """Plan the weight copies turning slot table ``old_row: int[P]`` into ``new_row: int[P]``.
 
     Returns ``int64[changed, 3]``: ``(destination slot, source slot, link)`` for every slot whose
@@ -209,7 +208,13 @@ class ReferenceExecutor:
 
     # ---------------------------------------------------------------- forward
     def forward(
-        self, x, topk_ids, topk_weights, token_rank=None, *, layer_index: int = 0
+        self,
+        x: ArrayLike,
+        topk_ids: ArrayLike,
+        topk_weights: ArrayLike,
+        token_rank: ArrayLike | None = None,
+        *,
+        layer_index: int = 0,
     ) -> tuple[np.ndarray, ExecutorStats]:
         """Run the layer: ``x: float[N, H]``, ``topk_ids: int[N, K]`` (distinct per token),
         ``topk_weights: float[N, K]``, ``token_rank: int[N]`` source GPU of each token (default

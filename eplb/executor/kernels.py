@@ -1,22 +1,9 @@
 """Expert-parallel MoE kernels in numpy: route, dispatch layout, dispatch, expert compute, combine.
 
-One layer runs on ``G`` simulated ranks in ``Nn`` nodes (``gpn`` GPUs per node). The data path
-follows DeepEP's internode kernels and is the one the traffic contract in the brief counts:
-
-- **dispatch**: token ``n`` on source GPU ``s`` goes once to each distinct destination GPU of its
-  K picks. Same GPU: no transfer (hop ``LOCAL``). Same node: one NVLink copy (``NVLINK``). Remote
-  node ``b``: one RDMA copy per distinct remote node into the *rail peer* (GPU on ``b`` with the
-  local index of ``s``), then one NVLink forward from the rail peer to each other destination on
-  ``b`` (hops ``RDMA`` for the rail peer itself, ``RDMA_NVLINK`` for forwarded copies).
-- **expert compute**: every rank runs its local slots over the tokens it received; each (token,
-  pick) row is grouped by slot (stable sort, contiguous segments) and goes through SwiGLU.
-- **combine**: the exact reverse. Each rank sums its weighted pick outputs per token; remote
-  partial sums go over NVLink to the rail peer, which adds them into one RDMA buffer row per
-  (token, node) and sends it back; the source adds everything up.
-
-Buffers are flat arrays with CSR-style offsets: rank ``g``'s receive buffer is
-``recv[layout.rank_offsets[g]:layout.rank_offsets[g + 1]]`` and node ``b``'s RDMA receive rows
-are ``rdma[layout.node_offsets[b]:layout.node_offsets[b + 1]]``.
+One layer on ``G`` simulated ranks, following DeepEP's internode kernels: one copy per distinct
+destination GPU, one RDMA copy per (token, remote node) to the rail peer, then NVLink forwards;
+combine is the reverse. Buffers are flat arrays with CSR-style offsets. See docs/core.md,
+section "Kernels: the data path".
 """
 
 from __future__ import annotations
@@ -26,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike, DTypeLike
 
 from eplb.args import as_float_array, as_int_array
 from eplb.errors import InputError
@@ -61,6 +49,9 @@ def _ro(a: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class DispatchLayout:
     """Where every token goes for one layer (all arrays read-only; ``N`` tokens, top-``K``).
+
+    Input: ``topology``; ``slots: int64[N, K]`` the slot serving each pick; ``token_rank:
+    int64[N]`` the source GPU of each token.
 
     Counts (as DeepEP's ``get_dispatch_layout``):
 
@@ -236,7 +227,7 @@ class Buffer:
     def __init__(self) -> None:
         self._store: dict[str, np.ndarray] = {}
 
-    def get(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    def get(self, name: str, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
         """An uninitialised array of ``shape``/``dtype`` backed by the allocation ``name``."""
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
@@ -428,7 +419,7 @@ def _running_index(mask: np.ndarray) -> np.ndarray:
     return (np.cumsum(mask.reshape(-1), dtype=dt) - 1).reshape(mask.shape)
 
 
-def dispatch_layout(slots, token_rank, topology: Topology) -> DispatchLayout:
+def dispatch_layout(slots: ArrayLike, token_rank: ArrayLike, topology: Topology) -> DispatchLayout:
     """Plan the dispatch of one layer.
 
     ``slots: int[N, K]`` the replica slot serving each pick (from `route`), ``token_rank: int[N]``
@@ -532,7 +523,7 @@ def _check_layout(layout, buffer) -> None:
 
 
 def dispatch(
-    x, layout: DispatchLayout, *, buffer: Buffer | None = None
+    x: ArrayLike, layout: DispatchLayout, *, buffer: Buffer | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Move activations ``x: float[N, H]`` into the receive buffers of ``layout``.
 
@@ -557,7 +548,13 @@ def dispatch(
 
 
 def expert_compute(
-    recv, layout: DispatchLayout, w1, w3, w2, *, buffer: Buffer | None = None
+    recv: ArrayLike,
+    layout: DispatchLayout,
+    w1: ArrayLike,
+    w3: ArrayLike,
+    w2: ArrayLike,
+    *,
+    buffer: Buffer | None = None,
 ) -> np.ndarray:
     """Run every rank's local experts on its received tokens (grouped GEMM per slot).
 
@@ -590,7 +587,11 @@ def expert_compute(
 
 
 def combine(
-    expert_out, topk_weights, layout: DispatchLayout, *, buffer: Buffer | None = None
+    expert_out: ArrayLike,
+    topk_weights: ArrayLike,
+    layout: DispatchLayout,
+    *,
+    buffer: Buffer | None = None,
 ) -> np.ndarray:
     """Reduce expert outputs back to their source tokens along the reverse dispatch path.
 

@@ -1,34 +1,15 @@
 """Exact min-max integer split of a batch's picks over replicas (the ``lp`` dispatch's solver).
 
-One layer, one batch. ``fixed: int[G]`` picks every GPU must serve anyway (experts with one
-replica, or held only there); ``demand: int[J]`` picks of each *flexible* expert, which may be
-served by any GPU in its list of arcs ``(arc_j[a], arc_g[a])`` (its replicas' GPUs). A split
-``flow: int[A] >= 0`` with ``sum over arcs of j == demand[j]`` loads GPU ``g`` with
-``fixed[g] + sum of flow into g``; `split` finds one minimising the largest GPU load ``T``.
-
-**Method (exact).** ``T`` is feasible iff the bipartite network source -> expert ``j``
-(capacity ``demand[j]``) -> GPU ``g`` (unbounded, one arc per replica GPU) -> sink (capacity
-``T - fixed[g]``) carries every pick (max-flow = total demand). Starting from the lower bound
-``max(max fixed, ceil(total / G))``, a max-flow either carries everything (``T`` is optimal:
-no smaller ``T`` passed the bound) or leaves a source-side minimum cut: experts ``Y`` that could
-not be served, and GPUs ``X`` they (and every expert sending into ``X``) reach. All of ``Y``'s
-picks must land in ``X``, which is full, so ``T* >= ceil((demand(Y) + fixed(X)) / |X|) > T``:
-the next ``T`` (Newton's method on the parametric cut; at most ``G`` rounds, typically 1-3).
-Integer capacities give an integer optimal flow. `split_lp` (scipy HiGHS on the same LP) is
-an independent check and the benchmark's baseline.
-
-**Locality.** Given the split, `split` with ``source_nodes`` decides which source node's
-picks take which arc: each node's picks of an expert fill that expert's arcs on the same node
-first (as many picks stay on their node as this split allows), the rest fill the remaining
-arcs in order; `plan` then does the same per source GPU inside a node. The split itself is
-chosen for balance only: choosing, among the optimal splits, the most node-local one (a
-min-cost flow at ``T*``) lowered RDMA bytes by only 0.3-0.8% in our replays at five times the
-solve time, so it is not done.
+``fixed: int[G]`` picks per GPU, ``demand: int[J]`` picks of each flexible expert over its arcs
+``(arc_j, arc_g): int[A]``; `split` minimises the largest GPU load ``T`` by max-flow and
+min-cut (exact, integer), then places picks node-local first. See docs/core.md, section
+"The exact min-max split".
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from ortools.graph.python import max_flow
 
 from eplb.errors import InputError
@@ -43,7 +24,8 @@ def _lower_bound(demand: np.ndarray, fixed: np.ndarray) -> int:
 
 
 def _newton(demand, fixed, arc_j, arc_g) -> tuple[int, np.ndarray]:
-    """Optimal ``T`` and an integer flow ``int64[A]`` (module docstring)."""
+    """Optimal ``T`` and an integer flow ``int64[A]``: max-flow at ``T``, raised to the bound
+    the minimum cut proves until every pick flows (docs/core.md)."""
     J, G = demand.size, fixed.size
     total = int(demand.sum())
     T = _lower_bound(demand, fixed)
@@ -123,15 +105,15 @@ def _localise(flow, arc_j, arc_g, per_node, J, G) -> np.ndarray:
 
 
 def split(
-    demand,
-    fixed,
-    arc_j,
-    arc_g,
+    demand: ArrayLike,
+    fixed: ArrayLike,
+    arc_j: ArrayLike,
+    arc_g: ArrayLike,
     *,
-    source_nodes=None,
-    gpu_node=None,
+    source_nodes: ArrayLike | None = None,
+    gpu_node: ArrayLike | None = None,
 ) -> tuple[int, np.ndarray]:
-    """Exact min-max integer split (module docstring).
+    """Exact min-max integer split (docs/core.md, section "The exact min-max split").
 
     ``demand: int[J]``, ``fixed: int[G]``, arcs ``arc_j``/``arc_g: int[A]`` (distinct pairs).
     Returns ``(T, flow)``: the optimal largest GPU load and ``flow: int64[A]``.
@@ -139,7 +121,7 @@ def split(
     With ``source_nodes: int[J, N]`` (each expert's picks by source node, rows summing to
     ``demand``) and ``gpu_node: int[G]`` (GPUs of a node consecutive), returns ``(T, flow)``
     with ``flow: int64[A, N]``: the picks from each source node on each arc, node-local first
-    (module docstring).
+    (each node's picks of an expert fill its arcs on that node, the rest the others in order).
     """
     demand, fixed, arc_j, arc_g = _check(demand, fixed, arc_j, arc_g)
     T, flow = _newton(demand, fixed, arc_j, arc_g)
@@ -158,7 +140,9 @@ def split(
     return T, _localise(flow, arc_j, arc_g, per_node, J, G)
 
 
-def split_lp(demand, fixed, arc_j, arc_g) -> tuple[float, np.ndarray]:
+def split_lp(
+    demand: ArrayLike, fixed: ArrayLike, arc_j: ArrayLike, arc_g: ArrayLike
+) -> tuple[float, np.ndarray]:
     """The LP relaxation of the same problem with scipy's HiGHS (``min T`` s.t. flow
     conservation and ``fixed + inflow <= T``): ``(T, flow: float64[A])``. Its optimum rounded up
     equals `split`'s ``T`` (the flow polytope is integral for integer ``T``); used as an

@@ -1,18 +1,14 @@
 """A single MoE layer: router plus E routed SwiGLU experts, and its dense single-device forward.
 
-`MoELayer` is the ground truth the reference executor is checked against: whatever the
-placement, ``executor.forward(...)`` must equal ``layer.dense_forward(...)`` up to float rounding.
-
-Expert ``e`` computes ``swiglu(x) = (silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]``; a token's output
-is ``sum_k topk_weights[n, k] * expert_{topk_ids[n, k]}(x[n])``.
-
-Router contract: every token picks ``K`` *distinct* experts. `check_topk` refuses duplicates
-(a runtime's dispatch would send the token twice to one expert, which no router produces).
+`MoELayer` is the ground truth the reference executor is checked against. Router contract: every
+token picks ``K`` distinct experts (`check_topk` refuses duplicates). See docs/core.md, section
+"The layer".
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 from scipy.special import expit
 
 from eplb.args import as_float_array, as_int_array, check_seed
@@ -42,7 +38,12 @@ def swiglu(x: np.ndarray, w1: np.ndarray, w3: np.ndarray, w2: np.ndarray) -> np.
 
 
 def check_topk(
-    topk_ids, topk_weights, *, num_tokens: int, num_experts: int, dtype=np.float64
+    topk_ids: ArrayLike,
+    topk_weights: ArrayLike,
+    *,
+    num_tokens: int,
+    num_experts: int,
+    dtype: DTypeLike = np.float64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Check routing decisions; returns ``(int64[N, K], dtype[N, K])``.
 
@@ -107,7 +108,7 @@ class MoELayer:
         num_groups: int | None = None,
         topk_groups: int | None = None,
         seed: int = 0,
-        dtype=np.float32,
+        dtype: DTypeLike = np.float32,
         scoring: str = "softmax",
     ) -> None:
         E = self.num_experts = _positive_int("num_experts", num_experts)
@@ -174,7 +175,7 @@ class MoELayer:
         )
 
     # ---------------------------------------------------------------- inputs
-    def check_x(self, x) -> np.ndarray:
+    def check_x(self, x: ArrayLike) -> np.ndarray:
         """``x: float[N, H]`` as a C-contiguous array of the layer's dtype."""
         arr = as_float_array("x", x, self.dtype)
         if arr.ndim != 2 or arr.shape[1] != self.hidden:
@@ -182,8 +183,9 @@ class MoELayer:
         return np.ascontiguousarray(arr)
 
     # ---------------------------------------------------------------- router
-    def scores(self, x) -> np.ndarray:
-        """``float[N, E]``: router scores (softmax or sigmoid of ``x @ gate + router_bias``)."""
+    def scores(self, x: ArrayLike) -> np.ndarray:
+        """``float[N, E]``: router scores of ``x: float[N, H]`` (softmax or sigmoid of
+        ``x @ gate + router_bias``)."""
         x = self.check_x(x)
         logits = x @ self.gate + self.router_bias
         if self.scoring == "sigmoid":
@@ -193,8 +195,9 @@ class MoELayer:
         p /= p.sum(axis=1, keepdims=True)
         return p
 
-    def route(self, x) -> tuple[np.ndarray, np.ndarray]:
-        """Top-K routing: ``(topk_ids int64[N, K], topk_weights float[N, K])``, distinct ids."""
+    def route(self, x: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Top-K routing of ``x: float[N, H]``: ``(topk_ids: int64[N, K], topk_weights:
+        float[N, K])``, distinct ids per token."""
         s = self.scores(x)
         N, E, K = s.shape[0], self.num_experts, self.top_k
         choice = s
@@ -220,7 +223,9 @@ class MoELayer:
         """Expert ``e`` applied to ``x: float[n, H]`` -> ``float[n, H]``."""
         return swiglu(x, self.w1[e], self.w3[e], self.w2[e])
 
-    def dense_forward(self, x, topk_ids, topk_weights) -> np.ndarray:
+    def dense_forward(
+        self, x: ArrayLike, topk_ids: ArrayLike, topk_weights: ArrayLike
+    ) -> np.ndarray:
         """Single-device reference: ``out[n] = sum_k w[n, k] * expert_{ids[n, k]}(x[n])``.
 
         ``x: float[N, H]``, ``topk_ids: int[N, K]`` (distinct per token), ``topk_weights:

@@ -1,29 +1,8 @@
 """Dispatch policies: which replica slot serves each (token, k) pick of a logical expert.
 
-Uses only the placement tables (``log2phy``, ``logcnt``, ``replica_share``), as a runtime would.
-This module is the single definition of the policies; the executor and the traffic model
-(`evaluation.traffic`) both call it, so their choices agree for the same seed.
-
-Policies (``N`` tokens, top-``K``, ``e`` a picked expert with ``c = logcnt[e]`` replicas, listed
-in ascending slot order as ``log2phy[e, 0..c-1]``):
-
-- ``even``: replica ``(n * K + k) % c`` (flat pick index modulo replica count, as vLLM does).
-- ``random``: replica ``floor(u * c)``, ``u ~ U[0, 1)`` drawn from
-  ``numpy.random.default_rng([seed, layer_index])`` with shape ``[N, K]`` (as SGLang's dynamic
-  dispatch: uniform over replicas).
-- ``weighted``: the same ``u``, mapped through the cumulative ``replica_share`` of the expert's
-  replicas (even split when the placement has no shares).
-- ``local_first``: a fixed table per source rank (as SGLang's static dispatch): a replica on
-  the token's own GPU if any, else one on its node, else any; among the candidates of that tier
-  (ascending slot order), source GPU ``g`` takes candidate ``g % len(candidates)``, which spreads
-  source ranks evenly over the replicas.
-- ``lp``: per batch and layer, the picks of every expert with replicas on two or more GPUs are
-  split over those GPUs in whole picks so that the busiest GPU serves as few picks as possible
-  (exact min-max, `eplb.executor.minmax.split`; as DeepSeek's LPLB does per batch with an LP);
-  given the split, each source node's picks fill the replicas on that node first and each
-  source GPU's picks its own GPU first, then its node, then elsewhere (`minmax.plan`). Picks of
-  experts held on one GPU go there (lowest slot on that GPU). Needs ``token_rank``. Never
-  serves more picks on the busiest GPU than ``even`` (or any other split) on the same batch.
+The single definition of ``even``, ``random``, ``weighted``, ``local_first`` and ``lp``, from the
+placement tables only, as a runtime would; the executor and ``eplb.evaluation.traffic`` both
+call it, so their choices agree for the same seed. Rules: docs/core.md, "Dispatch policies".
 """
 
 from __future__ import annotations
@@ -198,7 +177,7 @@ def lp_plan(amounts: np.ndarray, placement: Placement, layer_index: int = 0) -> 
     GPU ``s`` served on GPU ``g``, for ``amounts: [G, E]`` picks per (source GPU, expert) of
     layer ``layer_index``. Integers (whole picks) are split exactly; floats (e.g. expected
     counts) follow the same rule on amounts scaled to integers (about 2**40 picks in all) and
-    back, so within about 1e-12 of the layer's picks. See the module docstring."""
+    back, so within about 1e-12 of the layer's picks. Rules: docs/core.md, "Dispatch policies"."""
     layer = _layer(placement, layer_index)
     G, E = placement.topology.num_gpus, placement.num_experts
     amounts = np.asarray(amounts)
