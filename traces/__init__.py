@@ -1,13 +1,8 @@
 """Expert-load traces: the `Trace` model, readers, writers and synthetic generators.
 
-- `Trace`: ``counts: float64[T, L, E]`` per window, model ``layer_ids``, optional
-  ``source_counts``, token-level ``topk_ids``/``token_rank`` and ``meta``.
-- `read(path, format=None)`: native npz, SGLang JSON/.pt dumps, long CSV/Parquet, per-rank
-  CSV directories (see `traces.readers`).
-- `write(trace, path, format=None)`: npz, Parquet, CSV, SGLang JSON (see `traces.writers`).
-- `traces.synth`: seeded generators (zipf, lognormal, uniform, drift, bursty, calibrated,
-  token-level group-limited routing).
-- `traces.summary`: per-layer skew statistics.
+``Trace.counts: float64[T, L, E]`` tokens per window, layer and expert; `read` and `write` move
+traces between files, `synth` makes seeded ones, `summary` measures skew. See docs/data.md,
+section "The traces package".
 """
 
 from eplb.traces import synth

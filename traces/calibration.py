@@ -1,20 +1,8 @@
 """Calibrated skew model: per-layer expert popularity drawn to match measured statistics.
 
-Model of one layer's expert shares (``E`` experts in ``num_groups`` contiguous groups of ``M``):
-
-    share[g, m] = P[g] * q[g, m]
-    P = softmax(sigma_group * u),  q[g] = softmax(sigma_within * z[g])
-
-``u: [num_groups]`` and ``z: [num_groups, M]`` are standardised draws (mean 0, std 1; ``z`` per
-group) from the empirical shapes stored as quantile tables (``group_quantiles``,
-``within_quantiles`` at ``levels``), so the tails are as heavy as measured, not Gaussian.
-``sigma_group`` sets how unequal the groups are (what group-limited routing and hierarchical
-placement see), ``sigma_within`` how unequal the experts inside a group are.
-
-The tables (``traces/data/calibration-<model>.json``) are written by
-``scripts/fit_calibration.py`` from real dumps; they hold only fitted numbers: per layer and
-phase the centre and spread (across the measured workloads) of the two sigmas, the pooled
-shape quantiles, and the measured per-layer statistics (``targets``) the fit was matched to.
+``share[g, m] = softmax(sigma_group * u)[g] * softmax(sigma_within * z[g])[m]`` with ``u``, ``z``
+drawn from fitted quantile tables (``traces/data/calibration-<model>.json``). See docs/data.md,
+section "The calibrated skew model".
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.errors import TraceError
 from eplb.traces import summary
@@ -49,6 +38,7 @@ def target_stats(load: np.ndarray, num_groups: int) -> dict[str, np.ndarray]:
 
 
 def table_path(model: str) -> Path:
+    """Where the calibration table of ``model`` lives (``traces/data/calibration-<model>.json``)."""
     return DATA / f"calibration-{model}.json"
 
 
@@ -66,6 +56,7 @@ def load_table(model: str = "deepseek-v3") -> dict[str, Any]:
 
 
 def phase_params(table: dict, phase: str) -> dict[str, Any]:
+    """The fitted parameters of ``phase`` in ``table`` (e.g. ``all``, ``prefill``, ``decode``)."""
     phases = table["phases"]
     if phase not in phases:
         raise TraceError(f"unknown phase {phase!r} for {table['model']}; use one of "
@@ -73,8 +64,11 @@ def phase_params(table: dict, phase: str) -> dict[str, Any]:
     return phases[phase]
 
 
-def draw_shape(levels, quantiles, shape, rng: np.random.Generator) -> np.ndarray:
-    """Samples from the distribution whose quantile function interpolates ``quantiles``."""
+def draw_shape(
+    levels: ArrayLike, quantiles: ArrayLike, shape: tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """``float64[*shape]`` samples from the distribution whose quantile function interpolates
+    ``quantiles`` at ``levels`` (both ``float[Q]``)."""
     return np.interp(rng.random(shape), levels, quantiles)
 
 
@@ -84,7 +78,8 @@ def _standardise(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return x / np.where(sd > 0, sd, 1.0)
 
 
-def shares(sigma_group, sigma_within, table: dict, rng: np.random.Generator, *,
+def shares(sigma_group: ArrayLike, sigma_within: ArrayLike, table: dict,
+           rng: np.random.Generator, *,
            draws: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``float64[..., E]`` expert shares (rows sum to 1) for ``sigma_group, sigma_within: [...]``.
 
@@ -103,7 +98,9 @@ def shares(sigma_group, sigma_within, table: dict, rng: np.random.Generator, *,
     return (P[..., None] * q).reshape(*sg.shape, G * M)
 
 
-def standard_draws(shape: tuple[int, ...], table: dict, rng: np.random.Generator):
+def standard_draws(
+    shape: tuple[int, ...], table: dict, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Standardised group draws ``u: [*shape, G]`` and within-group draws ``z: [*shape, G, M]``."""
     G = int(table["num_groups"])
     M = int(table["num_experts"]) // G

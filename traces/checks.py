@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.errors import TraceError
 from eplb.loads import MAX_COUNT, as_real_array
@@ -12,12 +16,13 @@ FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir")
 FIX_FORMAT = f"pass format= (CLI: --format) with one of {', '.join(FORMATS)}"
 
 
-def fail(path, msg: str) -> TraceError:
+def fail(path: str | os.PathLike, msg: str) -> TraceError:
+    """A `TraceError` whose message starts with ``path``."""
     return TraceError(f"{path}: {msg}")
 
 
-def check_values(path, arr: np.ndarray, field: str) -> np.ndarray:
-    """``arr`` as float64 after checking every entry is real, finite, >= 0 and <= 2**53
+def check_values(path: str | os.PathLike, arr: ArrayLike, field: str) -> np.ndarray:
+    """``arr`` as ``float64[...]`` after checking every entry is real, finite, >= 0 and <= 2**53
     (indices in the file's own coordinates)."""
     arr = as_real_array(arr, field, error=lambda msg: fail(path, msg))
     bad = ~np.isfinite(arr)
@@ -40,15 +45,19 @@ def check_values(path, arr: np.ndarray, field: str) -> np.ndarray:
     return arr
 
 
-def make_trace(path, *args, **kw) -> Trace:
+def make_trace(path: str | os.PathLike, *args: Any, **kw: Any) -> Trace:
+    """``Trace(*args, **kw)``, its `TraceError` prefixed with ``path``."""
     try:
         return Trace(*args, **kw)
     except TraceError as exc:
         raise fail(path, str(exc)) from None
 
 
-def drop_dense(counts: np.ndarray, layer_ids: np.ndarray | None = None):
-    """Drop layers that are zero in every window; returns ``(counts, layer_ids)``."""
+def drop_dense(
+    counts: np.ndarray, layer_ids: ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop layers of ``counts: float[T, L, ...]`` that are zero in every window; returns
+    ``(counts: float[T, L', ...], layer_ids: int[L'])`` (all kept when every layer is zero)."""
     ids = np.arange(counts.shape[1]) if layer_ids is None else np.asarray(layer_ids)
     keep = counts.reshape(counts.shape[0], counts.shape[1], -1).any(axis=(0, 2))
     if not keep.any():
@@ -56,7 +65,9 @@ def drop_dense(counts: np.ndarray, layer_ids: np.ndarray | None = None):
     return counts[:, keep], ids[keep]
 
 
-def from_dense(path, arr, meta: dict, field: str = "counts") -> Trace:
+def from_dense(path: str | os.PathLike, arr: ArrayLike, meta: dict, field: str = "counts") -> Trace:
+    """A trace from a dense ``[L, E]`` or ``[T, L, E]`` count array (all-zero layers dropped,
+    ``meta["num_model_layers"]`` the original row count)."""
     arr = np.asarray(arr)
     if arr.ndim in (2, 3) and 0 not in arr.shape:
         arr = check_values(path, arr, field)  # indices in the file's own coordinates

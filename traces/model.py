@@ -1,25 +1,13 @@
 """The `Trace` model: expert-load counts per time window, per MoE layer, per logical expert.
 
-Shapes (see DESIGN.md):
-
-- ``counts: float64[T, L, E]``: tokens routed to each expert in each window.
-- ``layer_ids: int64[L]``: model layer id of each row (dense layers are not stored).
-- ``source_counts: float64[T, L, G_src, E]`` (optional): tokens from each source rank;
-  ``source_counts.sum(axis=2) == counts`` (checked).
-- ``topk_ids: int16[N, L, K]`` + ``token_rank: int32[N]`` (optional): token-level routing.
-- ``meta``: ``model``, ``num_groups``, ``top_k``, ``num_model_layers``, ``provenance``...
-  (JSON-serialisable; it is stored as JSON in the native format).
-
-Token-level arrays describe the tokens of the whole trace, not of one window: when they are
-present, ``token_counts()`` (the per-layer bincount of ``topk_ids``) equals ``load()`` for the
-traces the toolkit makes (one window). ``select`` keeps them when every window is kept (layers
-may still be sliced) and drops them otherwise, since a token does not record its window.
+``counts: float64[T, L, E]``, model ``layer_ids: int64[L]``, optional per-rank and token-level
+arrays and JSON ``meta``; all checked and read-only. See docs/data.md, section "The Trace model".
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +20,9 @@ from eplb.loads import check_load
 if TYPE_CHECKING:
     import pandas as pd
 
+    # a window selection: an index, a slice, a list of indices or a boolean mask (None: all)
+    Windows = int | slice | Sequence[int] | np.ndarray | None
+
 
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
@@ -40,7 +31,17 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """Expert-load trace; arrays are converted, checked and made read-only on construction."""
+    """Expert-load trace; arrays are converted, checked and made read-only on construction.
+
+    - ``counts: float64[T, L, E]``: tokens routed to each expert in each window.
+    - ``layer_ids: int64[L]``: model layer id of each row (default ``0..L-1``; distinct).
+    - ``source_counts: float64[T, L, G_src, E]`` or ``None``: tokens from each source rank;
+      ``source_counts.sum(axis=2) == counts`` (checked).
+    - ``topk_ids: int16[N, L, K]`` + ``token_rank: int32[N]`` or ``None``: token-level routing
+      of the whole trace (not of one window).
+    - ``meta``: JSON-serialisable (``model``, ``num_groups``, ``top_k``, ``num_model_layers``,
+      ``provenance``...).
+    """
 
     counts: np.ndarray
     layer_ids: np.ndarray | None = None
@@ -119,7 +120,7 @@ class Trace:
     def num_experts(self) -> int:
         return self.counts.shape[2]
 
-    def load(self, windows=None, *, ema: float | None = None) -> np.ndarray:
+    def load(self, windows: Windows = None, *, ema: float | None = None) -> np.ndarray:
         """``float64[L, E]``: the load over ``windows`` (index, slice or list; default all).
 
         Default is the sum of the chosen windows. With ``ema=alpha`` (0 < alpha <= 1) it is the
@@ -137,7 +138,7 @@ class Trace:
         return np.tensordot(w, sel, axes=1)
 
     # -------------------------------------------------------------- slicing
-    def window_index(self, windows=None) -> np.ndarray:
+    def window_index(self, windows: Windows = None) -> np.ndarray:
         """``int64[T']``: the window positions ``windows`` picks (int, slice, list or bool mask)."""
         allw = np.arange(self.num_windows)
         if windows is None:
@@ -157,7 +158,7 @@ class Trace:
             raise TraceError(f"windows {windows!r} selects no window of {self.num_windows}")
         return idx
 
-    def layer_index(self, layers=None) -> np.ndarray:
+    def layer_index(self, layers: int | Iterable[int] | None = None) -> np.ndarray:
         """``int64[L']``: row positions of the model layer ids ``layers`` (int or iterable)."""
         if layers is None:
             return np.arange(self.num_layers)
@@ -183,7 +184,9 @@ class Trace:
             )
         return np.array([pos[int(x)] for x in wanted], dtype=np.int64)
 
-    def select(self, windows=None, layers=None) -> Trace:
+    def select(
+        self, windows: Windows = None, layers: int | Iterable[int] | None = None
+    ) -> Trace:
         """A new trace with only ``windows`` (positions) and ``layers`` (model layer ids).
 
         ``source_counts`` is sliced alike. Token-level arrays are kept (sliced by layer) only
@@ -242,7 +245,7 @@ class Trace:
             "window", "layer", "expert", "count")
         return pd.DataFrame({k: cols[k] for k in order})
 
-    def summary(self, windows=None, *, ema: float | None = None) -> pd.DataFrame:
+    def summary(self, windows: Windows = None, *, ema: float | None = None) -> pd.DataFrame:
         """Per-layer skew of ``load(windows, ema=ema)``: one row per layer with columns
         ``layer, tokens, max_over_mean, cv, gini, top1pct_share, top10pct_share``
         (see `traces.summary`)."""
@@ -281,7 +284,7 @@ def _json(meta: Mapping[str, Any]) -> str:
     return json.dumps(dict(meta), sort_keys=True, default=json_default)
 
 
-def json_default(obj):
+def json_default(obj: Any) -> Any:
     """``json.dumps(default=...)`` for numpy scalars and arrays inside ``meta``."""
     if isinstance(obj, np.generic):
         return obj.item()

@@ -1,16 +1,14 @@
 """Per-rank CSV directories (HarMoEny / ExFlow layout, e.g. ``qwen1.5-moe-harmoeny``).
 
-``<dir>/<rank>/moe_layer-<l>.csv`` for ranks ``0..R-1``: one row per iteration; the column
-``expert distribution`` (else the last column) lists the tokens that rank routed to each of
-the ``E`` experts. Iterations become windows: ``source_counts[T, L, R, E]``, ``counts`` its sum
-over ranks, ``layer_ids`` the ``l`` of the files. ``data.json`` beside the rank folders, if
-present, gives the model name and ``world_size`` (checked against the rank folders).
+``<dir>/<rank>/moe_layer-<l>.csv``: iterations become windows, ranks ``source_counts[T, L, R, E]``.
+See docs/data.md, section "Reading traces" (``rankdir``).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,8 @@ _LAYER_FILE = re.compile(r"^moe_layer-(\d+)\.csv$")
 _DIST_COLUMN = "expert distribution"
 
 
-def read_rankdir(path) -> Trace:
+def read_rankdir(path: str | os.PathLike) -> Trace:
+    """The trace of a per-rank CSV directory (``source_counts: float64[T, L, R, E]``)."""
     root = Path(path)
     ranks = sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
     if not ranks:

@@ -1,33 +1,9 @@
 """Reading traces: ``traces.read(path, format=None) -> Trace``, sniffing by content and suffix.
 
-Formats (``format=`` names):
-
-- ``npz``: the native, lossless format (arrays + JSON ``meta``; see `traces.writers`).
-- ``npy``: a bare ``[L, E]`` or ``[T, L, E]`` count array.
-- ``sglang``: SGLang JSON ``{"logical_count": [L][E]}`` or ``[steps][L][E]`` (or a bare nested
-  list; a file, or the JSON text itself given inline as SGLang's ``--init-expert-location``
-  accepts).
-- ``pt``: SGLang ``torch.save`` dumps of the expert distribution recorder: stat dumps
-  ``{"rank", "logical_count": [steps, L, E], ...}`` (one window per step), per-pass dumps
-  ``{"records": [{"forward_pass_id", "rank", "global_physical_count": [L, P], ...}],
-  "last_physical_to_logical_map": [L, P]}`` whose physical counts are summed into their logical
-  experts (one window per forward pass), and per-token dumps (records that also hold
-  ``topk_ids_of_layer: [L, N, K]`` physical ids) which add token-level ``topk_ids``. Needs the
-  ``torch`` extra; loaded with ``weights_only=True`` (never unpickles arbitrary objects).
-- ``csv`` / ``parquet``: long tables with columns ``window, layer, expert, count`` and optional
-  ``rank`` (source rank -> ``source_counts``). ``layer`` is the model layer id; windows are
-  sorted, layers kept in order of first appearance, ``E = max(expert) + 1``; a missing row is a
-  zero count. Parquet files written by eplb also carry ``meta``.
-- ``rankdir``: per-rank CSV directories as HarMoEny/ExFlow write them: rank folders ``0..R-1``
-  each holding ``moe_layer-<l>.csv`` with one row per iteration whose last column,
-  ``expert distribution``, lists the tokens that rank sent to each expert. Iterations become
-  windows, ranks ``source_counts[T, L, R, E]``, ``counts`` their sum over ranks.
-
-Dense formats (``npy``, ``sglang``, ``pt``) drop layers that are zero in every window (dense
-layers in SGLang dumps); the kept rows keep their model layer ids in ``layer_ids`` and
-``meta["num_model_layers"]`` records the original row count.
-
-Every failure raises `TraceError` naming the file, the field and the fix.
+Formats: ``npz`` (native), ``npy``, ``sglang`` JSON, ``pt`` (SGLang recorder dumps), long
+``csv``/``parquet``, ``rankdir``. Dense formats drop all-zero layers, keeping model layer ids.
+Every failure raises `TraceError` naming the file, the field and the fix. See docs/data.md,
+section "Reading traces".
 """
 
 from __future__ import annotations

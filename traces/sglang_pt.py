@@ -1,20 +1,12 @@
 """SGLang ``torch.save`` dumps of the expert distribution recorder (needs the ``torch`` extra).
 
-- stat dumps ``{"rank", "logical_count": [steps, L, E], ...}``: one window per step
-  (``logical_count`` is already summed over ranks by SGLang).
-- per-pass dumps ``{"records": [{"forward_pass_id", "rank", "global_physical_count": [L, P],
-  ...}], "last_physical_to_logical_map": [L, P]}``: each record's physical slot counts are summed
-  into the logical expert each slot holds; records of one forward pass (all ranks present in
-  the file) add up to one window, windows in ascending ``forward_pass_id``.
-- per-token dumps: per-pass records that also hold ``topk_ids_of_layer: [L, N, K]`` (physical
-  slot ids, ``-1`` padded) add token-level ``topk_ids`` (mapped to logical ids) and
-  ``token_rank`` (the record's rank), when no kept layer has a padded pick.
-
-Loaded with ``torch.load(..., weights_only=True)``: arbitrary pickled objects are refused.
+Stat, per-pass and per-token dumps, loaded with ``weights_only=True`` (arbitrary pickled objects
+are refused). See docs/data.md, section "Reading traces" (``pt``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -42,7 +34,8 @@ def _to_numpy(value, path, field: str) -> np.ndarray:
         raise fail(path, f"{field} is not an array ({exc})") from None
 
 
-def read_pt(path) -> Trace:
+def read_pt(path: str | os.PathLike) -> Trace:
+    """The trace of an SGLang ``torch.save`` dump (stat, per-pass or per-token)."""
     torch = _torch(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)

@@ -1,13 +1,7 @@
 """Per-layer skew statistics of expert loads, vectorised over layers.
 
-All functions take ``load: float[..., E]`` (any leading axes, usually ``[L, E]``) and reduce the
-last axis. A row with no tokens has no defined skew: its statistics are NaN.
-
-- ``max_over_mean``: hottest expert / mean expert (1.0 = perfectly even).
-- ``cv``: coefficient of variation, population std / mean.
-- ``gini``: Gini coefficient of the loads, 0 (even) .. (E - 1) / E (one expert takes all).
-- ``top_share(load, frac)``: share of the tokens taken by the ``ceil(frac * E)`` hottest experts.
-- ``group_cv(load, num_groups)``: CV of the loads summed over ``num_groups`` contiguous groups.
+Every function takes ``load: float[..., E]`` and reduces the last axis; a row with no tokens
+has NaN statistics. See docs/data.md, section "Skew statistics".
 """
 
 from __future__ import annotations
@@ -16,6 +10,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_int, check_number
 from eplb.errors import TraceError
@@ -42,17 +37,20 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(a, b, out=np.full(np.broadcast(a, b).shape, np.nan), where=b > 0)
 
 
-def max_over_mean(load) -> np.ndarray:
+def max_over_mean(load: ArrayLike) -> np.ndarray:
+    """``float64[...]``: hottest expert / mean expert of ``load: float[..., E]`` (1.0 = even)."""
     arr, _ = _rows(load)
     return _div(arr.max(axis=-1), arr.mean(axis=-1))
 
 
-def cv(load) -> np.ndarray:
+def cv(load: ArrayLike) -> np.ndarray:
+    """``float64[...]``: coefficient of variation (population std / mean) over experts."""
     arr, _ = _rows(load)
     return _div(arr.std(axis=-1), arr.mean(axis=-1))
 
 
-def gini(load) -> np.ndarray:
+def gini(load: ArrayLike) -> np.ndarray:
+    """``float64[...]``: Gini coefficient over experts, 0 (even) .. (E - 1) / E (one takes all)."""
     arr, total = _rows(load)
     E = arr.shape[-1]
     s = np.sort(arr, axis=-1)
@@ -66,14 +64,17 @@ def top_count(num_experts: int, frac: float) -> int:
     return max(1, math.ceil(frac * num_experts - 1e-9))
 
 
-def top_share(load, frac: float) -> np.ndarray:
+def top_share(load: ArrayLike, frac: float) -> np.ndarray:
+    """``float64[...]``: share of the tokens taken by the `top_count` (``ceil(frac * E)``)
+    hottest experts."""
     arr, total = _rows(load)
     k = top_count(arr.shape[-1], frac)
     top = -np.partition(-arr, k - 1, axis=-1)[..., :k]
     return _div(top.sum(axis=-1), total)
 
 
-def group_cv(load, num_groups: int) -> np.ndarray:
+def group_cv(load: ArrayLike, num_groups: int) -> np.ndarray:
+    """``float64[...]``: CV of the loads summed over ``num_groups`` contiguous expert groups."""
     arr = _array(load)
     E = arr.shape[-1]
     num_groups = check_int("num_groups", num_groups, 1, error=TraceError)
@@ -85,7 +86,7 @@ def group_cv(load, num_groups: int) -> np.ndarray:
 STAT_COLUMNS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share")
 
 
-def skew_table(load, layer_ids=None) -> pd.DataFrame:
+def skew_table(load: ArrayLike, layer_ids: ArrayLike | None = None) -> pd.DataFrame:
     """One row per layer of ``load: float[L, E]``: layer id, tokens and the skew statistics."""
     arr = _array(load)
     if arr.ndim != 2:

@@ -1,27 +1,9 @@
 """Seeded synthetic trace generators; same arguments, same trace.
 
-Counts-level generators (``counts: float64[windows, num_layers, num_experts]``): each layer gets
-expert *shares* ``p`` (rows sum to 1) and each window samples ``tokens * top_k`` picks from them
-multinomially, so every (window, layer) row sums to ``tokens * top_k``. Shares are capped at
-``1 / top_k`` (excess spread over the other experts), since one token picks an expert at most
-once under top-k routing.
-
-- `zipf`: expert of popularity rank ``r`` gets weight ``r ** -s``, ``s`` per layer from ``skew``.
-- `lognormal`: weights ``exp(sigma * z)``, ``z ~ N(0, 1)``, ``sigma`` per layer from ``sigma``.
-- `uniform`: every expert equally popular (only sampling noise).
-- `drift`: zipf popularity whose ranking changes: each window, ``round(rate * E)`` random
-  experts trade ranks (a cyclic shift, so each of them changes rank).
-- `bursty`: zipf popularity plus, in each (window, layer) with probability ``burst_prob``,
-  ``burst_experts`` random experts whose weight is multiplied by ``burst_factor``.
-- `calibrated`: DeepSeek-V3-like per-layer skew drawn from the model fitted to real SGLang dumps
-  (`traces.calibration`).
-
-Token-level generator `token_level`: group-limited top-k routing (DeepSeek-V3) of ``num_tokens``
-tokens whose per-expert pick counts match a target load (tolerance stated there);
-`token_windows` does it for every window of a trace (a batch of tokens per window).
-
-Every generator takes ``layer_ids`` (model layer ids, default ``0..L-1``) and ``meta`` (extra
-metadata merged in, e.g. ``{"num_model_layers": 61}``).
+Counts-level generators sample ``tokens * top_k`` picks per (window, layer) from expert shares
+capped at ``1 / top_k``: ``counts: float64[windows, L, E]``. `token_level` and `token_windows`
+route individual tokens (group-limited top-k) to match a target load. See docs/data.md,
+section "Synthetic traces".
 """
 
 from __future__ import annotations
@@ -31,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.args import check_int, check_number, check_seed
 from eplb.errors import TraceError
@@ -268,17 +251,12 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
                meta: Mapping | None = None) -> Trace:
     """A trace whose per-layer skew is drawn from the model fitted to real dumps of ``model``.
 
-    Per layer, ``sigma_group`` and ``sigma_within`` are drawn from normals centred on the values
-    that reproduce the layer's median measured CV and group CV over the ``phase``'s workloads
-    (``all``, ``prefill`` or ``decode``), with the spread measured across them; then
-    expert shares from the fitted shapes (`traces.calibration`); expert identities are random.
-    Windows share those shares up to a log-normal ``jitter`` per (window, expert): the real dumps
-    have no time axis, so window-to-window variation is *not* calibrated.
-    ``drift`` (default 0: none) makes the shares wander: each expert's log-share takes a Gaussian
-    random walk with step ``drift`` per window (window 0 at the drawn shares), a persistent
-    change on top of the transient ``jitter``.
+    ``phase``: the workloads the sigmas are centred on (``all``, ``prefill`` or ``decode``);
+    ``jitter``: log-normal noise per (window, expert) (not calibrated: the dumps have no time
+    axis); ``drift``: step per window of a Gaussian random walk of each log-share (0: none).
     Shape, layer ids (3..60 of 61 model layers), ``num_groups``, ``top_k`` and ``topk_groups``
-    are the model's.
+    are the model's: ``counts: float64[windows, 58, 256]`` for deepseek-v3. Method:
+    docs/data.md, section "Synthetic traces".
     """
 
     from eplb.traces import calibration  # lazy: it imports pandas, which start-up avoids
@@ -318,35 +296,21 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
 
 
 # ------------------------------------------------------------------ token level
-def token_level(target, *, num_tokens: int = 4096, num_groups: int = 8, topk_groups: int = 4,
-                top_k: int = 8, num_ranks: int = 32, iterations: int = 20, seed: int = 0,
-                layer_ids: Sequence[int] | None = None, meta: Mapping | None = None,
+def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096, num_groups: int = 8,
+                topk_groups: int = 4, top_k: int = 8, num_ranks: int = 32, iterations: int = 20,
+                seed: int = 0, layer_ids: Sequence[int] | None = None, meta: Mapping | None = None,
                 progress: bool = False) -> Trace:
     """Token-level routing with group-limited top-k whose marginals match ``target``.
 
     ``target``: a `Trace` (its total ``load()``, layer ids and meta are used) or ``float[L, E]``.
-    Experts ``0..E-1`` form ``num_groups`` contiguous groups. Token ``n`` at layer ``l`` scores
-    every expert ``theta[l, e] + gumbel[n, l, e]`` (a random-utility router: without groups,
-    top-k of these scores is sampling ``k`` distinct experts in proportion to ``exp(theta)``);
-    it keeps the ``topk_groups`` groups with the highest sum of their two best scores (as
-    DeepSeek-V3 does), then its ``top_k`` best experts inside them, so its picks are distinct.
-    ``theta`` is fitted to the drawn noise (``iterations`` damped multiplicative updates,
-    keeping the best), so the pick counts match the target shares ``p`` (capped at
-    ``1 / top_k``):
-
-        tolerance: per layer, 0.5 * sum_e |counts[e] / (N * top_k) - p[e]| <= E / (N * top_k)
-
-    (total variation; typically about a quarter of that bound). The bound is tested on
-    DeepSeek-V3-like targets (every ``top_k * p[e] <= 0.5``). Targets near the cap (an expert
-    wanted by almost every token) or that group-limited routing cannot deliver (hot experts
-    spread over more groups than a token may use) converge slowly or not at all; the achieved
-    distance is always recorded in ``meta["provenance"]["max_total_variation"]``.
-    ``token_rank[n] = n * num_ranks // N``: contiguous blocks of tokens per source rank (data
-    parallel ranks each hold a slice of the batch); routing does not depend on the rank.
-
-    Returns one window: ``counts[0]`` is the bincount of ``topk_ids: int16[N, L, K]``,
+    Each token keeps ``topk_groups`` of ``num_groups`` contiguous expert groups and picks
+    ``top_k`` distinct experts in them. Per layer, the total variation between the picks and
+    the target shares is at most ``E / (N * top_k)`` on DeepSeek-V3-like targets; the achieved
+    one is in ``meta["provenance"]["max_total_variation"]``. ``token_rank[n] = n * num_ranks
+    // N``. Returns one window: ``counts[0]`` is the bincount of ``topk_ids: int16[N, L, K]``,
     ``source_counts[0, l, r, e]`` the picks of rank ``r``'s tokens; ``meta`` records
-    ``num_groups``, ``topk_groups``, ``top_k`` and the achieved per-layer distance.
+    ``num_groups``, ``topk_groups``, ``top_k`` and the achieved per-layer distance. Method and
+    limits: docs/data.md, section "Token-level routing".
     """
     base_meta: dict[str, Any] = {}
     ids = layer_ids

@@ -1,17 +1,14 @@
 """Long tables: CSV and Parquet with columns ``window, layer, expert, count[, rank]``.
 
-``layer`` is the model layer id; windows are sorted, layers kept in order of first appearance,
-``E = max(expert) + 1``, ``R = max(rank) + 1``; a missing row is a zero count, but every
-window must have rows for every layer. With a ``rank`` column the rows are source-rank counts
-(``source_counts``) and ``counts`` is their sum over ranks. Parquet files written by eplb carry
-``meta`` (key ``eplb.meta``) and the expert count (``eplb.shape``) in the schema metadata.
+A missing row is a zero count; every window needs rows for every layer. See docs/data.md,
+section "Reading traces" (``csv`` / ``parquet``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,12 +18,17 @@ from eplb.safeload import check_size
 from eplb.traces.checks import fail, make_trace
 from eplb.traces.model import Trace
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 _MAX_ID = 2**31  # window, layer, expert and rank ids beyond this are corrupt input
 
 _LONG_KEYS = ("window", "layer", "expert")
 
 
-def from_frame(df, *, path: str | os.PathLike = "frame", meta: dict | None = None) -> Trace:
+def from_frame(
+    df: pd.DataFrame, *, path: str | os.PathLike = "frame", meta: dict | None = None
+) -> Trace:
     """Build a trace from a long frame with columns ``window, layer, expert, count[, rank]``."""
     import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
@@ -124,7 +126,8 @@ def _int_column(path, col, name: str) -> np.ndarray:
     return num.astype(np.int64)
 
 
-def read_csv(path) -> Trace:
+def read_csv(path: str | os.PathLike) -> Trace:
+    """The trace of a long CSV table."""
     import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
     try:
@@ -137,7 +140,8 @@ def read_csv(path) -> Trace:
     return from_frame(df, path=path, meta={"provenance": {"format": "csv", "path": str(path)}})
 
 
-def read_parquet(path) -> Trace:
+def read_parquet(path: str | os.PathLike) -> Trace:
+    """The trace of a long Parquet table (``eplb.meta`` and ``eplb.shape`` metadata honoured)."""
     try:
         import pyarrow.parquet as pq  # lazy: pyarrow is an optional extra (parquet)
     except ImportError:

@@ -1,20 +1,7 @@
 """Writing traces, always atomically (temporary file beside the target, then rename).
 
-``write(trace, path, format=None)`` picks the format from ``format`` or the suffix:
-
-- ``npz`` (``.npz``): native and lossless: every array as an array, ``meta`` as a JSON string.
-  Integer-valued counts are stored as the smallest unsigned integer type that holds them
-  (read back as the same float64 values), which makes files smaller and faster to read.
-- ``parquet`` (``.parquet``/``.pq``): the long frame of `Trace.to_frame` (with a ``rank``
-  column when the trace has ``source_counts``), ``meta`` and the expert count in the schema
-  metadata. Lossless for everything except token-level arrays, which it does not hold.
-- ``csv`` (``.csv``): the same long frame as text. Keeps counts, layer ids and source counts
-  (all rows are written, zeros included, so the shape survives); not ``meta`` or tokens.
-- ``sglang`` (``.json``): ``{"logical_count": ...}`` as SGLang reads it, ``[L][E]`` for one
-  window and ``[steps][L][E]`` for several, with all-zero rows for the dense layers when
-  ``meta["num_model_layers"]`` says the model has more layers than the trace.
-
-`dropped(trace, format)` lists what a format leaves out, so callers can say so.
+``write(trace, path, format=None)``: ``npz`` (native, lossless), ``parquet``, ``csv``, ``sglang``;
+`dropped` lists what a format leaves out. See docs/data.md, section "Writing traces".
 """
 
 from __future__ import annotations
