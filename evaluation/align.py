@@ -6,7 +6,10 @@ dense ones included); `align` keeps the rows of the trace's layers, in the trace
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_opt_int, check_type
 from eplb.errors import InputError, PlacementError, TraceError
@@ -20,18 +23,18 @@ def _ids(ids: np.ndarray, limit: int = 8) -> str:
     return text + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
 
 
-def check_placement(placement, name: str = "placement") -> Placement:
+def check_placement(placement: Any, name: str = "placement") -> Placement:
     """``placement`` if it is a `Placement`, else an `InputError` naming the argument."""
     return check_type(name, placement, Placement, "an eplb.Placement")
 
 
-def check_trace(trace, name: str = "trace"):
+def check_trace(trace: Any, name: str = "trace") -> Trace:
     """``trace`` if it is a `traces.Trace`, else an `InputError` naming the argument."""
 
     return check_type(name, trace, Trace, "a traces.Trace (traces.read(path))")
 
 
-def check_num_groups(num_groups, num_experts: int, name: str = "num_groups") -> int | None:
+def check_num_groups(num_groups: Any, num_experts: int, name: str = "num_groups") -> int | None:
     """``None``, or a positive integer dividing ``num_experts``."""
     num_groups = check_opt_int(name, num_groups, 1)
     if num_groups is not None and num_experts % num_groups:
@@ -40,7 +43,7 @@ def check_num_groups(num_groups, num_experts: int, name: str = "num_groups") -> 
     return num_groups
 
 
-def align(placement: Placement, trace) -> Placement:
+def align(placement: Placement, trace: Trace) -> Placement:
     """The rows of ``placement`` for ``trace.layer_ids``, or a `PlacementError` naming the mismatch.
 
     ``trace`` is a `traces.Trace`.
@@ -87,8 +90,9 @@ def check_load_shape(placement: Placement, load: np.ndarray, name: str = "load")
         )
 
 
-def with_layers(placement: Placement, layer_ids) -> Placement:
-    """``placement`` with its rows labelled by ``layer_ids`` (solvers number rows 0..L-1)."""
+def with_layers(placement: Placement, layer_ids: ArrayLike) -> Placement:
+    """``placement`` with its rows labelled by ``layer_ids: int[L]`` (solvers number rows
+    0..L-1)."""
     check_placement(placement)
     ids = as_int_array("layer_ids", layer_ids, error=PlacementError)
     return Placement(placement.phy2log, placement.num_experts, placement.topology,

@@ -1,17 +1,9 @@
 """Comparison sweeps: solvers x traces x topologies (x redundancy) -> tidy DataFrames.
 
-Each task solves one trace on one topology with one solver and scores the placement: balance
-(`evaluation.metrics`) and all-to-all traffic (`evaluation.traffic`, counts mode: per-rank
-``source_counts`` when the trace has them and their ranks divide the GPUs, else sources spread
-evenly). Tasks run inline (``workers=1``), on a local process pool, or on a Dask cluster
-(``scheduler=`` address or ``distributed.Client``; needs the ``dask`` extra), with a tqdm
-progress bar. Results do not depend on where tasks ran.
-
-Topology specs (``parse_topologies("4x8:288,18x8:288")``): ``NxG:P`` (P slots in all),
-``NxGxS`` (S slots per GPU), ``NxG+R`` (R redundant slots over the trace's expert count,
-rounded up to a multiple of the GPUs), ``NxG`` (no redundancy, rounded up likewise).
-By default a task solves and scores on the whole trace (in-sample); ``holdout=f`` solves on
-the first windows and scores on the last fraction ``f`` of them (traces with >= 2 windows).
+Each task solves one trace on one topology with one solver and scores balance and traffic;
+tasks run inline, on a process pool or on a Dask cluster, with the same results. Topology specs
+(``4x8:288``, ``4x8x9``, ``4x8+32``, ``4x8``) and ``holdout``: docs/evaluation.md, section
+"`compare` in Python".
 """
 
 from __future__ import annotations
@@ -54,7 +46,9 @@ _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+
 
 @dataclass(frozen=True)
 class TopologySpec:
-    """A topology to sweep, possibly relative to the trace's expert count (see module doc)."""
+    """A topology to sweep, possibly relative to the trace's expert count: ``slots`` in all,
+    ``slots_per_gpu``, ``redundant`` slots over the experts, or none of them (docs/evaluation.md,
+    section "`compare` in Python")."""
 
     text: str
     nodes: int

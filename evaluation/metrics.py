@@ -1,23 +1,17 @@
-"""Balance metrics of a placement on a load.
+"""Balance metrics of a placement on a load, per layer over GPUs (and nodes).
 
-Definitions (per layer, over GPUs): balancedness = mean / max GPU load (what vLLM and SGLang
-log; 1.0 is perfect), max/mean (its inverse), imbalance = (max - mean) / mean (TensorRT-LLM's).
-A layer with no load counts as perfectly balanced. ``max_over_bound`` is the max GPU load over
-`solvers.bounds.lower_bound` (1.0 means provably optimal for that layer). Node metrics are the
-same ratios over nodes.
-
-- `score(placement, load)`: one row per layer; `summarize` aggregates a score frame.
-- `score_windows(placement, counts)`: the same per (window, layer), vectorised over windows.
-- `gpu_loads(placement, counts)`: ``float64[..., L, G]`` GPU loads of any stack of load matrices.
-
-``step_max_over_mean`` in the summaries is ``sum_l max_l / sum_l mean_l``: layers run one
-after the other, so the slowest GPU of each layer adds up to the step time.
+balancedness = mean / max GPU load, max/mean, imbalance = (max - mean) / mean, and the ratio to
+`solvers.bounds.lower_bound`; an idle layer counts as perfectly balanced. GPU loads are
+``float64[..., L, G]``. Definitions: docs/evaluation.md, section "Balance: the four ratios".
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_bool, check_int, check_type
 from eplb.errors import InputError
@@ -36,7 +30,7 @@ from eplb.topology import Topology
 from eplb.traces.model import Trace
 
 
-def check_gpu_load(gpu_load, name: str = "gpu_load") -> np.ndarray:
+def check_gpu_load(gpu_load: ArrayLike, name: str = "gpu_load") -> np.ndarray:
     """``gpu_load: float[..., G]`` as float64: finite, >= 0, at least one GPU."""
     arr = as_real_array(gpu_load, name)
     if arr.ndim < 1 or arr.shape[-1] == 0:
@@ -47,7 +41,7 @@ def check_gpu_load(gpu_load, name: str = "gpu_load") -> np.ndarray:
     return arr
 
 
-def balancedness(gpu_load: np.ndarray) -> np.ndarray:
+def balancedness(gpu_load: ArrayLike) -> np.ndarray:
     """``float64[L]`` mean/max over GPUs of ``gpu_load: float[L, G]`` (1.0 for an idle layer)."""
     gpu_load = check_gpu_load(gpu_load)
     mx = gpu_load.max(axis=-1)
@@ -55,7 +49,7 @@ def balancedness(gpu_load: np.ndarray) -> np.ndarray:
     return np.divide(mean, mx, out=np.ones_like(mx), where=mx > 0)
 
 
-def max_over_mean(gpu_load: np.ndarray) -> np.ndarray:
+def max_over_mean(gpu_load: ArrayLike) -> np.ndarray:
     """``float64[L]`` max/mean over GPUs of ``gpu_load: float[L, G]`` (1.0 for an idle layer)."""
     gpu_load = check_gpu_load(gpu_load)
     mx = gpu_load.max(axis=-1)
@@ -63,7 +57,7 @@ def max_over_mean(gpu_load: np.ndarray) -> np.ndarray:
     return np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)
 
 
-def imbalance(gpu_load: np.ndarray) -> np.ndarray:
+def imbalance(gpu_load: ArrayLike) -> np.ndarray:
     """``float64[...]`` (max - mean) / mean over the last axis (0.0 for an idle layer)."""
     return max_over_mean(gpu_load) - 1.0
 
@@ -82,7 +76,7 @@ def gpu_matrix(placement: Placement) -> np.ndarray:
     return out.reshape(L, E, G)
 
 
-def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
+def gpu_loads(placement: Placement, counts: ArrayLike, *, chunk: int = 64) -> np.ndarray:
     """``float64[..., L, G]`` GPU loads of ``counts: float[..., L, E]`` (e.g. ``[T, L, E]``).
 
     One gather of every slot's expert count per block of ``chunk`` windows, times the shares,
@@ -109,8 +103,11 @@ def gpu_loads(placement: Placement, counts, *, chunk: int = 64) -> np.ndarray:
     return out.reshape(*lead, L, G)
 
 
-def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
-    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`)."""
+def layer_bound(
+    load: ArrayLike, topology: Topology, num_groups: int | None = None
+) -> np.ndarray:
+    """``float64[L]`` lower bound on each layer's max GPU load for ``load: float[L, E]``
+    (`solvers.bounds.lower_bound`)."""
     load = check_load(load)
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
@@ -146,7 +143,11 @@ def _load_columns(gpu: np.ndarray, topology: Topology) -> dict[str, np.ndarray]:
 
 
 def score(
-    placement: Placement, load, *, num_groups: int | None = None, bound=True
+    placement: Placement,
+    load: ArrayLike | Trace,
+    *,
+    num_groups: int | None = None,
+    bound: bool | ArrayLike = True,
 ) -> pd.DataFrame:
     """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert) or on a
     `traces.Trace` (its summed load, scored on the trace's layers: the ``layer`` column holds
@@ -199,7 +200,7 @@ def score(
 
 
 def score_windows(
-    placement: Placement, counts, *, windows=None, chunk: int = 64
+    placement: Placement, counts: ArrayLike, *, windows: ArrayLike | None = None, chunk: int = 64
 ) -> pd.DataFrame:
     """Per (window, layer) rows for ``counts: float[T, L, E]`` on one placement (vectorised).
 
@@ -222,7 +223,7 @@ def score_windows(
     return pd.DataFrame({**frame, **cols})
 
 
-def score_trace(placement: Placement, trace, *, windows=None) -> pd.DataFrame:
+def score_trace(placement: Placement, trace: Trace, *, windows: Any = None) -> pd.DataFrame:
     """`score_windows` of ``trace.counts`` (or the chosen ``windows``) after `align`."""
     check_trace(trace)
     placement = align(placement, trace)

@@ -1,13 +1,8 @@
 """Balance against cross-node traffic: sweep the traffic weight of traffic-aware solvers.
 
-`sweep` solves one load with ``greedy`` (and ``ilp`` under a short time limit) for each
-``rdma_weight`` (the solvers' lambda trading max GPU load against expected RDMA traffic), and
-with the fixed baselines ``deepseek`` hierarchical (needs ``num_groups`` divisible by the
-nodes), ``deepseek`` global and ``hierarchical``. Every placement is measured the same way:
-step max/mean GPU load (`evaluation.metrics`) and RDMA bytes from `evaluation.traffic`
-(counts mode, the given dispatch ``policy``, default ``local_first``: replicas on a token's
-own node only save RDMA when dispatch prefers them), so the solvers' own traffic estimates
-play no part in the figure. `front` marks the non-dominated points (lower is better on both axes).
+`sweep` runs ``greedy``/``ilp`` over ``rdma_weight`` plus fixed baselines, measuring every
+placement with the same metrics and traffic model; `front` marks the non-dominated points. See
+docs/evaluation.md, section "Balance against cross-node traffic".
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
@@ -31,8 +27,9 @@ from eplb.topology import Topology
 WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
 
-def front(x, y) -> np.ndarray:
-    """``bool[n]``: points not dominated (another point <= on both and < on one)."""
+def front(x: ArrayLike, y: ArrayLike) -> np.ndarray:
+    """``bool[n]``: points of ``x, y: float[n]`` not dominated (another point <= on both and <
+    on one)."""
 
     x, y = as_real_array(x, "x"), as_real_array(y, "y")
     if x.ndim != 1 or x.shape != y.shape:
@@ -62,13 +59,13 @@ def _measure(placement, load, source_counts, policy, traffic) -> dict[str, float
 
 
 def sweep(
-    load,
+    load: ArrayLike,
     topology: Topology,
     *,
     weights: Sequence[float] = WEIGHTS,
     num_groups: int | None = None,
     topk_groups: int | None = None,
-    source_counts=None,
+    source_counts: ArrayLike | None = None,
     policy: str = "local_first",
     ilp_time_limit: float | None = 1.0,
     ilp_weights: Sequence[float] | None = None,

@@ -1,12 +1,7 @@
 """Figures written to files (matplotlib, Agg backend, imported lazily).
 
-- `layer_balance`: per-layer max/mean GPU load, one line per solver.
-- `gpu_heatmap`: GPU load per layer and GPU (one panel per placement).
-- `replay_curve`: step max/mean per window of a replay, rebalances marked, bytes moved.
-- `pareto_front`: max/mean GPU load against RDMA bytes, front highlighted.
-- `summary_bars`: step max/mean per trace and solver.
-
-Every function takes the output ``path`` and returns it; the figure is written atomically.
+Every function takes the output ``path`` and returns it; the figure is written atomically. See
+docs/evaluation.md, section "Plots".
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_opt_int
 from eplb.atomic import atomic_write_bytes, check_output_path
@@ -93,13 +89,18 @@ def layer_balance(
 
 
 def gpu_heatmap(
-    loads: Mapping[str, np.ndarray], path: str | os.PathLike, *, layer_ids=None, title: str = "",
+    loads: Mapping[str, np.ndarray],
+    path: str | os.PathLike,
+    *,
+    layer_ids: ArrayLike | None = None,
+    title: str = "",
     gpus_per_node: int | None = None,
 ) -> Path:
     """One panel per placement: ``gpu_load: float[L, G]`` divided by its layer mean.
 
-    ``gpus_per_node`` draws a line at every node boundary. Keep ``title`` short (file names,
-    not paths): it is drawn above the panels, in one line.
+    ``layer_ids: int[L]`` label the rows. ``gpus_per_node`` draws a line at every node
+    boundary. Keep ``title`` short (file names, not paths): it is drawn above the panels, in one
+    line.
     """
 
     _check_common(path, title)

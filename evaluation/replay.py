@@ -1,29 +1,13 @@
 """Replay of periodic rebalancing over a trace's windows, with no peeking.
 
-Window ``t`` is always scored with the placement that was live *before* its counts were seen:
-
-- window 0 runs on ``initial`` (default: the solver applied to a uniform load, i.e. no
-  statistics yet);
-- at every window ``t >= 1`` with ``t % interval == 0`` a new placement is solved from
-  windows ``[max(0, t - history), t)`` (summed, or exponentially averaged with ``ema``; a
-  policy that takes windows, `solvers.takes_windows`, such as ``robust``, gets those windows
-  themselves as ``float[W, L, E]``), with ``previous=`` the live placement so solvers can
-  relabel GPUs and keep replicas in place; it is live from window ``t`` on.
-
-With ``policy`` each window is also dispatched under that policy (`eplb.executor.routing`):
-from counts (the traffic model's expectations) or, with ``tokens`` (one token-level trace per
-window, e.g. `traces.synth.token_windows`), token by token, so per-batch policies such as
-``lp`` split each window's actual picks; ``dispatch_step_max_over_mean`` is then the step
-max/mean of the GPU picks that dispatch produced.
-
-Each rebalance reports the replicas that had to be loaded onto a GPU that did not hold that
-expert (`solvers.migration.replicas_moved`) and the bytes they weigh (``expert_bytes`` per
-replica; default DeepSeek-V3: 3 x 7168 x 2048 FP8 weights = 44,040,192 bytes).
+Window ``t`` is scored with the placement live *before* its counts were seen; each rebalance
+reports replicas and bytes moved, and with ``policy`` the dispatched traffic. Rules:
+docs/evaluation.md, section "`eplb replay`".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,7 +49,7 @@ def _solve(solver, load, topology, *, layer_ids, previous, num_groups, seed, tim
 
 
 def replay(
-    trace,
+    trace: Trace,
     topology: Topology,
     *,
     solver: str = "greedy",
@@ -81,7 +65,7 @@ def replay(
     time_limit: float | None = None,
     solver_options: Mapping[str, Any] | None = None,
     progress: bool = False,
-    tokens=None,
+    tokens: Sequence[Trace] | None = None,
     **traffic: Any,
 ) -> pd.DataFrame:
     """Replay ``trace`` (a `traces.Trace`, >= 2 windows) with periodic rebalancing.
