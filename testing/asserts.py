@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from eplb.errors import EplbError
 from eplb.placement import Placement
@@ -10,7 +11,7 @@ from eplb.placement import Placement
 
 def assert_valid_placement(
     p: Placement,
-    load=None,
+    load: ArrayLike | None = None,
     *,
     no_duplicates: bool = False,
     group_contract: int | None = None,

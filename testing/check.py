@@ -1,28 +1,8 @@
 """`check_solver`: the invariant suite of the toolkit's solvers, for any policy.
 
-Each property runs as a hypothesis test on small random problems
-(`eplb.testing.strategies.problems`) through `solvers.solve`, so a plain function is
-registered under a temporary name first. Properties:
-
-- ``valid``: `assert_valid_placement` (with the load), on every problem, and no exception
-  other than `EplbError` (an `InfeasibleError` for a problem the policy cannot place is
-  allowed; any other error is a failure);
-- ``deterministic``: the same input and seed give the same placement;
-- ``lower_bound``: the max GPU load is never below `solvers.bounds.lower_bound` (with free
-  shares when the placement has ``replica_share``);
-- ``previous_relabels``: with ``previous=`` the multiset of GPU loads per layer is the one
-  without it (skipped when the policy places against ``previous`` itself, i.e. sets
-  ``meta["solver"]["relabeled"]``, or with ``needs_previous``);
-- ``bad_input``: NaN, negative, 1-D or too-large loads, fewer slots than experts and an
-  unknown option each raise `EplbError`.
-- ``windows`` (policies registered with ``windows=True``, which the properties above call with
-  one window ``[L, E]``): three windows ``[3, L, E]`` (the load, a reweighted copy, the load)
-  give a valid placement for their summed load, the same one twice, and a 4-D load raises
-  `EplbError`.
-
-A failure carries the property, the error and the shrunk counterexample (the last failing
-input hypothesis replayed). Settings: ``max_examples`` per property, derandomised (the same
-report every run), no example database written to disk.
+Properties ``valid``, ``deterministic``, ``lower_bound``, ``previous_relabels``, ``bad_input``
+(and ``windows``), each a derandomised hypothesis test through `solvers.solve`. See
+docs/solvers.md, section "The properties `check_solver` runs".
 """
 
 from __future__ import annotations
@@ -98,7 +78,7 @@ def check_solver(
     windows: bool = False,
     **options: Any,
 ) -> CheckReport:
-    """Run the invariant suite (module docstring) on solver ``name_or_fn``.
+    """Run the invariant suite (docs/solvers.md) on solver ``name_or_fn``.
 
     ``name_or_fn``: a registered name or a function ``fn(load, topology, ...)`` returning a
     `Placement` or ``phy2log``. ``options``: passed to every solve (e.g. ``budget=100``).

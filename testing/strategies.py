@@ -1,23 +1,14 @@
 """Hypothesis strategies for placement problems (requires ``hypothesis``).
 
-- `loads(layers, experts)`: ``float64[L, E]`` token counts mixing plain random counts, ties
-  (few distinct values), zeros and heavy skew (a few experts carrying most tokens);
-- `topologies(...)`: small `Topology` objects;
-- `problems(...)`: ``(load, topology, num_groups)`` that fit (``P >= E``; ``num_groups``
-  divides ``E`` and is a multiple of the node count, so both DeepSeek policies apply);
-- `placements(load_or_experts, topology)`: random valid `Placement` (every expert at least
-  once, duplicates on a GPU allowed);
-- `token_routing(...)`: ``(topk_ids: int16[N, L, K], token_rank: int32[N])`` with distinct
-  experts per token, optionally group-limited (each token's experts from ``topk_groups``
-  groups).
-
-Sizes default to what brute force and the exact solvers handle in milliseconds.
+Loads (``float64[L, E]``, with ties, zeros and skew), topologies, problems, placements and
+token-level routing, sized for brute force. See docs/solvers.md, section "The strategies".
 """
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import ArrayLike
 
 from eplb.placement import Placement
 from eplb.topology import Topology
@@ -31,8 +22,15 @@ _TOKENS = st.integers(1, 64)
 
 
 @st.composite
-def loads(draw, layers=_LAYERS, experts=_EXPERTS, *, max_count: int = 1000) -> np.ndarray:
-    """``float64[L, E]``; ``layers`` / ``experts``: ints or integer strategies."""
+def loads(
+    draw,
+    layers: int | st.SearchStrategy[int] = _LAYERS,
+    experts: int | st.SearchStrategy[int] = _EXPERTS,
+    *,
+    max_count: int = 1000,
+) -> np.ndarray:
+    """``float64[L, E]`` token counts in ``0..max_count`` (skewed ones above); ``layers`` /
+    ``experts``: ints or integer strategies."""
     L = draw(layers) if isinstance(layers, st.SearchStrategy) else int(layers)
     E = draw(experts) if isinstance(experts, st.SearchStrategy) else int(experts)
     kind = draw(st.sampled_from(["random", "ties", "zeros", "skew", "float"]))
@@ -91,7 +89,9 @@ def problems(
 
 
 @st.composite
-def placements(draw, load_or_experts, topology: Topology, layers: int | None = None) -> Placement:
+def placements(
+    draw, load_or_experts: ArrayLike | int, topology: Topology, layers: int | None = None
+) -> Placement:
     """A random valid `Placement` of ``E`` experts (``load_or_experts``: a ``[L, E]`` load or
     ``E``; ``layers`` defaults to the load's)."""
     if isinstance(load_or_experts, (int, np.integer)):
@@ -114,7 +114,7 @@ def token_routing(
     experts: int = 8,
     top_k: int = 2,
     *,
-    num_tokens=_TOKENS,
+    num_tokens: int | st.SearchStrategy[int] = _TOKENS,
     num_ranks: int = 4,
     num_groups: int | None = None,
     topk_groups: int | None = None,
