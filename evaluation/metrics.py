@@ -58,7 +58,8 @@ def max_over_mean(gpu_load: ArrayLike) -> np.ndarray:
 
 
 def imbalance(gpu_load: ArrayLike) -> np.ndarray:
-    """``float64[...]`` (max - mean) / mean over the last axis (0.0 for an idle layer)."""
+    """``float64[...]`` (max - mean) / mean over the last axis of ``gpu_load: float[..., G]``
+    (0.0 for an idle layer)."""
     return max_over_mean(gpu_load) - 1.0
 
 

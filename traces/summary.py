@@ -44,13 +44,15 @@ def max_over_mean(load: ArrayLike) -> np.ndarray:
 
 
 def cv(load: ArrayLike) -> np.ndarray:
-    """``float64[...]``: coefficient of variation (population std / mean) over experts."""
+    """``float64[...]``: coefficient of variation (population std / mean) of
+    ``load: float[..., E]`` over experts."""
     arr, _ = _rows(load)
     return _div(arr.std(axis=-1), arr.mean(axis=-1))
 
 
 def gini(load: ArrayLike) -> np.ndarray:
-    """``float64[...]``: Gini coefficient over experts, 0 (even) .. (E - 1) / E (one takes all)."""
+    """``float64[...]``: Gini coefficient of ``load: float[..., E]`` over experts, 0 (even) ..
+    (E - 1) / E (one expert takes all)."""
     arr, total = _rows(load)
     E = arr.shape[-1]
     s = np.sort(arr, axis=-1)
@@ -65,8 +67,8 @@ def top_count(num_experts: int, frac: float) -> int:
 
 
 def top_share(load: ArrayLike, frac: float) -> np.ndarray:
-    """``float64[...]``: share of the tokens taken by the `top_count` (``ceil(frac * E)``)
-    hottest experts."""
+    """``float64[...]``: share of the tokens of ``load: float[..., E]`` taken by the
+    `top_count` (``ceil(frac * E)``) hottest experts."""
     arr, total = _rows(load)
     k = top_count(arr.shape[-1], frac)
     top = -np.partition(-arr, k - 1, axis=-1)[..., :k]
@@ -74,7 +76,8 @@ def top_share(load: ArrayLike, frac: float) -> np.ndarray:
 
 
 def group_cv(load: ArrayLike, num_groups: int) -> np.ndarray:
-    """``float64[...]``: CV of the loads summed over ``num_groups`` contiguous expert groups."""
+    """``float64[...]``: CV of ``load: float[..., E]`` summed over ``num_groups`` contiguous
+    expert groups."""
     arr = _array(load)
     E = arr.shape[-1]
     num_groups = check_int("num_groups", num_groups, 1, error=TraceError)
@@ -87,7 +90,8 @@ STAT_COLUMNS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share"
 
 
 def skew_table(load: ArrayLike, layer_ids: ArrayLike | None = None) -> pd.DataFrame:
-    """One row per layer of ``load: float[L, E]``: layer id, tokens and the skew statistics."""
+    """One row per layer of ``load: float[L, E]``: layer id (``layer_ids: int[L]``, default
+    ``0..L-1``), tokens and the skew statistics."""
     arr = _array(load)
     if arr.ndim != 2:
         raise TraceError(f"skew_table wants load[L, E], got shape {arr.shape}")

@@ -193,7 +193,8 @@ class ReferenceExecutor:
         return int(layer_index) % L
 
     def rank_weights(self, layer_index: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(w1, w3: [G, S, H, F], w2: [G, S, F, H])``: the weights each rank holds."""
+        """``(w1, w3: float[G, S, H, F], w2: float[G, S, F, H])``: the weights each rank holds
+        (in the layer's dtype) for placement row ``layer_index``."""
         row = self._layer_row(layer_index)
         if row not in self._weights:
             topo, lay = self.topology, self.layer

@@ -228,7 +228,7 @@ class Buffer:
         self._store: dict[str, np.ndarray] = {}
 
     def get(self, name: str, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
-        """An uninitialised array of ``shape``/``dtype`` backed by the allocation ``name``."""
+        """An uninitialised ``dtype[*shape]`` array backed by the allocation ``name``."""
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
         a = self._store.get(name)

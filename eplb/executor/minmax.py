@@ -143,7 +143,8 @@ def split(
 def split_lp(
     demand: ArrayLike, fixed: ArrayLike, arc_j: ArrayLike, arc_g: ArrayLike
 ) -> tuple[float, np.ndarray]:
-    """The LP relaxation of the same problem with scipy's HiGHS (``min T`` s.t. flow
+    """The LP relaxation of the problem of `split` (same ``demand: int[J]``, ``fixed: int[G]``,
+    ``arc_j``/``arc_g: int[A]``) with scipy's HiGHS (``min T`` s.t. flow
     conservation and ``fixed + inflow <= T``): ``(T, flow: float64[A])``. Its optimum rounded up
     equals `split`'s ``T`` (the flow polytope is integral for integer ``T``); used as an
     independent check and as the generic-LP baseline of ``benchmarks/bench_dispatch.py``."""
@@ -186,10 +187,11 @@ def plan(
     """Who sends what where: ``z: [J, G_src, G]`` picks of flexible expert ``j`` from source GPU
     ``s`` served on GPU ``g``, given ``amounts: [J, G_src]`` (picks per source GPU) and the
     node-resolved optimal split ``flow: [A, N]`` of `split` (``flow[a, n]``: picks from node
-    ``n`` on arc ``a``). Each source GPU's picks go to its own GPU first (up to that arc's
-    flow from its node), then to the other GPUs of its node, then to other nodes (ascending GPU
-    order inside each tier, sources in ascending order): the fewest picks leave their GPU
-    among the plans with this ``flow``. Works on integers (exact) and floats alike."""
+    ``n`` on arc ``a``; arcs ``arc_j``/``arc_g: int[A]``, ``gpu_node: int[G]``). Each source
+    GPU's picks go to its own GPU first (up to that arc's flow from its node), then to the
+    other GPUs of its node, then to other nodes (ascending GPU order inside each tier, sources
+    in ascending order): the fewest picks leave their GPU among the plans with this ``flow``.
+    Works on integers (exact) and floats alike."""
     J, G = amounts.shape
     N = flow.shape[1]
     gpn = G // N

@@ -173,7 +173,8 @@ def _gpu_slots(placement: Placement, layer: int) -> np.ndarray:
 
 
 def lp_plan(amounts: np.ndarray, placement: Placement, layer_index: int = 0) -> np.ndarray:
-    """The ``lp`` policy's plan for one batch: ``[G, E, G]`` picks of expert ``e`` from source
+    """The ``lp`` policy's plan for one batch: ``int64[G, E, G]`` (``float64`` for float
+    ``amounts``) picks of expert ``e`` from source
     GPU ``s`` served on GPU ``g``, for ``amounts: [G, E]`` picks per (source GPU, expert) of
     layer ``layer_index``. Integers (whole picks) are split exactly; floats (e.g. expected
     counts) follow the same rule on amounts scaled to integers (about 2**40 picks in all) and
