@@ -27,8 +27,8 @@ import numpy as np
 
 from eplb import solvers
 from eplb.evaluation.serving import ClusterConfig, RankBatch, StepModel, steady_state
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from eplb.evaluation.serving.steady import DEFAULT_INPUT_TOKENS
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.results.steady import DEFAULT_INPUT_TOKENS
 from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.traces import synth

@@ -29,9 +29,11 @@ import functools
 import time
 
 from eplb.evaluation import serving
-from eplb.evaluation.serving import day6, simulator, units
 from eplb.evaluation.serving.config import UnitConfig
+from eplb.evaluation.serving.simulator import loop as simulator
+from eplb.evaluation.serving.simulator import units
 from eplb.evaluation.serving.steptime import StepModel
+from eplb.evaluation.serving.workload import day6
 
 
 def _config(prefill_units=1, decode_units=1, balancer=None) -> serving.ClusterConfig:

@@ -47,8 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from eplb.evaluation.serving import ClusterConfig, steady_state  # noqa: E402
-from eplb.evaluation.serving import hardware as hw_mod  # noqa: E402
-from eplb.evaluation.serving.hardware import FITTED, KernelFit  # noqa: E402
+from eplb.evaluation.serving.config import hardware as hw_mod  # noqa: E402
+from eplb.evaluation.serving.config.hardware import FITTED, KernelFit  # noqa: E402
 
 CALIBRATION_TOL = 0.15  # the target on every calibration point
 PREDICTION_TOL = 0.25  # stated tolerance on the DeepSeek predictions (not fitted)

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from eplb.evaluation import serving
-from eplb.evaluation.serving import day6
 from eplb.evaluation.serving import workload as W
 from eplb.evaluation.serving.config import EplbConfig, RoutingConfig, UnitConfig
+from eplb.evaluation.serving.workload import day6
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
 BLOCKS = {

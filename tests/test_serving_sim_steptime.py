@@ -10,7 +10,7 @@ from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
-from eplb.evaluation.serving.steptime import TABLE_TOL, GemmCurve, TabulatedCurve
+from eplb.evaluation.serving.steptime.model import TABLE_TOL, GemmCurve, TabulatedCurve
 from eplb.traces import synth
 
 REL = 1e-12

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from eplb.errors import InputError
 from eplb.evaluation.serving import RankBatch, StepModel, step_time
-from eplb.evaluation.serving import hardware as hw
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from eplb.evaluation.serving.model import deepseek_v3
+from eplb.evaluation.serving.config import hardware as hw
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement

@@ -17,8 +17,8 @@ import pytest
 
 from eplb import solvers, traces
 from eplb.evaluation.serving import RankBatch, StepModel
-from eplb.evaluation.serving import hardware as hw
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.config import hardware as hw
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
 from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.topology import Topology

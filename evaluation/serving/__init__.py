@@ -28,13 +28,20 @@ from eplb.evaluation.serving.config import (
     SLOConfig,
     UnitConfig,
 )
-from eplb.evaluation.serving.faults import GpuFailure
-from eplb.evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
+from eplb.evaluation.serving.config.faults import GpuFailure
+from eplb.evaluation.serving.config.hardware import (
+    Hardware,
+    KernelFit,
+    get_hardware,
+    h100,
+    h200,
+    h800,
+)
+from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3, get_model
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches
-from eplb.evaluation.serving.model import ModelSpec, deepseek_v3, get_model
-from eplb.evaluation.serving.result import SimResult
+from eplb.evaluation.serving.results.result import SimResult
+from eplb.evaluation.serving.results.steady import steady_state
 from eplb.evaluation.serving.simulator import simulate
-from eplb.evaluation.serving.steady import steady_state
 from eplb.evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
 from eplb.evaluation.serving.workload import Workload, rescale
 

@@ -14,6 +14,7 @@ Tasks run inline (``workers=1``), on a local process pool or on a Dask cluster
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,8 @@ import pandas as pd
 from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import ClusterConfig
-from eplb.evaluation.serving.workload_model import Workload
+from eplb.evaluation.serving.simulator.loop import check_args, simulate
+from eplb.evaluation.serving.workload.model import Workload
 
 __all__ = ["PAIRED", "compare", "paired_table", "run_task"]
 
@@ -43,10 +45,6 @@ PAIRED = (
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """One simulation: ``task`` holds ``name``, ``config``, ``workload``, ``seed``,
     ``duration_s``, ``window``; returns the summary row (with ``wall_s``)."""
-    import time
-
-    from eplb.evaluation.serving.simulator import simulate
-
     start = time.perf_counter()
     res = simulate(
         task["config"],
@@ -100,8 +98,6 @@ def compare(
     ``window``: the summary window (default the whole run). ``workers > 1``: a local process
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
-    from eplb.evaluation.serving.simulator import _check_args
-
     named = _named(configs)
     if not isinstance(workload, Workload):
         raise InputError(f"workload must be a Workload, got {type(workload).__name__}")
@@ -114,7 +110,7 @@ def compare(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"workers must be a positive integer, got {workers!r}")
     for cfg in named.values():
-        _check_args(cfg, workload, 0, duration_s, 1.0)
+        check_args(cfg, workload, 0, duration_s, 1.0)
     tasks = [
         {
             "name": name,

@@ -297,6 +297,6 @@ class SimResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
-        from eplb.evaluation.serving import plots
+        from eplb.evaluation.serving.results import plots
 
         return plots.write_all(self, Path(directory))

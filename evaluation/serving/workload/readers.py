@@ -34,7 +34,7 @@ import pandas as pd
 
 from eplb.atomic import atomic_write
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
 
 __all__ = ["READ_FORMATS", "WRITE_FORMATS", "dropped", "read", "sniff", "write", "write_format"]
 

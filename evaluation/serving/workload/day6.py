@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import Workload
-from eplb.evaluation.serving.workload_synth import synthesize
+from eplb.evaluation.serving.workload.model import Workload
+from eplb.evaluation.serving.workload.synth import synthesize
 
 __all__ = ["DAY6", "MIXES", "THINK_S", "day6_workload", "fit_mix", "mix_stats"]
 

@@ -45,18 +45,18 @@ from eplb.errors import InputError
 from eplb.evaluation.serving import balancers
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from eplb.evaluation.serving.eplb_loop import Planner, Recorder, emptied
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches
-from eplb.evaluation.serving.routing_source import Popularity, StepLoads
-from eplb.evaluation.serving.steptime import BREAKDOWN, StepModel
-from eplb.evaluation.serving.units import (
+from eplb.evaluation.serving.simulator.eplb_loop import Planner, Recorder, emptied
+from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
+from eplb.evaluation.serving.simulator.units import (
     DecodeUnit,
     PrefillUnit,
     cum,
     cum_many,
     first_reach_many,
 )
-from eplb.evaluation.serving.workload_model import Workload
+from eplb.evaluation.serving.steptime import BREAKDOWN, StepModel
+from eplb.evaluation.serving.workload.model import Workload
 
 __all__ = ["simulate"]
 
@@ -69,7 +69,7 @@ _OFFER_CAP = 256  # waiting requests offered to a balancer at once (head of the 
 _COL_INPUT_DONE, _COL_OUTPUT = 8, 9  # positions in a recorded step (result.STEP_COLUMNS)
 
 
-def _check_args(config, workload, seed, duration_s, bucket_s):
+def check_args(config, workload, seed, duration_s, bucket_s):
     if not isinstance(config, ClusterConfig):
         raise InputError(f"config must be a ClusterConfig, got {type(config).__name__}")
     if not isinstance(workload, Workload):
@@ -120,7 +120,7 @@ class _Sim:
         progress: bool,
         bucket_s: float,
     ):
-        _check_args(config, workload, seed, duration_s, bucket_s)
+        check_args(config, workload, seed, duration_s, bucket_s)
         self.cfg = config
         self.seed = int(seed)
         self.progress = progress
@@ -792,7 +792,7 @@ class _Sim:
                     self._push(eplb.rebalance_interval_s, _REBAL, (phase, unit.index))
 
     def run(self):
-        from eplb.evaluation.serving.result import SimResult
+        from eplb.evaluation.serving.results.result import SimResult
 
         self._initial_placements()
         for j, fault in enumerate(self.cfg.faults):

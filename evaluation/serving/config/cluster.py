@@ -28,9 +28,9 @@ from typing import Any
 
 from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
-from eplb.evaluation.serving.faults import as_fault
-from eplb.evaluation.serving.hardware import Hardware, get_hardware
-from eplb.evaluation.serving.model import ModelSpec, get_model
+from eplb.evaluation.serving.config.faults import as_fault
+from eplb.evaluation.serving.config.hardware import Hardware, get_hardware
+from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.executor.routing import POLICIES
 from eplb.topology import Topology
 

@@ -62,14 +62,14 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.hardware import (
+from eplb.evaluation.serving.config.hardware import (
     COMBINE_BYTES,
     DISPATCH_BYTES,
     Hardware,
     h800,
     visit_probability,
 )
-from eplb.evaluation.serving.model import ModelSpec, deepseek_v3
+from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3
 from eplb.executor.routing import check_policy, dispatch_table
 from eplb.placement import Placement
 from eplb.topology import Topology

@@ -46,7 +46,7 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import RoutingConfig
-from eplb.evaluation.serving.model import ModelSpec
+from eplb.evaluation.serving.config.model import ModelSpec
 
 __all__ = ["OPTIONS", "Popularity", "StepLoads"]
 

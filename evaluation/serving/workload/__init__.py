@@ -7,8 +7,8 @@
   (see `evaluation.serving.workload_synth`).
 """
 
-from eplb.evaluation.serving.workload_model import COLUMNS, MAX_TOKENS, Workload
-from eplb.evaluation.serving.workload_readers import (
+from eplb.evaluation.serving.workload.model import COLUMNS, MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.readers import (
     READ_FORMATS,
     WRITE_FORMATS,
     dropped,
@@ -17,7 +17,7 @@ from eplb.evaluation.serving.workload_readers import (
     write,
     write_format,
 )
-from eplb.evaluation.serving.workload_synth import (
+from eplb.evaluation.serving.workload.synth import (
     ARRIVALS,
     gamma_arrivals,
     lognormal_lengths,

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
 
 __all__ = [
     "ARRIVALS",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eplb.evaluation.serving.config import EplbConfig
-from eplb.evaluation.serving.model import ModelSpec
+from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.placement import Placement
 from eplb.topology import Topology
 
