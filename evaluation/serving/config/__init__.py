@@ -1,17 +1,18 @@
-"""The cluster a serving run models: `ClusterConfig` and its blocks, with the cited presets
-(`config.hardware`, `config.model`) and faults (`GpuFailure`)."""
+"""The cluster a serving run models: `ClusterConfig` (`cluster`) built from the blocks of
+`schema`, read and written as TOML (`toml`); the cited presets apart: clusters (`presets`),
+GPUs (`hardware`), models (`model`); faults to inject (`faults`)."""
 
-from eplb.evaluation.serving.config.cluster import (
+from eplb.evaluation.serving.config.cluster import ClusterConfig
+from eplb.evaluation.serving.config.faults import GpuFailure
+from eplb.evaluation.serving.config.presets import kv_capacity_tokens
+from eplb.evaluation.serving.config.schema import (
     DEFAULT_TOKEN_BUDGET,
-    ClusterConfig,
     EplbConfig,
     KVConfig,
     RoutingConfig,
     SLOConfig,
     UnitConfig,
-    kv_capacity_tokens,
 )
-from eplb.evaluation.serving.config.faults import GpuFailure
 
 __all__ = [
     "DEFAULT_TOKEN_BUDGET",
