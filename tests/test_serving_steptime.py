@@ -16,7 +16,7 @@ from eplb.evaluation.serving.config import hardware as hw
 from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
 from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.steptime import BREAKDOWN
-from eplb.evaluation.traffic import simulate
+from eplb.evaluation.traffic import expected_copies, simulate
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -184,7 +184,11 @@ def test_counts_mode_bytes_match_traffic_model(policy):
     src = rng.integers(100, 9000, 32).astype(float)
     slot, recv, v, vn, _ = sm._routed(placement, load, src)
     mine = dict(
-        zip(("nvlink_out", "nvlink_in", "rdma_out", "rdma_in"), sm._bytes(src, v, vn), strict=True)
+        zip(
+            ("nvlink_out", "nvlink_in", "rdma_out", "rdma_in"),
+            expected_copies(src, v, vn, topo),
+            strict=True,
+        )
     )
     dist = load / load.sum(1, keepdims=True)
     ref = simulate(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.evaluation.traffic import visit_probability
 from eplb.topology import Topology
 
 DISPATCH_BYTES = 1 + 4 / 128  # FP8 element + one FP32 scale per 128 (DeepEP's fp8_factor)
@@ -133,30 +134,6 @@ class Hardware:
             )
         )
         return Topology(num_nodes, gpus_per_node, slots_per_gpu, nvlink_gbps=nv, rdma_gbps=rdma)
-
-
-# ------------------------------------------------------------------------- routing helper
-def visit_probability(
-    experts_per_bin, *, num_experts: int, top_k: int, num_groups: int, topk_groups: int
-):
-    """Probability that one token visits a bin (GPU or node) holding ``experts_per_bin`` of
-    ``num_experts`` experts, experts contiguous, routing uniform over experts.
-
-    The traffic model's co-occurrence model (`evaluation.traffic`): each expert is included
-    independently with probability ``p = top_k / num_experts``; with groups, a token selects
-    each of ``num_groups`` contiguous groups with ``q = topk_groups / num_groups`` and an expert
-    of a selected group with ``p / q``. A bin of ``x`` experts spans ``x / min(x, group)``
-    groups (fractional ``x`` is the even spread of experts over bins).
-    """
-    x = np.asarray(experts_per_bin, dtype=np.float64)
-    p = top_k / num_experts
-    gs = num_experts / num_groups
-    q = min(1.0, topk_groups / num_groups)
-    r = min(1.0, p / q)
-    h = np.minimum(x, gs)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        miss = np.where(x > 0, (1 - q + q * (1 - r) ** h) ** (x / np.maximum(h, 1e-300)), 1.0)
-    return 1.0 - miss
 
 
 def deepep_bench_bytes(

@@ -62,15 +62,10 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.config.hardware import (
-    COMBINE_BYTES,
-    DISPATCH_BYTES,
-    Hardware,
-    h800,
-    visit_probability,
-)
+from eplb.evaluation import traffic
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES, Hardware, h800
 from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3
-from eplb.executor.routing import check_policy, dispatch_table
+from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -388,19 +383,7 @@ class TabulatedCurve:
 TABLE_TOL = 1e-5  # relative error of TabulatedCurve against ExpertCurve
 
 
-# -------------------------------------------------------------- routing of one placement
-@dataclass(frozen=True, eq=False)
-class _Routing:
-    """Per-placement tables for the O(L * P) counts-mode expectations (cached)."""
-
-    expert: np.ndarray  # int64[L, P] expert of each slot
-    share: np.ndarray  # float64[L, P] share of its expert's picks a slot receives
-    w_gpu: np.ndarray  # float64[L, P] share merged over the expert's slots on the same GPU
-    w_node: np.ndarray  # ... on the same node (0 on all but the first such slot)
-    key_gpu: np.ndarray  # int64[L, P] bincount key (layer, GPU, group) of each slot
-    key_node: np.ndarray  # int64[L, P] bincount key (layer, node, group)
-
-
+# ------------------------------------------------------------ a placement prepared for steps
 @dataclass(frozen=True, eq=False)
 class RoutedPlacement:
     """A placement and an expected step load prepared by `StepModel.prepare` (``placement``
@@ -418,94 +401,6 @@ class RoutedPlacement:
         """The prepared distribution (``dist``), as a load `StepModel.time` accepts."""
         return self.dist
 
-
-def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarray:
-    """Sum of ``share`` over the slots of one expert inside each bin of ``per_bin`` slots, held
-    by the first such slot (others 0)."""
-    L, P = expert.shape
-    e = expert.reshape(L, P // per_bin, per_bin)
-    w = share.reshape(L, P // per_bin, per_bin)
-    same = e[..., :, None] == e[..., None, :]  # [L, B, S, S]
-    idx = np.arange(per_bin)
-    earlier = same & (idx[None, :] < idx[:, None])  # a same-expert slot before this one
-    first = ~earlier.any(-1)
-    merged = (same * w[..., None, :]).sum(-1)
-    return np.where(first, merged, 0.0).reshape(L, P)
-
-
-@lru_cache(maxsize=32)
-def _routing(placement: Placement, policy: str, num_groups: int, topk_groups: int) -> _Routing:
-    topo = placement.topology
-    empty = placement.phy2log < 0  # slots of failed GPUs: no expert, no picks
-    expert = np.maximum(placement.phy2log, 0)
-    L = expert.shape[0]
-    share = (
-        placement.share
-        if policy == "weighted"
-        else 1.0 / np.maximum(np.take_along_axis(placement.logcnt, expert, 1), 1)
-    )
-    if empty.any():
-        share = np.where(empty, 0.0, share)
-    ng = num_groups if topk_groups < num_groups else 1
-    group = expert // (placement.num_experts // ng)
-    rows = np.arange(L)[:, None]
-    key_gpu = (rows * topo.num_gpus + topo.gpu_of_slot[None, :]) * ng + group
-    key_node = (rows * topo.num_nodes + topo.node_of_slot[None, :]) * ng + group
-    return _Routing(
-        expert,
-        share,
-        _merge_bins(expert, share, topo.slots_per_gpu),
-        _merge_bins(expert, share, topo.slots_per_gpu * topo.gpus_per_node),
-        key_gpu,
-        key_node,
-    )
-
-
-@lru_cache(maxsize=8)
-def _dispatch_tables(placement: Placement) -> np.ndarray:
-    """``int64[L, G, E]``: `local_first` slot of each (source GPU, expert), per layer."""
-    return np.stack([dispatch_table(placement, i) for i in range(placement.num_layers)])
-
-
-def _group_model(p: np.ndarray, model: ModelSpec):
-    """``q: float[L, NG]`` (a token selects a group) and ``r: float[L, E]`` (an expert of a
-    selected group), as `evaluation.traffic`'s group-limited model for uniform sources."""
-    L, E = p.shape
-    ng, tg, k = model.num_groups, model.topk_groups, model.top_k
-    if tg >= ng:
-        return np.ones((L, 1)), p
-    pg = p.reshape(L, ng, E // ng)
-    q = np.clip(pg.sum(-1) * (tg / k), pg.max(-1), 1.0)
-    gid = np.arange(E) // (E // ng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(q[:, gid] > 0, p / q[:, gid], 0.0)
-    return q, np.minimum(r, 1.0)
-
-
-def _visits(rt: _Routing, p: np.ndarray, model: ModelSpec, topo: Topology):
-    """``float[L, G]`` and ``float[L, N]``: probability that a token visits each GPU and
-    each node (group-limited co-occurrence model of `evaluation.traffic`)."""
-    q, r = _group_model(p, model)
-    L = p.shape[0]
-    ng = q.shape[1]
-    rs = np.take_along_axis(r, rt.expert, 1)
-    out = []
-    for w, key, bins in (
-        (rt.w_gpu, rt.key_gpu, topo.num_gpus),
-        (rt.w_node, rt.key_node, topo.num_nodes),
-    ):
-        with np.errstate(divide="ignore"):
-            term = np.log1p(-np.minimum(rs * w, 1.0))
-        inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * bins * ng))
-        inner = inner.reshape(L, bins, ng)
-        if ng == 1:
-            miss = np.log(inner[..., 0])
-        else:
-            qq = q[:, None, :]
-            with np.errstate(divide="ignore"):
-                miss = np.log(np.maximum(1.0 - qq + qq * inner, 0.0)).sum(-1)
-        out.append(-np.expm1(miss))
-    return out
 
 
 # ----------------------------------------------------------------------------- the model
@@ -605,10 +500,8 @@ class StepModel:
             num_groups=model.num_groups,
             topk_groups=model.topk_groups,
         )
-        self.v_bal = float(visit_probability(model.num_experts / G, **kw))
-        self.vn_bal = float(visit_probability(model.num_experts / N, **kw))
-        self.local = np.arange(G) % topology.gpus_per_node
-        self.node = topology.node_of_gpu
+        self.v_bal = float(traffic.visit_probability(model.num_experts / G, **kw))
+        self.vn_bal = float(traffic.visit_probability(model.num_experts / N, **kw))
 
     # ------------------------------------------------------------------ stages
     def _rank_stages(self, batch: RankBatch):
@@ -681,7 +574,7 @@ class StepModel:
             nv_out, nv_in = report.nvlink_out / per, report.nvlink_in / per
             rd_out, rd_in = report.rdma_out / per, report.rdma_in / per
         else:
-            nv_out, nv_in, rd_out, rd_in = self._bytes(src, v, vn)
+            nv_out, nv_in, rd_out, rd_in = traffic.expected_copies(src, v, vn, self.topology)
         hd = m.hidden
         links = [
             (nv_out, nv_in, hd * DISPATCH_BYTES / self.bw_nv[0], hd * COMBINE_BYTES / self.bw_nv[1])
@@ -707,21 +600,6 @@ class StepModel:
             d = np.maximum(d, copies * sd)
             c = np.maximum(c, copies * sc)
         return d, c
-
-    def _bytes(self, src: np.ndarray, v: np.ndarray, vn: np.ndarray):
-        """Expected token copies per GPU ``[L, G]`` (dispatch direction) when every source
-        rank's tokens route alike: NVLink out/in and RDMA out/in (module docstring)."""
-        topo = self.topology
-        gpn, N = topo.gpus_per_node, topo.num_nodes
-        loc, node = self.local, self.node
-        t_all = src.sum()
-        t_loc = np.bincount(loc, src, gpn)  # [gpn] tokens of sources with each local index
-        v_node = v.reshape(v.shape[0], N, gpn).sum(-1)  # [L, N]
-        nv_in = v * (t_all - t_loc[loc])
-        nv_out = t_loc[loc] * (v_node[:, node] - v)
-        rd_out = src * (vn.sum(-1, keepdims=True) - vn[:, node])
-        rd_in = (t_loc[loc] - src) * vn[:, node]
-        return nv_out, nv_in, rd_out, rd_in
 
     def _check_placement(self, placement: Placement) -> None:
         if not isinstance(placement, Placement):
@@ -755,21 +633,19 @@ class StepModel:
         if arr.ndim == 2 and self.dispatch != "local_first":
             dist = _normalise(arr)
             picks = dist * (K * total)  # [L, E]
-            rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+            rt = traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
             slot = np.take_along_axis(picks, rt.expert, 1) * rt.share
             recv = slot.reshape(L, G, -1).sum(-1)
             if self.phase == "decode":  # low-latency kernels: picks only
                 return slot, recv, None, None, None
-            v, vn = _visits(rt, np.minimum(dist * K, 1.0), m, topo)
+            v, vn = self._visits(rt, dist)
             return slot, recv, v, vn, None
         # slow path: per-source distributions or local_first, via evaluation.traffic
-        from eplb.evaluation.traffic import simulate
-
         if arr.ndim == 2:
             per_src = _normalise(arr)[:, None, :] * (K * src)[None, :, None]
         else:
             per_src = _normalise(arr.reshape(L * G, E)).reshape(L, G, E) * (K * src)[None, :, None]
-        report = simulate(
+        report = traffic.simulate(
             placement,
             source_counts=per_src,
             policy=self.dispatch,
@@ -781,14 +657,27 @@ class StepModel:
             topk_groups=m.topk_groups,
             keep_slots=False,
         )
-        if self.dispatch == "local_first":
-            dest = _dispatch_tables(placement)  # [L, G, E]
-            key = (np.arange(L)[:, None, None] * topo.num_slots + dest).ravel()
-            slot = np.bincount(key, per_src.ravel(), L * topo.num_slots).reshape(L, -1)
-        else:
-            rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
-            slot = np.take_along_axis(per_src.sum(1), rt.expert, 1) * rt.share
+        slot = traffic.expected_slot_picks(
+            placement,
+            per_src,
+            self.dispatch,
+            num_groups=m.num_groups,
+            topk_groups=m.topk_groups,
+        )
         return slot, report.gpu_tokens, None, None, report
+
+    def _visits(self, rt: traffic.SlotRouting, dist: np.ndarray):
+        """Visit probabilities ``(float[L, G], float[L, N])`` of a step whose picks follow
+        ``dist: float[L, E]`` (the traffic model's fast path)."""
+        m = self.model
+        return traffic.visit_probabilities(
+            rt,
+            np.minimum(dist * m.top_k, 1.0),
+            self.topology,
+            top_k=m.top_k,
+            num_groups=m.num_groups,
+            topk_groups=m.topk_groups,
+        )
 
     # ------------------------------------------------------------------ combine
     def _layer(self, a1, a2, sh, o, moe, d, c):
@@ -838,16 +727,16 @@ class StepModel:
                 "prepare() covers the even/random/weighted dispatch policies; local_first "
                 "routes per source rank: call time(batch, placement, load) instead"
             )
-        L, E, K = m.moe_layers, m.num_experts, m.top_k
+        L, E = m.moe_layers, m.num_experts
         arr = np.ones((L, E)) if load is None else _check_step_load(load, L, topo.num_gpus, E)
         if arr.ndim != 2:
             raise InputError("prepare() takes a load float[L, E]; per-source loads need time()")
         dist = _normalise(arr)
-        rt = _routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+        rt = traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
         gather = (np.arange(L)[:, None] * E + rt.expert).ravel()
         v = vn = None
         if self.phase == "prefill":
-            v, vn = _visits(rt, np.minimum(dist * K, 1.0), m, topo)
+            v, vn = self._visits(rt, dist)
         return RoutedPlacement(placement, dist, gather, rt.share, v, vn)
 
     def time_routed(
