@@ -11,7 +11,8 @@ from typing import Any
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from eplb.evaluation.serving.steptime.model import RankBatch, check_phase, step_time
+from eplb.evaluation.serving.steptime import RankBatch, step_time
+from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.placement import Placement
 
 DEFAULT_INPUT_TOKENS = 4096  # prompt length of DeepSeek's profile

@@ -28,7 +28,7 @@ import numpy as np
 
 from eplb.evaluation.serving.simulator.eplb_loop import Planner, Recorder
 from eplb.evaluation.serving.simulator.expert_loads import StepLoads
-from eplb.evaluation.serving.steptime.model import RankBatch, RoutedPlacement, StepModel, StepTime
+from eplb.evaluation.serving.steptime import RankBatch, RoutedPlacement, StepModel, StepTime
 from eplb.placement import Placement
 
 __all__ = ["DecodeUnit", "PrefillUnit", "cum", "cum_many", "first_reach", "first_reach_many"]
