@@ -49,7 +49,7 @@ from eplb.errors import InputError
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.format import text_table
 
-__all__ = ["STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
+__all__ = ["FAULT_COLUMNS", "REBALANCE_COLUMNS", "STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
 
 STEP_COLUMNS = (
     "phase",
@@ -65,6 +65,31 @@ STEP_COLUMNS = (
     "gpu_load_max_over_mean",
     "placement_version",
     *(f"{k}_s" for k in BREAKDOWN),
+)
+
+REBALANCE_COLUMNS = (
+    "time_s",
+    "phase",
+    "unit",
+    "solver",
+    "replicas_moved",
+    "bytes_moved",
+    "max_gpu_bytes",
+    "copy_s",
+    "stall_s",
+    "solve_wall_s",
+    "expected_balance_before",
+    "expected_balance_after",
+)
+FAULT_COLUMNS = (
+    "time_s",
+    "phase",
+    "unit",
+    "gpu",
+    "requests_requeued",
+    "orphaned_experts",
+    "emergency_replicas_moved",
+    "stall_s",
 )
 
 # the summary's keys with their units (the CLI prints them; docs list them)
@@ -110,92 +135,6 @@ class SimResult:
     faults: pd.DataFrame
     utilisation: dict[str, pd.DataFrame] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-
-    # ------------------------------------------------------------------ build
-    @classmethod
-    def from_sim(cls, sim, end: float) -> SimResult:
-        df = sim.frame
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(sim.out > 1, (sim.finish_s - sim.first_token_s) / (sim.out - 1), np.nan)
-        requests = pd.DataFrame(
-            {
-                "request_id": df["request_id"].to_numpy(),
-                "arrival_s": sim.arrival,
-                "routed_s": sim.routed_s,
-                "first_token_s": sim.first_token_s,
-                "decode_start_s": sim.decode_start_s,
-                "finish_s": sim.finish_s,
-                "input_tokens": sim.inp,
-                "cached_tokens": sim.cached,
-                "store_loaded_tokens": sim.store_tokens,
-                "output_tokens": sim.out,
-                "prefill_unit": sim.p_unit,
-                "prefill_rank": sim.p_rank,
-                "decode_unit": sim.d_unit,
-                "decode_rank": sim.d_rank,
-                "retries": sim.retries,
-                "prefills": sim.prefills,
-                "ttft_s": sim.first_token_s - sim.arrival,
-                "tpot_s": tpot,
-            }
-        )
-        steps = pd.DataFrame.from_records(sim.step_rows, columns=list(STEP_COLUMNS))
-        if len(steps):
-            steps = steps.astype(
-                {"unit": np.int64, "step": np.int64, "placement_version": np.int64}
-            )
-        rebal_cols = [
-            "time_s",
-            "phase",
-            "unit",
-            "solver",
-            "replicas_moved",
-            "bytes_moved",
-            "max_gpu_bytes",
-            "copy_s",
-            "stall_s",
-            "solve_wall_s",
-            "expected_balance_before",
-            "expected_balance_after",
-        ]
-        rebalances = pd.DataFrame(sim.rebalance_rows, columns=rebal_cols)
-        fault_cols = [
-            "time_s",
-            "phase",
-            "unit",
-            "gpu",
-            "requests_requeued",
-            "orphaned_experts",
-            "emergency_replicas_moved",
-            "stall_s",
-        ]
-        faults = pd.DataFrame(sim.fault_rows, columns=fault_cols)
-        util = {}
-        for name, buckets in sim.util.items():
-            if not buckets:
-                continue
-            keys = sorted(buckets)
-            frame = pd.DataFrame(
-                np.stack([buckets[k] for k in keys]) / sim.bucket_s,
-                index=pd.Index([k * sim.bucket_s for k in keys], name="time_s"),
-            )
-            frame.columns.name = "rank"
-            util[name] = frame
-        cfg = sim.cfg
-        meta = {
-            "config": cfg.to_dict(),
-            "config_name": cfg.name,
-            "seed": sim.seed,
-            "end_s": float(end),
-            "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
-            "decode_nodes": cfg.decode.count * cfg.decode.nodes,
-            "prefill_gpus": cfg.prefill.num_gpus,
-            "decode_gpus": cfg.decode.num_gpus,
-            "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
-            "events": sim.events,
-            "kv_store": sim.store.stats(),
-        }
-        return cls(requests, steps, rebalances, faults, util, meta)
 
     # ------------------------------------------------------------------ summary
     def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
