@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.errors import InputError
 from eplb.evaluation.serving.balancers.registry import register
 from eplb.evaluation.serving.balancers.state import Ledger, RankState, RequestBatch, make_rng
 
@@ -25,8 +26,6 @@ def metric_array(ledger: Ledger, metric: str) -> np.ndarray:
         return ledger.n
     if metric == "tokens":
         return ledger.tokens
-    from eplb.errors import InputError
-
     raise InputError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
 
 

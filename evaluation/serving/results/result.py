@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.results import plots
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.format import text_table
 
@@ -236,6 +237,4 @@ class SimResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
-        from eplb.evaluation.serving.results import plots
-
         return plots.write_all(self, Path(directory))

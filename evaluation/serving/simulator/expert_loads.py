@@ -44,9 +44,12 @@ import math
 
 import numpy as np
 
-from eplb.errors import InputError
+from eplb import traces
+from eplb.errors import EplbError, InputError
 from eplb.evaluation.serving.config import RoutingConfig
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.traces import calibration
+from eplb.traces.synth import cap_shares
 
 __all__ = ["OPTIONS", "Popularity", "StepLoads"]
 
@@ -93,8 +96,6 @@ def routing_options(config: RoutingConfig) -> dict:
 
 
 def _cap(p: np.ndarray, top_k: int) -> np.ndarray:
-    from eplb.traces.synth import cap_shares
-
     return cap_shares(p / p.sum(-1, keepdims=True), top_k)
 
 
@@ -207,8 +208,6 @@ class Popularity:
 
 def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.ndarray:
     """DeepSeek-V3 shares as `traces.synth.calibrated` draws them (no window jitter)."""
-    from eplb.traces import calibration
-
     table = calibration.load_table("deepseek-v3")
     L, E = len(table["layer_ids"]), int(table["num_experts"])
     if (L, E) != (model.moe_layers, model.num_experts):
@@ -232,9 +231,6 @@ def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.nd
 
 
 def _read_trace(path, L: int, E: int) -> np.ndarray:
-    from eplb import traces
-    from eplb.errors import EplbError
-
     try:
         trace = traces.read(path)
     except EplbError as exc:

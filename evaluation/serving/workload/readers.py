@@ -371,7 +371,7 @@ def _read_csv(path: Path, block_size: int | None) -> Workload:
 
 def _read_parquet(path: Path, block_size: int | None) -> Workload:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: pyarrow is an optional extra (parquet)
     except ImportError:
         raise InputError("reading Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
     try:
@@ -499,7 +499,7 @@ def _write_csv(workload: Workload, path) -> None:
 
 def _write_parquet(workload: Workload, path) -> None:
     try:
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow is an optional extra (parquet)
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError("writing Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
