@@ -1,21 +1,11 @@
 """Serving layer: what a placement is worth in TTFT / TPOT / tokens per second.
 
-- `evaluation.serving.workload`: `Workload` (request frames), readers, generators, `rescale`.
-- `evaluation.serving.kvcache`: `KVStore` (prefix blocks, radix semantics), `RankCaches`.
-- `evaluation.serving.balancers`: DP balancers in a registry, `RankState`, `RequestBatch`.
-- `evaluation.serving.hardware`: `Hardware` presets ``h800``, ``h100``, ``h200``.
-- `evaluation.serving.model`: `ModelSpec` preset ``deepseek_v3``.
-- `evaluation.serving.steptime`: `RankBatch`, `StepModel`, `step_time`, `StepTime`.
-- `evaluation.serving.config`: `ClusterConfig` (+ `UnitConfig`, `EplbConfig`, `KVConfig`,
-  `SLOConfig`, `RoutingConfig`) with TOML files and presets.
-- `evaluation.serving.steady`: `steady_state`.
-- `evaluation.serving.simulator`: `simulate` (discrete-event PD cluster) -> `SimResult`
-  (`evaluation.serving.result`); `GpuFailure` (`evaluation.serving.faults`); `compare`
-  (paired runs over seeds, `evaluation.serving.compare`).
-
-See docs/serving.md and docs/serving-calibration.md. Nothing outside ``evaluation.serving``
-imports it.
-"""
+Wings: `workload` (request frames, readers, generators, the Day-6 mix), `kvcache` (prefix KV
+store), `balancers` (DP balancers), `config` (`ClusterConfig`; cited hardware, model and
+cluster presets), `steptime` (`StepModel`), `simulator` (`simulate`), `results` (`SimResult`,
+plots, `steady_state`) and `compare` (paired runs over seeds); their public names are here.
+docs/serving.md and docs/serving-calibration.md explain them; of the library, only the CLI
+imports this package."""
 
 from eplb.evaluation.serving import balancers, workload
 from eplb.evaluation.serving.balancers import RankState, RequestBatch

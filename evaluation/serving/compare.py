@@ -1,15 +1,6 @@
-"""`compare`: paired simulations of several configs on one workload, over seeds.
-
-Runs with the same seed are paired: the same arrivals (the workload), the same expert
-popularity over time and the same per-unit noise banks (`evaluation.serving.routing_source`),
-so differences between configs are not sampling noise of the traffic. One row per
-``(config, seed)`` with the `SimResult.summary` keys, plus for every metric in `PAIRED`
-``d_<metric>`` (value minus the first config's at the same seed) and ``r_<metric>`` (value
-over it, minus 1). `paired_table` averages them over seeds.
-
-Tasks run inline (``workers=1``), on a local process pool or on a Dask cluster
-(``scheduler=``), through the executors of `evaluation.compare`.
-"""
+"""`compare`: paired simulations of several configs on one workload, over seeds (same arrivals,
+popularity and noise banks per seed), one summary row per ``(config, seed)`` with ``d_`` /
+``r_`` columns against the first config; `paired_table` averages them (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -91,7 +82,8 @@ def compare(
     scheduler: Any = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Simulate every config on ``workload`` with every seed (paired; module doc).
+    """Simulate every config on ``workload`` with every seed (paired: the same arrivals,
+    popularity and noise banks per seed).
 
     ``configs``: ``{name: ClusterConfig}`` or a list (named by ``config.name``; the first is
     the baseline of the ``d_`` / ``r_`` columns). ``duration_s``: as in `simulate`.

@@ -30,6 +30,7 @@ def metric_array(ledger: Ledger, metric: str) -> np.ndarray:
 
 
 def _argmin_where(ok: np.ndarray, values: np.ndarray) -> int:
+    """The rank with the least ``values: float[R]`` among ``ok: bool[R]`` (first on ties)."""
     return int(np.where(ok, values, np.inf).argmin())
 
 

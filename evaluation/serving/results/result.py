@@ -1,38 +1,7 @@
-"""`SimResult`: what a simulation produced, as frames, a summary and plots.
-
-Frames (one row each):
-
-- ``requests``: per request that arrived before the end: ``request_id``, ``arrival_s``,
-  ``routed_s`` (placed on a prefill rank, last attempt), ``first_token_s`` (its prefill
-  finished: the first output token), ``decode_start_s`` (its first decode step began; NaN
-  for one-token outputs), ``finish_s`` (last token), ``input_tokens``,
-  ``cached_tokens`` (prompt tokens served by the store or the rank's cache, last attempt),
-  ``store_loaded_tokens`` (of those, loaded from the external store), ``output_tokens``,
-  ``prefill_unit``, ``prefill_rank``, ``decode_unit``, ``decode_rank`` (-1: none),
-  ``retries`` (times a failure sent it back to a balancer), ``prefills`` (prefills completed:
-  more than one when a failure made it prefill again), ``ttft_s``, ``tpot_s``
-  (``(finish - first token) / (output_tokens - 1)``, NaN for one-token outputs);
-- ``steps``: per unit step: ``phase``, ``unit``, ``step``, ``start_s``, ``duration_s``,
-  ``tokens`` (query tokens over the unit's ranks), ``requests`` (chunks in prefill, running
-  requests in decode), ``kv_tokens`` (decode context read), ``input_tokens_done`` (prompt
-  tokens, cached included, of the prompts this step finishes), ``output_tokens`` (decode tokens
-  emitted), ``gpu_load_max_over_mean`` (mean over MoE layers of the busiest GPU's routed picks
-  over the mean), ``placement_version`` and the step-time breakdown in seconds
-  (``attention_s`` ... ``overhead_s``, summing to ``duration_s``);
-- ``rebalances``: per EPLB rebalance: ``time_s``, ``phase``, ``unit``, ``solver``,
-  ``replicas_moved``, ``bytes_moved``, ``max_gpu_bytes``, ``copy_s`` (slowest GPU's copy),
-  ``stall_s`` (serving stopped), ``solve_wall_s`` (host seconds, not simulated time),
-  ``expected_balance_before`` / ``_after`` (mean over layers of max / mean GPU load of the live
-  and the new placement on the coming interval's expected load: a report, not an input);
-- ``faults``: per fault: ``time_s``, ``phase``, ``unit``, ``gpu``, ``requests_requeued`` (sent
-  back to a balancer), ``orphaned_experts`` ((layer, expert) pairs whose every replica was on
-  the failed GPUs), ``emergency_replicas_moved`` and ``stall_s`` (the emergency placement's
-  copy, during which the unit serves nothing; 0 without orphans).
-
-``utilisation``: per unit a frame (index: bucket start, seconds; columns: ranks) of the rank's
-load over the bucket's wall time: prefill new tokens per step over the token budget, decode
-running requests over ``max_running_requests``, time-weighted, idle time counting as 0.
-"""
+"""`SimResult`: a simulation's frames (``requests``, ``steps``, ``rebalances``, ``faults``: columns
+`STEP_COLUMNS`, `REBALANCE_COLUMNS`, `FAULT_COLUMNS`), per-unit ``utilisation``, a `summary`
+with units (`SUMMARY_UNITS`) and its plots; every column is described in docs/serving.md,
+"Results"."""
 
 from __future__ import annotations
 
@@ -122,13 +91,14 @@ SUMMARY_UNITS = {
 
 
 def _pct(x: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``x: float[k]`` (NaN when empty)."""
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
 @dataclass
 class SimResult:
-    """A simulation's frames (module doc), per-unit ``utilisation`` and ``meta`` (config,
-    seed, end time, node counts, events processed)."""
+    """A simulation's frames (docs/serving.md, "Results"), per-unit ``utilisation`` and
+    ``meta`` (config, seed, end time, node counts, events processed)."""
 
     requests: pd.DataFrame
     steps: pd.DataFrame

@@ -1,9 +1,6 @@
-"""`steady_state`: the throughput of one unit at a fixed batch, without queueing.
-
-The capacity-planning answer (what AIConfigurator gives, but with a real placement in the
-loop): every DP rank runs the same batch step after step; one `step_time` gives the step's
-seconds and breakdown, and from it tokens/s per node.
-"""
+"""`steady_state`: the throughput of one unit at a fixed batch, without queueing: every DP rank
+runs the same batch step after step, one `step_time` gives the step and tokens/s per node (the
+capacity-planning answer, with a real placement in the loop)."""
 
 from __future__ import annotations
 

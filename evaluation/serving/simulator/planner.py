@@ -1,14 +1,7 @@
-"""A unit's placement policy and what moving a placement costs.
-
-- `Planner`: the unit's policy (`EplbConfig`): a registered solver on the recorded history with
-  ``previous=`` the live placement, ``static`` (keep the initial placement), ``oracle`` (the
-  base solver on the *expected* load of the coming interval), ``balanced`` (no placement:
-  perfectly balanced routing); `Plan` is one decision.
-- `migration_bytes`: bytes each GPU loads to go from one placement to the next; the copy takes
-  ``max over GPUs / migration_gbps``.
-- `emptied`: a placement with failed GPUs' slots empty; `Planner.emergency` places again on the
-  surviving GPUs when some expert lost every replica. `trivial_placement`: a runtime's default.
-"""
+"""A unit's placement policy (`Planner`, one decision a `Plan`: a registered solver, ``static``,
+``oracle`` or ``balanced``) and what moving a placement costs (`migration_bytes`); `emptied`
+drops failed GPUs' slots and `Planner.emergency` places again when an expert lost every
+replica; `trivial_placement` is a runtime's default (docs/serving.md, "Simulator", item 7)."""
 
 from __future__ import annotations
 
@@ -94,7 +87,7 @@ class Plan:
 
 
 class Planner:
-    """The placement policy of one unit (module doc)."""
+    """The placement policy of one unit (`EplbConfig`; docs/serving.md, "Simulator", item 7)."""
 
     def __init__(
         self,
@@ -146,8 +139,8 @@ class Planner:
 
     def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:
         """A placement on the surviving GPUs (``self.topology`` marks the failed ones) from
-        ``load`` with ``previous=degraded`` (the live placement with the failed slots empty),
-        for a unit that lost every replica of some expert."""
+        ``load: float[L, E]`` with ``previous=degraded`` (the live placement with the failed
+        slots empty), for a unit that lost every replica of some expert."""
         cfg = self.config
         name = (
             cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (cfg.base_solver)
@@ -169,8 +162,8 @@ class Planner:
 
     def plan(self, live: Placement, load: np.ndarray, judge: np.ndarray) -> Plan | None:
         """A new placement from ``load: float[L, E]`` (the recorded history, or for the oracle
-        the expected future load) with ``previous=live``; ``judge`` is the load the balance
-        columns are measured on. None when there is nothing to place from."""
+        the expected future load) with ``previous=live``; ``judge: float[L, E]`` is the load the
+        balance columns are measured on. None when there is nothing to place from."""
         if not np.isfinite(load).all() or load.sum() <= 0:
             return None
         name = self.config.base_solver if self.config.solver == "oracle" else self.config.solver

@@ -48,11 +48,13 @@ class Records:
 
     # ------------------------------------------------------------------ requests
     def finished(self, i: int, t: float) -> None:
+        """Request ``i`` finished at ``t`` (once)."""
         if not math.isnan(self.finish_s[i]):  # pragma: no cover - a simulator bug
             raise AssertionError(f"request {i} finished twice")
         self.finish_s[i] = t
 
     def finished_many(self, idx: np.ndarray, t: float) -> None:
+        """The requests ``idx: int64[m]`` (each once) finished at ``t``."""
         if not np.isnan(self.finish_s[idx]).all() or len(set(idx.tolist())) != idx.size:
             raise AssertionError("a request finished twice")  # pragma: no cover - a bug
         self.finish_s[idx] = t

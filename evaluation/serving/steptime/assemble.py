@@ -38,7 +38,8 @@ class Assembly:
         )
 
     def layer(self, a1, a2, sh, o, moe, d, c):
-        """Seconds of one MoE layer from per-micro-batch stage times (arrays broadcast):
+        """Seconds of one MoE layer from per-micro-batch stage times (scalars or arrays that
+        broadcast, e.g. ``float[L]`` per layer or ``float[3, L]`` for three cases):
         projections ``a1``, core attention ``a2``, shared expert ``sh``, overhead ``o``,
         routed experts ``moe``, dispatch ``d`` and combine ``c``."""
         f = self.sm_factor
@@ -206,5 +207,5 @@ class Assembly:
 
 
 def _mean(x: np.ndarray, axis: int) -> np.ndarray:
-    """Mean over ``axis`` without `np.mean`'s per-call overhead."""
+    """Mean of ``x: float[...]`` over ``axis`` without `np.mean`'s per-call overhead."""
     return np.add.reduce(x, axis) * (1.0 / x.shape[axis])

@@ -70,8 +70,9 @@ class RankBatch:
 
     @classmethod
     def trusted(cls, tokens, attention, kv_tokens, logits) -> RankBatch:
-        """From four ``float64[G]`` arrays the caller guarantees finite, >= 0 and of one
-        length (no copies, no checks: the simulator's per-step constructor)."""
+        """From ``tokens``, ``attention``, ``kv_tokens``, ``logits``: ``float64[G]`` arrays the
+        caller guarantees finite, >= 0 and of one length (no copies, no checks: the
+        simulator's per-step constructor)."""
         b = object.__new__(cls)
         object.__setattr__(b, "tokens", tokens)
         object.__setattr__(b, "attention", attention)

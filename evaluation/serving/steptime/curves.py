@@ -38,6 +38,7 @@ class GemmCurve:
             )
 
     def seconds(self, m) -> np.ndarray:
+        """Seconds of the GEMMs at ``m: float[...]`` tokens each (same shape)."""
         m = np.asarray(m, dtype=np.float64)
         if m.ndim == 1 and 0 < m.size <= MEMO_MAX_SIZE:  # per-rank arrays: memoised halves
             h = m * 2.0
@@ -54,6 +55,7 @@ class GemmCurve:
         return table
 
     def _compute(self, m: np.ndarray) -> np.ndarray:
+        """`seconds` without the memo (``m: float64[...]``)."""
         eff = np.maximum(m, MIN_GEMM_M)
         lm = np.log2(eff)
         out = np.zeros_like(eff)
@@ -82,6 +84,7 @@ class ExpertCurve:
         self.floor = float(2 ** self.xs[0])
 
     def seconds(self, m) -> np.ndarray:
+        """Seconds of one expert at ``m: float[...]`` tokens per expert (same shape)."""
         m = np.asarray(m, dtype=np.float64)
         eff = np.maximum(m, self.floor)
         lm = np.log2(eff)
@@ -113,6 +116,7 @@ class TabulatedCurve:
         self.last = len(grid) - 2
 
     def seconds(self, m: np.ndarray) -> np.ndarray:
+        """`ExpertCurve.seconds` of ``m: float64[...]`` tokens per expert, from the table."""
         pos = m * self.inv
         row = np.trunc(pos)  # the table row (pos >= 0); float ops are cheaper than int ones
         if row.size and row.max() > self.last:

@@ -40,7 +40,8 @@ class GpuSide:
         return self.expert.seconds(slot).reshape(L, topo.num_gpus, topo.slots_per_gpu).sum(-1)
 
     def seconds_fast(self, slot: np.ndarray, tabulated: bool) -> np.ndarray:
-        """`seconds` by strided sums (the hot path), from `expert_table` when ``tabulated``."""
+        """`seconds` of ``slot: float64[L, P]`` by strided sums (the hot path), from
+        `expert_table` when ``tabulated``."""
         curve = self.expert_table if tabulated else self.expert
         return per_gpu(curve.seconds(slot), self.topology.slots_per_gpu)
 

@@ -1,11 +1,6 @@
-"""Request workloads: the `Workload` frame, file readers/writers, generators and `rescale`.
-
-- `Workload(requests, block_size=512, meta=None)`: see `evaluation.serving.workload_model`.
-- `read(path, format=None)` / `write(workload, path, format=None)`: Mooncake JSON lines, the
-  Azure LLM inference CSV, plain CSV/Parquet (see `evaluation.serving.workload_readers`).
-- `synthesize(...)`, `poisson_arrivals`, `gamma_arrivals`, `lognormal_lengths`, `rescale`
-  (see `evaluation.serving.workload_synth`).
-"""
+"""Request workloads: the `Workload` frame (`model`), file readers and writers (`readers`:
+Mooncake JSON lines, the Azure CSV, CSV / Parquet), seeded generators and `rescale` (`synth`),
+the Day-6-like mixes (`day6`); docs/serving.md, "Workloads"."""
 
 from eplb.evaluation.serving.workload.model import COLUMNS, MAX_TOKENS, Workload
 from eplb.evaluation.serving.workload.readers import (
