@@ -6,8 +6,6 @@ import heapq
 
 # event kinds (the loop dispatches on them)
 ARRIVE, P_END, D_END, P_WAKE, D_WAKE, REBAL, LIVE, FAULT, END = range(9)
-NAMES = ("arrive", "prefill_end", "decode_end", "prefill_wake", "decode_wake", "rebalance",
-         "placement_live", "fault", "end")
 # events before which the requests that arrived by then are routed (only prefill events
 # change what the router reads)
 PREFILL_EVENTS = (ARRIVE, P_END, P_WAKE, FAULT, END)

@@ -18,7 +18,19 @@ from eplb.evaluation.serving.results.result import SimResult
 from eplb.evaluation.serving.simulator.admission import Admission
 from eplb.evaluation.serving.simulator.decode import DecodeUnit
 from eplb.evaluation.serving.simulator.eplb_loop import EplbLoop, Recorder
-from eplb.evaluation.serving.simulator.events import END, PREFILL_EVENTS, EventQueue
+from eplb.evaluation.serving.simulator.events import (
+    ARRIVE,
+    D_END,
+    D_WAKE,
+    END,
+    FAULT,
+    LIVE,
+    P_END,
+    P_WAKE,
+    PREFILL_EVENTS,
+    REBAL,
+    EventQueue,
+)
 from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
 from eplb.evaluation.serving.simulator.faults import Faults
 from eplb.evaluation.serving.simulator.planner import Planner
@@ -173,16 +185,16 @@ class Simulation:
         by a prefill event are routed before it (`Admission.flush`)."""
         adm, req, queue = self.admission, self.req, self.events
         prefill, decode = self.units["prefill"], self.units["decode"]
-        handlers = (  # by event kind (events.ARRIVE ... events.FAULT)
-            adm.on_arrive,
-            lambda u, t: prefill[u].end(self, t),
-            lambda u, t: decode[u].end(self, t),
-            lambda u, t: prefill[u].wake(self, t),
-            lambda u, t: decode[u].wake(self, t),
-            self.eplb.on_rebalance,
-            self.eplb.on_live,
-            self.faults.on_fault,
-        )
+        handlers = {  # event kind -> handler(arg, t) of the entity it changes
+            ARRIVE: adm.on_arrive,
+            P_END: lambda u, t: prefill[u].end(self, t),
+            D_END: lambda u, t: decode[u].end(self, t),
+            P_WAKE: lambda u, t: prefill[u].wake(self, t),
+            D_WAKE: lambda u, t: decode[u].wake(self, t),
+            REBAL: self.eplb.on_rebalance,
+            LIVE: self.eplb.on_live,
+            FAULT: self.faults.on_fault,
+        }
         self.eplb.initial_placements()
         self.faults.schedule()
         if math.isfinite(self.end_time):
