@@ -27,8 +27,8 @@ import numpy as np
 
 from eplb import solvers
 from eplb.evaluation.serving import ClusterConfig, RankBatch, StepModel, steady_state
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from eplb.evaluation.serving.steady import DEFAULT_INPUT_TOKENS
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.results.steady import DEFAULT_INPUT_TOKENS
 from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.traces import synth
@@ -49,9 +49,9 @@ def loop_step(sm: StepModel, batch: RankBatch, placement: Placement, load: np.nd
     G, S, K, mb = topo.num_gpus, topo.slots_per_gpu, m.top_k, sm.micro_batches
     o = hw.fit.layer_overhead_s
     src = batch.tokens / mb
-    a1 = [float(sm.mla.seconds(src[r])) for r in range(G)]
-    a2 = list(sm._rank_stages(batch)[1])
-    sh = [m.shared_experts * float(sm.ffn.seconds(src[r])) for r in range(G)]
+    a1 = [float(sm.rank.mla.seconds(src[r])) for r in range(G)]
+    a2 = list(sm.rank.stages(batch)[1])
+    sh = [m.shared_experts * float(sm.rank.ffn.seconds(src[r])) for r in range(G)]
     total = 0.0
     for layer in range(m.moe_layers):
         row = load[layer] / load[layer].sum() * K * src.sum()
@@ -59,11 +59,11 @@ def loop_step(sm: StepModel, batch: RankBatch, placement: Placement, load: np.nd
         slot = one.slot_load(row[None])[0]
         gpu_s, recv = [], []
         for g in range(G):
-            gpu_s.append(sum(float(sm.expert.seconds(slot[g * S + s])) for s in range(S)))
+            gpu_s.append(sum(float(sm.gpu.expert.seconds(slot[g * S + s])) for s in range(S)))
             recv.append(sum(slot[g * S + s] for s in range(S)))
         if sm.phase == "decode":
             picks = max(max(K * src), max(recv))
-            d, c = picks * sm.ll[0], picks * sm.ll[1]
+            d, c = picks * sm.comm.ll[0], picks * sm.comm.ll[1]
         else:
             rep = simulate(
                 one,
@@ -79,14 +79,14 @@ def loop_step(sm: StepModel, batch: RankBatch, placement: Placement, load: np.nd
             per = m.hidden * DISPATCH_BYTES
             nv = max(rep.nvlink_out[0].max(), rep.nvlink_in[0].max()) / per * m.hidden
             rd = max(rep.rdma_out[0].max(), rep.rdma_in[0].max()) / per * m.hidden
-            d = max(nv * DISPATCH_BYTES / sm.bw_nv[0], rd * DISPATCH_BYTES / sm.bw_rd[0])
-            c = max(nv * COMBINE_BYTES / sm.bw_nv[1], rd * COMBINE_BYTES / sm.bw_rd[1])
-        total += float(sm._layer(max(a1), max(a2), max(sh), o, max(gpu_s), d, c))
+            d = max(nv * DISPATCH_BYTES / sm.comm.bw_nv[0], rd * DISPATCH_BYTES / sm.comm.bw_rd[0])
+            c = max(nv * COMBINE_BYTES / sm.comm.bw_nv[1], rd * COMBINE_BYTES / sm.comm.bw_rd[1])
+        total += float(sm.assembly.layer(max(a1), max(a2), max(sh), o, max(gpu_s), d, c))
     dense = [
-        m.dense_layers * mb * (a1[r] + a2[r] + float(sm.dense_ffn.seconds(src[r])) + o)
+        m.dense_layers * mb * (a1[r] + a2[r] + float(sm.rank.dense_ffn.seconds(src[r])) + o)
         for r in range(G)
     ]
-    head = sm._head(batch.logits)
+    head = sm.rank.head(batch.logits)
     return total + max(dense) + float(head.max()) + hw.fit.step_overhead_s
 
 

@@ -3,11 +3,11 @@
 1. **Headline** (issue 11 target: one simulated hour in <= 60 s wall on 2 cores): the Day-6
    preset (one prefill unit EP32 + one decode unit EP144 on H800, DeepSeek's DP balancers,
    `deepseek` EPLB every 10 minutes, one MTP draft) under Day-6-like traffic at Day-6 per-node
-   load on *both* units: the ``balanced_units`` mix of `evaluation.serving.day6` (56.3% prefix
-   hits, 4,989 KV tokens per output token, input / output = 1.107) at 73,700 x 4 / mean input
-   req/s. Reports wall seconds, simulated / wall, events/s, steps, requests, the per-node
-   throughput reached, and where the wall time went (DP balancers, the step-time model, the
-   per-step expert-count draws, the rest).
+   load on *both* units: the ``balanced_units`` mix of `evaluation.serving.workload.day6`
+   (56.3% prefix hits, 4,989 KV tokens per output token, input / output = 1.107) at
+   73,700 x 4 / mean input req/s. Reports wall seconds, simulated / wall, events/s, steps,
+   requests, the per-node throughput reached, and where the wall time went (DP balancers,
+   the step-time model, the per-step expert-count draws, the rest).
 2. The same hour with ``round_robin`` DP balancers (the policies' own cost, compared).
 3. **Baseline in the same process**: a few simulated minutes of (1) with every step timed by
    `StepModel.time(batch, placement, counts)` (no prepared routing, exact expert curve) instead
@@ -29,9 +29,11 @@ import functools
 import time
 
 from eplb.evaluation import serving
-from eplb.evaluation.serving import day6, simulator, units
+from eplb.evaluation.serving import balancers
 from eplb.evaluation.serving.config import UnitConfig
+from eplb.evaluation.serving.simulator import expert_loads, units
 from eplb.evaluation.serving.steptime import StepModel
+from eplb.evaluation.serving.workload import day6
 
 
 def _config(prefill_units=1, decode_units=1, balancer=None) -> serving.ClusterConfig:
@@ -66,10 +68,10 @@ class Timers:
         self._undo.append((owner, name, fn))
 
     def __enter__(self):
-        self.wrap(simulator.balancers, "assign", "DP balancers")
+        self.wrap(balancers, "assign", "DP balancers")
         self.wrap(StepModel, "time_routed", "step-time model")
         self.wrap(StepModel, "time", "step-time model")
-        self.wrap(simulator.StepLoads, "draw", "expert-count draws")
+        self.wrap(expert_loads.StepLoads, "draw", "expert-count draws")
         return self
 
     def __exit__(self, *exc):
@@ -111,7 +113,7 @@ def run(cfg, rate: float, seconds: float, mix: str, *, timers: bool = False) -> 
 
 
 def slow_step_time(self, batch, t, tokens):
-    """`units._Unit.step_time` without the hot path (baseline)."""
+    """`units.Unit.step_time` without the hot path (baseline)."""
     if self.placement is None:
         return self.sm.time(batch)
     counts = self.loads.draw(t, self.picks_per_token * tokens)
@@ -161,12 +163,12 @@ def main() -> None:
 
     cfg = _config()
     fast = run(cfg, rate, short, "balanced_units")
-    original = units._Unit.step_time
-    units._Unit.step_time = slow_step_time
+    original = units.Unit.step_time
+    units.Unit.step_time = slow_step_time
     try:
         slow = run(cfg, rate, short, "balanced_units")
     finally:
-        units._Unit.step_time = original
+        units.Unit.step_time = original
     print(f"== baseline, {args.minutes:g} simulated minutes of the headline run")
     print(f"   hot path (prepared routing, tabulated curve): wall {fast['wall_s']:.1f} s")
     print(f"   StepModel.time per step:                       wall {slow['wall_s']:.1f} s")

@@ -71,7 +71,9 @@ How close that is to real tokens (``tests/test_eval_traffic.py``, stated toleran
   `traces.synth.token_level`) it is within -3% to -12% on RDMA and -3% to 0% on NVLink, and
   ranks hierarchical vs global placements as the tokens do (tested bound: -15% / +2%).
 
-Use token-level input when exact figures matter.
+Use token-level input when exact figures matter. Counts mode with every source alike has a fast
+path (`slot_routing`, `visit_probabilities`, `expected_copies`, `visit_probability` in closed
+form): the serving step-time model's, the same model evaluated once per GPU instead of per source.
 
 The expected time is the time of the expected per-GPU bytes (not the expected maximum).
 """
@@ -368,7 +370,7 @@ def _expected_visits(
     base = (lrow * G + srow) * NG  # [L, G, 1]
     with np.errstate(divide="ignore"):
         if policy == "local_first":
-            dest = np.stack([dispatch_table(placement, i) for i in range(L)]) // S  # [L, G, E]
+            dest = _dispatch_stack(placement) // S  # [L, G, E]
             gpu_tokens = np.bincount((lrow * G + dest).ravel(), src.ravel(),
                                      minlength=L * G).reshape(L, G)
             term = np.log1p(-r)  # [L, G, E]
@@ -392,6 +394,189 @@ def _expected_visits(
     visits = tokens[..., None] * -np.expm1(miss_g)
     node_visits = tokens[..., None] * -np.expm1(miss_n)
     return gpu_tokens, visits, node_visits, clipped
+
+
+# ------------------------------------------- counts mode, sources alike (the fast path)
+# When every source's picks follow one distribution (``load=``, or the step-time model's
+# steps), the visit probabilities do not depend on the source: the group-limited model above
+# is evaluated once per (layer, GPU) instead of per (layer, source, GPU), in O(L * P), from
+# tables prepared once per placement (`slot_routing`). `expected_copies` applies the
+# accounting (`_account`) to such visits. Same model, same numbers (tests/test_serving_steptime
+# compares the two paths); the step-time model and the serving simulator use this one.
+@dataclass(frozen=True, eq=False)
+class SlotRouting:
+    """Per-placement tables of the fast path (`slot_routing`, cached).
+
+    Shape: ``expert: int64[L, P]`` expert of each slot (0 for an empty one); ``share:
+    float64[L, P]`` share of its expert's picks a slot receives (`_policy_share`, 0 when
+    empty); ``w_gpu``, ``w_node: float64[L, P]`` that share summed over the expert's slots on
+    the same GPU / node, held by the first such slot (others 0); ``key_gpu``, ``key_node:
+    int64[L, P]`` bincount keys ``(layer, GPU or node, group)`` of each slot.
+    """
+
+    expert: np.ndarray
+    share: np.ndarray
+    w_gpu: np.ndarray
+    w_node: np.ndarray
+    key_gpu: np.ndarray
+    key_node: np.ndarray
+
+
+def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarray:
+    """`_merged_share` by pairwise comparison inside each bin (``float64[L, P]``; the fast
+    path's tables, kept apart from the sort-based one so each path's rounding stays put)."""
+    L, P = expert.shape
+    e = expert.reshape(L, P // per_bin, per_bin)
+    w = share.reshape(L, P // per_bin, per_bin)
+    same = e[..., :, None] == e[..., None, :]  # [L, B, S, S]
+    idx = np.arange(per_bin)
+    earlier = same & (idx[None, :] < idx[:, None])  # a same-expert slot before this one
+    first = ~earlier.any(-1)
+    merged = (same * w[..., None, :]).sum(-1)
+    return np.where(first, merged, 0.0).reshape(L, P)
+
+
+@lru_cache(maxsize=32)
+def slot_routing(
+    placement: Placement, policy: str, num_groups: int, topk_groups: int
+) -> SlotRouting:
+    """`SlotRouting` of ``placement`` under ``policy`` (``even``/``random``/``weighted``) with
+    ``num_groups`` expert groups of which a token selects ``topk_groups``."""
+    topo = placement.topology
+    empty = placement.phy2log < 0  # slots of failed GPUs: no expert, no picks
+    expert = np.maximum(placement.phy2log, 0)
+    L = expert.shape[0]
+    share = _policy_share(placement, policy)
+    if empty.any():
+        share = np.where(empty, 0.0, share)
+    ng = num_groups if topk_groups < num_groups else 1
+    group = expert // (placement.num_experts // ng)
+    rows = np.arange(L)[:, None]
+    key_gpu = (rows * topo.num_gpus + topo.gpu_of_slot[None, :]) * ng + group
+    key_node = (rows * topo.num_nodes + topo.node_of_slot[None, :]) * ng + group
+    return SlotRouting(
+        expert,
+        share,
+        _merge_bins(expert, share, topo.slots_per_gpu),
+        _merge_bins(expert, share, topo.slots_per_gpu * topo.gpus_per_node),
+        key_gpu,
+        key_node,
+    )
+
+
+def group_model(p: np.ndarray, top_k: int, num_groups: int, topk_groups: int):
+    """The group-limited model (`_group_probs`) for sources alike: ``q: float64[L, NG]`` (a
+    token selects a group; ``NG = 1`` without a limit) and ``r: float64[L, E]`` (an expert of
+    a selected group) from inclusion probabilities ``p: float64[L, E]``."""
+    groups = None if topk_groups >= num_groups else (num_groups, topk_groups)
+    if groups is None:
+        return np.ones((p.shape[0], 1)), p
+    _, q, r = _group_probs(p[:, None, :], top_k, groups)
+    return q[:, 0], r[:, 0]
+
+
+def visit_probabilities(
+    routing: SlotRouting,
+    p: np.ndarray,
+    topology: Topology,
+    *,
+    top_k: int,
+    num_groups: int,
+    topk_groups: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``v: float64[L, G]`` and ``vn: float64[L, N]``: probability that a token visits each
+    GPU and each node, from inclusion probabilities ``p: float64[L, E]`` (``top_k`` x each
+    expert's share of the picks, clipped at 1) routed by ``routing``."""
+    q, r = group_model(p, top_k, num_groups, topk_groups)
+    L = p.shape[0]
+    ng = q.shape[1]
+    rs = np.take_along_axis(r, routing.expert, 1)
+    out = []
+    for w, key, bins in (
+        (routing.w_gpu, routing.key_gpu, topology.num_gpus),
+        (routing.w_node, routing.key_node, topology.num_nodes),
+    ):
+        with np.errstate(divide="ignore"):
+            term = np.log1p(-np.minimum(rs * w, 1.0))
+        inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * bins * ng))
+        inner = inner.reshape(L, bins, ng)
+        if ng == 1:
+            miss = np.log(inner[..., 0])
+        else:
+            qq = q[:, None, :]
+            with np.errstate(divide="ignore"):
+                miss = np.log(np.maximum(1.0 - qq + qq * inner, 0.0)).sum(-1)
+        out.append(-np.expm1(miss))
+    return out[0], out[1]
+
+
+def expected_copies(src: np.ndarray, v: np.ndarray, vn: np.ndarray, topology: Topology):
+    """Token copies per GPU in dispatch when the tokens ``src: float[G]`` of every source GPU
+    route alike with visit probabilities ``v: float[L, G]``, ``vn: float[L, N]``: the
+    accounting of `_account` (rail peer = same local index) as ``(nvlink_out, nvlink_in,
+    rdma_out, rdma_in)``, each ``float64[L, G]``."""
+    gpn, N = topology.gpus_per_node, topology.num_nodes
+    loc = np.arange(topology.num_gpus) % gpn
+    node = topology.node_of_gpu
+    t_all = src.sum()
+    t_loc = np.bincount(loc, src, gpn)  # [gpn] tokens of sources with each local index
+    v_node = v.reshape(v.shape[0], N, gpn).sum(-1)  # [L, N]
+    nv_in = v * (t_all - t_loc[loc])
+    nv_out = t_loc[loc] * (v_node[:, node] - v)
+    rd_out = src * (vn.sum(-1, keepdims=True) - vn[:, node])
+    rd_in = (t_loc[loc] - src) * vn[:, node]
+    return nv_out, nv_in, rd_out, rd_in
+
+
+def visit_probability(
+    experts_per_bin, *, num_experts: int, top_k: int, num_groups: int, topk_groups: int
+):
+    """Probability that one token visits a bin (GPU or node) holding ``experts_per_bin`` of
+    ``num_experts`` experts, experts contiguous, routing uniform over experts: the model in
+    closed form (each expert included with ``p = top_k / num_experts``; with groups, each of
+    ``num_groups`` contiguous groups selected with ``q = topk_groups / num_groups`` and an
+    expert of a selected group with ``p / q``). A bin of ``x`` experts spans
+    ``x / min(x, group)`` groups (fractional ``x`` is the even spread of experts over bins).
+    """
+    x = np.asarray(experts_per_bin, dtype=np.float64)
+    p = top_k / num_experts
+    gs = num_experts / num_groups
+    q = min(1.0, topk_groups / num_groups)
+    r = min(1.0, p / q)
+    h = np.minimum(x, gs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        miss = np.where(x > 0, (1 - q + q * (1 - r) ** h) ** (x / np.maximum(h, 1e-300)), 1.0)
+    return 1.0 - miss
+
+
+def _dispatch_stack(placement: Placement) -> np.ndarray:
+    """``int64[L, G, E]``: `local_first` slot of each (source GPU, expert), per layer."""
+    return np.stack([dispatch_table(placement, i) for i in range(placement.num_layers)])
+
+
+@lru_cache(maxsize=8)
+def dispatch_tables(placement: Placement) -> np.ndarray:
+    """`_dispatch_stack` of ``placement``, cached (the step-time model asks once per step)."""
+    return _dispatch_stack(placement)
+
+
+def expected_slot_picks(
+    placement: Placement,
+    source_counts: np.ndarray,
+    policy: str,
+    *,
+    num_groups: int,
+    topk_groups: int,
+) -> np.ndarray:
+    """``float64[L, P]``: expected picks each slot serves, from picks per source GPU
+    ``source_counts: float[L, G, E]`` (``G`` the placement's GPUs) under ``policy``."""
+    if policy == "local_first":
+        L, P = placement.num_layers, placement.topology.num_slots
+        dest = dispatch_tables(placement)  # [L, G, E]
+        key = (np.arange(L)[:, None, None] * P + dest).ravel()
+        return np.bincount(key, source_counts.ravel(), L * P).reshape(L, -1)
+    rt = slot_routing(placement, policy, num_groups, topk_groups)
+    return np.take_along_axis(source_counts.sum(1), rt.expert, 1) * rt.share
 
 
 def _lp_expected(placement: Placement, src, r, q, gid):

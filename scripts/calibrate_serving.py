@@ -10,11 +10,11 @@ all of them with perfectly balanced routing (``placement=None``).
 SGLang's 1K/2K/4K prefill runs carry the imbalance of their real routing: the same 4K run is
 50,302 tok/s/node with it and 59,337 with perfect routing (factor ``SGLANG_4K_PENALTY`` = 0.848).
 A balanced-routing model cannot match both, so three constants of
-`evaluation.serving.hardware.KernelFit` are fitted by least squares on four log residuals:
+`evaluation.serving.config.hardware.KernelFit` are fitted by least squares on four log residuals:
 the balanced 4K point (level), the 1K/4K and 2K/4K throughput *ratios* of the real-routing runs
 (prompt-length slope; their common imbalance cancels to first order) and the decode point
 (whose own residual imbalance the fit absorbs: SGLang published no balanced decode run).
-``--fit`` prints them; they are written by hand into hardware.py, rounded to three digits.
+``--fit`` prints them; they are written by hand into config/hardware.py, rounded to three digits.
 Everything else is a published hardware or kernel figure. In the table, the real-routing
 prefill rows compare the balanced model times SGLang's measured 4K penalty (the column
 "model x 0.848") with the published figure; the raw balanced-model error is shown beside it.
@@ -47,8 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from eplb.evaluation.serving import ClusterConfig, steady_state  # noqa: E402
-from eplb.evaluation.serving import hardware as hw_mod  # noqa: E402
-from eplb.evaluation.serving.hardware import FITTED, KernelFit  # noqa: E402
+from eplb.evaluation.serving.config import hardware as hw_mod  # noqa: E402
+from eplb.evaluation.serving.config.hardware import FITTED, KernelFit  # noqa: E402
 
 CALIBRATION_TOL = 0.15  # the target on every calibration point
 PREDICTION_TOL = 0.25  # stated tolerance on the DeepSeek predictions (not fitted)

@@ -6,7 +6,7 @@ constants are the ones fitted on SGLang's H100 run (docs/serving-calibration.md)
     python scripts/simulate_day6.py worth       # static / deepseek / greedy / oracle, seeds
     python scripts/simulate_day6.py sglang      # 50,302 -> 59,337 (default vs perfect, EP32 4K)
     python scripts/simulate_day6.py all --write-docs --workers 2
-    python scripts/simulate_day6.py fit-workload   # refit evaluation.serving.day6.MIXES
+    python scripts/simulate_day6.py fit-workload   # refit evaluation.serving.workload.day6.MIXES
 
 ``--write-docs`` replaces the generated blocks of docs/serving.md. Each section prints its
 wall time; ``--quick`` shortens every run (for trying the script, not for the docs).
@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from eplb.evaluation import serving
-from eplb.evaluation.serving import day6
 from eplb.evaluation.serving import workload as W
 from eplb.evaluation.serving.config import EplbConfig, RoutingConfig, UnitConfig
+from eplb.evaluation.serving.workload import day6
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
 BLOCKS = {

@@ -22,8 +22,8 @@ from eplb.evaluation.serving import (
     step_time,
 )
 from eplb.evaluation.serving.config import kv_capacity_tokens
-from eplb.evaluation.serving.hardware import h800
-from eplb.evaluation.serving.model import deepseek_v3
+from eplb.evaluation.serving.config.hardware import h800
+from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.steptime import BREAKDOWN
 
 PRESETS = [ClusterConfig.deepseek_day6, ClusterConfig.sglang_96xh100, ClusterConfig]

@@ -10,7 +10,7 @@ from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
-from eplb.evaluation.serving.steptime import TABLE_TOL, GemmCurve, TabulatedCurve
+from eplb.evaluation.serving.steptime.curves import TABLE_TOL, GemmCurve, TabulatedCurve
 from eplb.traces import synth
 
 REL = 1e-12
@@ -114,11 +114,11 @@ def test_prepare_refuses_local_first_and_bad_loads():
 
 def test_tabulated_curve_within_tolerance():
     sm = _model("decode")
-    table = TabulatedCurve(sm.expert)
+    table = TabulatedCurve(sm.gpu.expert)
     m = np.concatenate(
         [[0.0, 1e-6, 1.0, 63.999, 64.0, 64.001, 8192.0, 1e7], np.geomspace(1e-3, 1e6, 100_001)]
     )
-    exact = sm.expert.seconds(m)
+    exact = sm.gpu.expert.seconds(m)
     got = table.seconds(m)
     assert got[0] == 0.0
     nz = exact > 0
@@ -127,7 +127,7 @@ def test_tabulated_curve_within_tolerance():
 
 def test_gemm_memo_is_exact():
     sm = _model("decode")
-    curve: GemmCurve = sm.mla
+    curve: GemmCurve = sm.rank.mla
     m = np.arange(0, 3000) / 2.0
     memo = curve.seconds(m)  # per-rank sized arrays of half tokens go through the memo
     direct = curve._compute(m)

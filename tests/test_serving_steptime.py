@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from eplb.errors import InputError
 from eplb.evaluation.serving import RankBatch, StepModel, step_time
-from eplb.evaluation.serving import hardware as hw
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
-from eplb.evaluation.serving.model import deepseek_v3
+from eplb.evaluation.serving.config import hardware as hw
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.steptime import BREAKDOWN
-from eplb.evaluation.traffic import simulate
+from eplb.evaluation.traffic import expected_copies, simulate
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -182,9 +182,13 @@ def test_counts_mode_bytes_match_traffic_model(policy):
         placement = Placement(placement.phy2log, E, topo, replica_share=share).validate()
     sm = StepModel("prefill", topo, dispatch=policy)
     src = rng.integers(100, 9000, 32).astype(float)
-    slot, recv, v, vn, _ = sm._routed(placement, load, src)
+    slot, recv, v, vn, _ = sm.routing.routed(placement, load, src)
     mine = dict(
-        zip(("nvlink_out", "nvlink_in", "rdma_out", "rdma_in"), sm._bytes(src, v, vn), strict=True)
+        zip(
+            ("nvlink_out", "nvlink_in", "rdma_out", "rdma_in"),
+            expected_copies(src, v, vn, topo),
+            strict=True,
+        )
     )
     dist = load / load.sum(1, keepdims=True)
     ref = simulate(
@@ -233,13 +237,13 @@ def _bench_model(nodes: int) -> object:
 def test_normal_kernels_reproduce_aiconfigurator_h100_times(nodes):
     topo = Topology(nodes, 8, 256 // (8 * nodes) if nodes < 8 else 4)
     sm = StepModel("prefill", topo, model=_bench_model(nodes), hardware=hw.h100, micro_batches=1)
-    links = sm._links(
+    links = sm.comm.links(
         np.full(topo.num_gpus, 4096.0),
         None,
-        np.full((L, topo.num_gpus), sm.v_bal),
-        np.full((L, nodes), sm.vn_bal),
+        np.full((L, topo.num_gpus), sm.comm.v_bal),
+        np.full((L, nodes), sm.comm.vn_bal),
     )
-    d, c = sm._comm(links, np.max, np.max)
+    d, c = sm.comm.seconds(links, np.max, np.max)
     want = hw.AIC_NORMAL_H100[nodes]
     np.testing.assert_allclose(d, want[0], rtol=1e-9)
     np.testing.assert_allclose(c, want[1], rtol=1e-9)
@@ -253,11 +257,14 @@ def test_normal_kernels_reproduce_deepep_h800_bandwidths(ep):
     topo = Topology(nodes, 8, 256 // ep)
     model = _bench_model(nodes)
     sm = StepModel("prefill", topo, model=model, hardware=hw.h800, micro_batches=1)
-    links = sm._links(
-        np.full(ep, 4096.0), None, np.full((L, ep), sm.v_bal), np.full((L, nodes), sm.vn_bal)
+    links = sm.comm.links(
+        np.full(ep, 4096.0),
+        None,
+        np.full((L, ep), sm.comm.v_bal),
+        np.full((L, nodes), sm.comm.vn_bal),
     )
-    d, c = sm._comm(links, np.max, np.max)
-    touched = 4096 * nodes * sm.vn_bal  # DeepEP's num_rdma_token_sent
+    d, c = sm.comm.seconds(links, np.max, np.max)
+    touched = 4096 * nodes * sm.comm.vn_bal  # DeepEP's num_rdma_token_sent
     gbps = hw.DEEPEP_NORMAL_H800[ep]
     np.testing.assert_allclose(touched * 7168 * DISPATCH_BYTES / d / 1e9, gbps[0], rtol=1e-9)
     np.testing.assert_allclose(touched * 7168 * COMBINE_BYTES / c / 1e9, gbps[1], rtol=1e-9)
@@ -273,7 +280,7 @@ def test_low_latency_kernels_reproduce_their_tables(hardware, table, by_nodes):
         topo = Topology(ep // 8, 8, max(1, -(-256 // ep)))
         sm = StepModel("decode", topo, hardware=hardware, micro_batches=1)
         recv = np.full((L, ep), 128.0 * 8)
-        d, c = sm._comm(sm._links(np.full(ep, 128.0), recv, None, None), np.max, np.max)
+        d, c = sm.comm.seconds(sm.comm.links(np.full(ep, 128.0), recv, None, None), np.max, np.max)
         np.testing.assert_allclose(d, d_s, rtol=1e-9)
         np.testing.assert_allclose(c, c_s, rtol=1e-9)
 

@@ -17,8 +17,8 @@ import pytest
 
 from eplb import solvers, traces
 from eplb.evaluation.serving import RankBatch, StepModel
-from eplb.evaluation.serving import hardware as hw
-from eplb.evaluation.serving.hardware import COMBINE_BYTES, DISPATCH_BYTES
+from eplb.evaluation.serving.config import hardware as hw
+from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
 from eplb.evaluation.traffic import simulate
 from eplb.placement import Placement
 from eplb.topology import Topology
@@ -88,7 +88,7 @@ def _oracle_layers(
     fit, mb = sm.hardware.fit, 2
     f = sm.hardware.sms / (sm.hardware.sms - sm.hardware.comm_sms)
     a1, a2, sh = (
-        x[0] for x in sm._rank_stages(RankBatch.uniform("prefill", 32, tokens=tokens, context=4096))
+        x[0] for x in sm.rank.stages(RankBatch.uniform("prefill", 32, tokens=tokens, context=4096))
     )
     A = f * (a1 + a2 + sh + fit.layer_overhead_s)
     rows = sorted(hw.DEEPGEMM_GROUPED)
@@ -120,9 +120,9 @@ def _oracle_layers(
         M = f * gpu_s.max()
         nv = max(rep.nvlink_out[layer].max(), rep.nvlink_in[layer].max())
         rd = max(rep.rdma_out[layer].max(), rep.rdma_in[layer].max())
-        d = max(nv / sm.bw_nv[0], rd / sm.bw_rd[0])
+        d = max(nv / sm.comm.bw_nv[0], rd / sm.comm.bw_rd[0])
         scale = COMBINE_BYTES / DISPATCH_BYTES
-        c = max(nv * scale / sm.bw_nv[1], rd * scale / sm.bw_rd[1])
+        c = max(nv * scale / sm.comm.bw_nv[1], rd * scale / sm.comm.bw_rd[1])
         out.append(max(A, d) + max(M, d) + max(M, c) + max(A, c))
     return np.array(out)
 

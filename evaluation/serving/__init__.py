@@ -1,21 +1,11 @@
 """Serving layer: what a placement is worth in TTFT / TPOT / tokens per second.
 
-- `evaluation.serving.workload`: `Workload` (request frames), readers, generators, `rescale`.
-- `evaluation.serving.kvcache`: `KVStore` (prefix blocks, radix semantics), `RankCaches`.
-- `evaluation.serving.balancers`: DP balancers in a registry, `RankState`, `RequestBatch`.
-- `evaluation.serving.hardware`: `Hardware` presets ``h800``, ``h100``, ``h200``.
-- `evaluation.serving.model`: `ModelSpec` preset ``deepseek_v3``.
-- `evaluation.serving.steptime`: `RankBatch`, `StepModel`, `step_time`, `StepTime`.
-- `evaluation.serving.config`: `ClusterConfig` (+ `UnitConfig`, `EplbConfig`, `KVConfig`,
-  `SLOConfig`, `RoutingConfig`) with TOML files and presets.
-- `evaluation.serving.steady`: `steady_state`.
-- `evaluation.serving.simulator`: `simulate` (discrete-event PD cluster) -> `SimResult`
-  (`evaluation.serving.result`); `GpuFailure` (`evaluation.serving.faults`); `compare`
-  (paired runs over seeds, `evaluation.serving.compare`).
-
-See docs/serving.md and docs/serving-calibration.md. Nothing outside ``evaluation.serving``
-imports it.
-"""
+Wings: `workload` (request frames, readers, generators, the Day-6 mix), `kvcache` (prefix KV
+store), `balancers` (DP balancers), `config` (`ClusterConfig`; cited hardware, model and
+cluster presets), `steptime` (`StepModel`), `simulator` (`simulate`), `results` (`SimResult`,
+plots, `steady_state`) and `compare` (paired runs over seeds); their public names are here.
+docs/serving.md and docs/serving-calibration.md explain them; of the library, only the CLI
+imports this package."""
 
 from eplb.evaluation.serving import balancers, workload
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
@@ -28,13 +18,20 @@ from eplb.evaluation.serving.config import (
     SLOConfig,
     UnitConfig,
 )
-from eplb.evaluation.serving.faults import GpuFailure
-from eplb.evaluation.serving.hardware import Hardware, KernelFit, get_hardware, h100, h200, h800
+from eplb.evaluation.serving.config.faults import GpuFailure
+from eplb.evaluation.serving.config.hardware import (
+    Hardware,
+    KernelFit,
+    get_hardware,
+    h100,
+    h200,
+    h800,
+)
+from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3, get_model
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches
-from eplb.evaluation.serving.model import ModelSpec, deepseek_v3, get_model
-from eplb.evaluation.serving.result import SimResult
+from eplb.evaluation.serving.results.result import SimResult
+from eplb.evaluation.serving.results.steady import steady_state
 from eplb.evaluation.serving.simulator import simulate
-from eplb.evaluation.serving.steady import steady_state
 from eplb.evaluation.serving.steptime import RankBatch, StepModel, StepTime, step_time
 from eplb.evaluation.serving.workload import Workload, rescale
 

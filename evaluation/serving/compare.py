@@ -1,19 +1,11 @@
-"""`compare`: paired simulations of several configs on one workload, over seeds.
-
-Runs with the same seed are paired: the same arrivals (the workload), the same expert
-popularity over time and the same per-unit noise banks (`evaluation.serving.routing_source`),
-so differences between configs are not sampling noise of the traffic. One row per
-``(config, seed)`` with the `SimResult.summary` keys, plus for every metric in `PAIRED`
-``d_<metric>`` (value minus the first config's at the same seed) and ``r_<metric>`` (value
-over it, minus 1). `paired_table` averages them over seeds.
-
-Tasks run inline (``workers=1``), on a local process pool or on a Dask cluster
-(``scheduler=``), through the executors of `evaluation.compare`.
-"""
+"""`compare`: paired simulations of several configs on one workload, over seeds (same arrivals,
+popularity and noise banks per seed), one summary row per ``(config, seed)`` with ``d_`` /
+``r_`` columns against the first config; `paired_table` averages them (docs/serving.md)."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +15,8 @@ import pandas as pd
 from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import ClusterConfig
-from eplb.evaluation.serving.workload_model import Workload
+from eplb.evaluation.serving.simulator.loop import check_args, simulate
+from eplb.evaluation.serving.workload.model import Workload
 
 __all__ = ["PAIRED", "compare", "paired_table", "run_task"]
 
@@ -43,10 +36,6 @@ PAIRED = (
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """One simulation: ``task`` holds ``name``, ``config``, ``workload``, ``seed``,
     ``duration_s``, ``window``; returns the summary row (with ``wall_s``)."""
-    import time
-
-    from eplb.evaluation.serving.simulator import simulate
-
     start = time.perf_counter()
     res = simulate(
         task["config"],
@@ -93,15 +82,14 @@ def compare(
     scheduler: Any = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Simulate every config on ``workload`` with every seed (paired; module doc).
+    """Simulate every config on ``workload`` with every seed (paired: the same arrivals,
+    popularity and noise banks per seed).
 
     ``configs``: ``{name: ClusterConfig}`` or a list (named by ``config.name``; the first is
     the baseline of the ``d_`` / ``r_`` columns). ``duration_s``: as in `simulate`.
     ``window``: the summary window (default the whole run). ``workers > 1``: a local process
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
-    from eplb.evaluation.serving.simulator import _check_args
-
     named = _named(configs)
     if not isinstance(workload, Workload):
         raise InputError(f"workload must be a Workload, got {type(workload).__name__}")
@@ -114,7 +102,7 @@ def compare(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"workers must be a positive integer, got {workers!r}")
     for cfg in named.values():
-        _check_args(cfg, workload, 0, duration_s, 1.0)
+        check_args(cfg, workload, 0, duration_s, 1.0)
     tasks = [
         {
             "name": name,

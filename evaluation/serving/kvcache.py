@@ -1,23 +1,6 @@
-"""Prefix KV cache over block hashes: `KVStore` (one cache) and `RankCaches` (one per DP rank).
-
-A prompt is a sequence of blocks of ``block_size`` tokens; ``block_hashes: int[b]`` names them.
-**The hashes are assumed prefix-chained**: block ``i``'s hash identifies the whole prefix up to
-and including block ``i`` (Mooncake's ``hash_ids``, vLLM's and SGLang's block hashes are built
-this way: each hash covers its parent's). Then a hash is a radix-tree node and its parent is
-implied, so the store keys nodes by hash alone. Radix semantics: ``match`` counts block ``i``
-only if blocks ``0..i`` are all cached. Hashes that are *not* chained (e.g. a content hash per
-block) would let two different prefixes share a node and give false hits: pass them through
-`chain` first.
-
-Eviction is LRU over leaves, as SGLang's radix cache does: a lookup touches the matched prefix
-and an insert touches the whole inserted path, deepest block first, so a parent is always more
-recently used than its children and the least recently used block is always a leaf (evicting it
-never strands a cached descendant). A path longer than the capacity keeps its first
-``capacity_blocks`` blocks (the prefix is what can be reused).
-
-Two tiers (a prefill rank's GPU-local cache and the external store) are two `KVStore` objects;
-loading blocks from the external tier at a bandwidth is the simulator's business.
-"""
+"""Prefix KV cache over block hashes: `KVStore` (one cache; radix semantics, LRU over leaves as
+SGLang's radix cache) and `RankCaches` (one per DP rank, with an inverted index). The hashes
+must be prefix-chained (`chain` makes them so); docs/serving.md, "KV store"."""
 
 from __future__ import annotations
 

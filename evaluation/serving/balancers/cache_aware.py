@@ -1,22 +1,6 @@
-"""``cache_aware``: SGLang router's cache-aware policy over DP ranks.
-
-Per request, in arrival order (SGLang ``sgl-router`` ``policies/cache_aware.rs``):
-
-1. The load of each alive rank is its ``metric`` (running plus queued requests by default, as
-   the router counts a worker's in-flight requests). The system is *imbalanced* when
-   ``max - min > balance_abs_threshold`` **and** ``max > balance_rel_threshold * min``; then the
-   request goes to the least loaded rank (shortest queue).
-2. Otherwise each rank's cached prefix of the prompt is looked up in the router's per-rank view
-   (``state.caches``); if the best match covers more than ``cache_threshold`` of the prompt the
-   request goes to that rank (ties: less loaded, then lower rank), else to the rank whose view
-   holds the fewest blocks ("most cache room"; ties likewise).
-3. The request's blocks are inserted into the chosen rank's view (``insert=True``), as the
-   router inserts every routed request into its tree.
-
-Only ranks the request fits are candidates (SGLang's router has no capacity notion; here a full
-rank is skipped and a request no rank fits waits). Defaults are the router's: cache threshold
-0.3, absolute threshold 64, relative threshold 1.5.
-"""
+"""``cache_aware``: SGLang router's cache-aware policy over DP ranks (``sgl-router``
+``policies/cache_aware.rs``): prefix affinity unless the ranks are imbalanced, then the shortest
+queue; only ranks a request fits are candidates (docs/serving.md, "DP balancers")."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
-"""DeepSeek's DP balancer objectives (DeepSeek-V3/R1 inference system overview, Day 6):
-
-- ``deepseek_prefill``: balance the core-attention computation and the input tokens per GPU.
-  Each request adds ``uncached * (cached + uncached / 2)`` attention cost and ``uncached``
-  tokens (see `state`).
-- ``deepseek_decode``: balance KV-cache usage and request count per GPU (each request adds its
-  KV blocks and 1 request).
-
-Both are the same two-objective greedy: normalise each load by its per-rank mean after the batch
-(``A``, ``B``), take the requests largest first (by ``max(a_i / A, w * b_i / B)``), and put each
-on the fitting rank that minimises the larger of its two normalised loads *after* placing it,
-``max((a_r + a_i) / A, w * (b_r + b_i) / B)`` (ties: the smaller sum, then the lower rank). That
-is LPT scheduling on the bottleneck of the two objectives; ``w`` (``token_weight`` /
-``request_weight``, default 1, 0 ignores the second objective) weighs them.
-
-DeepSeek publishes the objectives, not the algorithm; this greedy is ours.
-"""
+"""DeepSeek's DP balancer objectives (Day 6): ``deepseek_prefill`` balances core-attention cost
+and input tokens per rank, ``deepseek_decode`` KV blocks and requests per rank, both by one
+two-objective largest-first greedy of ours (DeepSeek publishes the objectives, not the
+algorithm; docs/serving.md, "DP balancers")."""
 
 from __future__ import annotations
 
@@ -44,7 +31,8 @@ def _greedy(
     w: float,
 ) -> np.ndarray:
     """Largest first onto the fitting rank minimising ``max((a + da) / A, w * (b + db) / B)``;
-    ``a``, ``b`` are the ledger's live load arrays, ``da``, ``db`` the requests' increments.
+    ``a``, ``b: float64[R]`` are the ledger's live load arrays, ``da``, ``db: float64[n]`` the
+    requests' increments; returns ``int64[n]`` ranks (``-1``: waits).
 
     The decisions of scoring every rank with ``Ledger.fits`` per request (the reference in
     tests/test_serving_balancers.py), in fewer array operations: each score is computed with

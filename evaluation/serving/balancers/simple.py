@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.errors import InputError
 from eplb.evaluation.serving.balancers.registry import register
 from eplb.evaluation.serving.balancers.state import Ledger, RankState, RequestBatch, make_rng
 
@@ -25,12 +26,11 @@ def metric_array(ledger: Ledger, metric: str) -> np.ndarray:
         return ledger.n
     if metric == "tokens":
         return ledger.tokens
-    from eplb.errors import InputError
-
     raise InputError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
 
 
 def _argmin_where(ok: np.ndarray, values: np.ndarray) -> int:
+    """The rank with the least ``values: float[R]`` among ``ok: bool[R]`` (first on ties)."""
     return int(np.where(ok, values, np.inf).argmin())
 
 

@@ -1,27 +1,6 @@
-"""What a DP balancer sees: a batch of requests (`RequestBatch`) and the ranks (`RankState`).
-
-A balancer maps each request of a batch to a data-parallel attention rank, or to ``-1`` (it
-fits nowhere now and waits: the caller offers it again later). How much a request loads a rank
-depends on the phase:
-
-| phase | ``queued_tokens`` | ``running_tokens`` | ``kv_blocks_used`` | ``attention_cost`` |
-|---|---|---|---|---|
-| prefill | ``+ u`` | | ``+ ceil(input / bs)`` | ``+ u * (cached + u / 2)`` |
-| decode | | ``+ kv`` | ``+ ceil(kv / bs)`` | ``+ kv`` |
-
-(``u = input_tokens - cached_tokens``, the uncached prompt tokens; ``kv = kv_tokens``;
-``bs = block_size``; every request adds 1 to ``num_requests``.) The
-prefill attention cost is the causal core-attention work of computing ``uncached`` new tokens
-after ``cached`` cached ones (each new token attends to the cached prefix and, on average, half
-of the new ones), the quantity DeepSeek's prefill balancer evens out; a decode step's attention
-reads each request's whole KV.
-
-Capacity: a request fits rank ``r`` when the rank is alive, ``num_requests + 1 <=
-max_requests``, ``kv_blocks_used + blocks <= kv_blocks_capacity`` and, in prefill,
-``queued_tokens + uncached <= token_budget`` unless the rank's queue is empty (an empty rank
-takes any one prompt, which chunked prefill then splits over steps). Capacities are ``inf``
-unless given. Loads are float64 (whole numbers stay exact) so the policies vectorise over ranks.
-"""
+"""What a DP balancer sees: a batch of requests (`RequestBatch`) and the ranks (`RankState`: loads
+``float64[R]`` and capacities): what a request adds to its rank and when it fits are in
+docs/serving.md, "DP balancers"."""
 
 from __future__ import annotations
 
@@ -161,7 +140,7 @@ class RequestBatch:
         return int(self.input_tokens.size)
 
     def take(self, idx) -> RequestBatch:
-        """The requests at ``idx`` (indices or a boolean mask), in that order."""
+        """The requests at ``idx`` (``int[k]`` indices or a ``bool[n]`` mask), in that order."""
         idx = np.arange(len(self))[idx]
         return RequestBatch(
             self.input_tokens[idx],
@@ -380,7 +359,9 @@ class RankState:
 
 class Ledger:
     """A policy's working copy of the loads while it assigns one batch (`RankState` is not
-    touched): ``fits(i) -> bool[R]`` and ``place(i, r)``."""
+    touched): ``fits(i) -> bool[R]`` and ``place(i, r)``. Loads ``float64[R]`` (``queued``,
+    ``running``, ``kv``, ``n``, ``att``, ``tokens``), the batch's increments ``float64[n]``
+    (``dq``, ``dr``, ``dkv``, ``datt``, ``dtok``)."""
 
     def __init__(self, state: RankState, requests: RequestBatch):
         self.alive = state.alive

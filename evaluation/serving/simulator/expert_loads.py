@@ -1,42 +1,7 @@
-"""Expert loads for the simulator: a popularity process per phase and cheap per-step draws.
-
-**Popularity** (`Popularity`): the expected share of a layer's expert picks that goes to each
-expert, ``p(w): float64[L, E]`` (rows sum to 1, each share capped at ``1 / top_k`` as in
-`traces.synth`), constant inside windows of ``window_s`` seconds (``w = floor(t / window_s)``,
-negative windows are the time before the run, which a ``history`` initial placement learns
-from). Sources (`RoutingConfig.source`):
-
-- ``calibrated``: DeepSeek-V3 per-layer shares drawn from the model fitted to real SGLang dumps
-  (`traces.calibration`, the recipe of `traces.synth.calibrated` with the phase's parameters);
-- ``uniform``: every expert alike;
-- ``trace``: the windows of a trace file (``routing.path``, any `traces.read` format; token-level
-  traces replay their counts), window ``w`` is ``counts[w mod T]``.
-
-Dynamics (calibrated and uniform): ``drift`` is the expected share of a layer's experts whose
-popularity changes each window: ``Poisson(drift * E / 2)`` swaps per (window, layer), each
-exchanging the shares of two random experts (as `traces.synth.drift` trades ranks; a swap can
-move a hot expert's share onto a cold one, so this drift is abrupt rather than gradual),
-generated forward from window 0 and, with its own stream, backward for negative windows;
-``burst`` is the probability that a (window, layer) bursts:
-``burst_experts`` random experts get ``burst_factor`` times their share for that window
-(`traces.synth.bursty`). Both depend on the seed and the phase only (not on the unit or the
-config), so paired runs see the same popularity.
-
-**Per-step draws** (`StepLoads`): a step of ``T`` tokens makes ``N = top_k * T`` picks; the
-counts of its experts are ``N p + sqrt(phi N p) z`` clipped at 0, ``z`` standard normal and
-``phi`` the ``overdispersion`` (1 = the variance of multinomial / Poisson sampling of
-independent picks; > 1 for tokens of one request routing alike; 0 = no noise). The Gaussian
-form of the Poisson count is accurate for the ``N p`` of serving batches (hundreds of picks per
-expert and step at Day-6 loads; below ~10 picks it is coarse, and the clip at 0 raises the mean
-by at most ``0.08 sqrt(N p)`` there). The normal draws come from a bank of ``noise_bank``
-pre-drawn ``[L, E]`` patterns (scaled by ``sqrt(phi p)`` once per window) of which each step
-takes one at random: each step's noise is an exact draw, patterns repeat across steps (which
-only slows the averaging of the noise over many steps, not its per-step distribution), and a
-step costs a few array operations instead of ``L * E`` fresh normals.
-
-Options (``routing.options``): ``window_s`` (60), ``overdispersion`` (1.0), ``noise_bank``
-(128), ``burst_experts`` (2), ``burst_factor`` (20.0).
-"""
+"""Expert loads for the simulator: a popularity process per phase (`Popularity`: expected shares
+``float64[L, E]`` per window, calibrated, uniform or from a trace, with drift and bursts) and
+cheap per-step counts (`StepLoads`: Gaussian around the popularity, from a bank of pre-drawn
+noise patterns). The model and its options (`OPTIONS`): docs/serving.md, "Simulator", item 6."""
 
 from __future__ import annotations
 
@@ -44,9 +9,12 @@ import math
 
 import numpy as np
 
-from eplb.errors import InputError
+from eplb import traces
+from eplb.errors import EplbError, InputError
 from eplb.evaluation.serving.config import RoutingConfig
-from eplb.evaluation.serving.model import ModelSpec
+from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.traces import calibration
+from eplb.traces.synth import cap_shares
 
 __all__ = ["OPTIONS", "Popularity", "StepLoads"]
 
@@ -93,13 +61,13 @@ def routing_options(config: RoutingConfig) -> dict:
 
 
 def _cap(p: np.ndarray, top_k: int) -> np.ndarray:
-    from eplb.traces.synth import cap_shares
-
+    """Rows of ``p: float[L, E]`` as shares summing to 1, each capped at ``1 / top_k``."""
     return cap_shares(p / p.sum(-1, keepdims=True), top_k)
 
 
 class Popularity:
-    """Expected expert shares ``p(w): float64[L, E]`` per window of one phase (module doc)."""
+    """Expected expert shares ``p(w): float64[L, E]`` per window of one phase
+    (docs/serving.md, "Simulator", item 6)."""
 
     def __init__(self, config: RoutingConfig, model: ModelSpec, phase: str, seed: int):
         self.config = config
@@ -169,6 +137,7 @@ class Popularity:
         return self._state[w]
 
     def _shift(self, p: np.ndarray, rng: np.random.Generator) -> None:
+        """One window of drift on ``p: float64[L, E]`` in place (pair swaps of shares)."""
         L, E = p.shape
         swaps = rng.poisson(self.config.drift * E / 2, size=L)
         for layer in np.flatnonzero(swaps):
@@ -177,6 +146,7 @@ class Popularity:
                 p[layer, a], p[layer, b] = p[layer, b], p[layer, a]
 
     def _bursts(self, w: int, p: np.ndarray) -> np.ndarray:
+        """``p: float64[L, E]`` with window ``w``'s bursts applied (a copy if any)."""
         L, E = p.shape
         rng = self._rng(_BURST, w + (1 << 40))
         hit = rng.random(L) < self.config.burst
@@ -207,8 +177,6 @@ class Popularity:
 
 def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.ndarray:
     """DeepSeek-V3 shares as `traces.synth.calibrated` draws them (no window jitter)."""
-    from eplb.traces import calibration
-
     table = calibration.load_table("deepseek-v3")
     L, E = len(table["layer_ids"]), int(table["num_experts"])
     if (L, E) != (model.moe_layers, model.num_experts):
@@ -232,9 +200,6 @@ def _calibrated(model: ModelSpec, phase: str, rng: np.random.Generator) -> np.nd
 
 
 def _read_trace(path, L: int, E: int) -> np.ndarray:
-    from eplb import traces
-    from eplb.errors import EplbError
-
     try:
         trace = traces.read(path)
     except EplbError as exc:
@@ -248,7 +213,8 @@ def _read_trace(path, L: int, E: int) -> np.ndarray:
 
 
 class StepLoads:
-    """Per-step expert counts of one unit (module doc): ``draw(t, picks) -> float64[L, E]``."""
+    """Per-step expert counts of one unit (docs/serving.md, "Simulator", item 6):
+    ``draw(t, picks) -> float64[L, E]``."""
 
     def __init__(self, popularity: Popularity, unit: int, seed: int):
         self.pop = popularity

@@ -1,24 +1,6 @@
-"""Reading and writing request workloads: ``read(path, format=None) -> Workload``, ``write``.
-
-Formats (``format=`` names), sniffed from the content first, then the suffix:
-
-- ``mooncake``: JSON lines as in Mooncake's released traces (and ``sglang.bench_serving``'s
-  ``mooncake`` dataset): ``timestamp`` (arrival, ms), ``input_length``, ``output_length``,
-  ``hash_ids`` (prefix-chained hashes of 512-token blocks); other keys are ignored. Arrival is
-  ``timestamp / 1000`` seconds.
-- ``azure``: the Azure LLM inference trace CSV (Splitwise, ISCA'24): ``TIMESTAMP`` wall-clock
-  strings (``2023-11-16 18:17:03.9799600``), ``ContextTokens``, ``GeneratedTokens``. Arrival is
-  seconds after the first timestamp; there is no prefix information (no cache hits).
-- ``csv`` / ``parquet``: the `Workload` frame's own columns. In CSV, ``block_hashes`` is a JSON
-  list per cell (``"[0, 1, 2]"``; space-separated integers are accepted too); Parquet stores a
-  list column and the workload's ``meta`` and ``block_size`` in the schema metadata.
-
-A file whose arrival times go back in time is sorted (stable) and ``meta["notes"]`` says so:
-real logs are written by several workers and are often slightly out of order, and a replay
-wants them in arrival order. Every other defect raises `InputError` naming the file, the row or
-line, the field and the fix. Only regular files are read (a FIFO or device is refused before
-it is opened; a directory too).
-"""
+"""Reading and writing request workloads: ``read(path, format=None) -> Workload`` and `write`,
+for Mooncake JSON lines, the Azure LLM inference CSV and the frame's own CSV / Parquet, sniffed
+from the content then the suffix; formats and errors in docs/serving.md, "Files"."""
 
 from __future__ import annotations
 
@@ -34,7 +16,7 @@ import pandas as pd
 
 from eplb.atomic import atomic_write
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
 
 __all__ = ["READ_FORMATS", "WRITE_FORMATS", "dropped", "read", "sniff", "write", "write_format"]
 
@@ -117,7 +99,7 @@ def sniff(path: str | os.PathLike) -> str:
 def read(
     path: str | os.PathLike, format: str | None = None, *, block_size: int | None = None
 ) -> Workload:
-    """Read a workload file (see the module docstring for the formats).
+    """Read a workload file (formats: docs/serving.md, "Files").
 
     ``block_size``: tokens per hashed block (default: 512, or the value a Parquet file
     records). Raises `InputError` naming the file, the field and the fix.
@@ -371,7 +353,7 @@ def _read_csv(path: Path, block_size: int | None) -> Workload:
 
 def _read_parquet(path: Path, block_size: int | None) -> Workload:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: pyarrow is an optional extra (parquet)
     except ImportError:
         raise InputError("reading Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
     try:
@@ -499,7 +481,7 @@ def _write_csv(workload: Workload, path) -> None:
 
 def _write_parquet(workload: Workload, path) -> None:
     try:
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow is an optional extra (parquet)
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError("writing Parquet needs pyarrow; pip install 'eplb[parquet]'") from None

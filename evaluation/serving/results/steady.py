@@ -1,9 +1,6 @@
-"""`steady_state`: the throughput of one unit at a fixed batch, without queueing.
-
-The capacity-planning answer (what AIConfigurator gives, but with a real placement in the
-loop): every DP rank runs the same batch step after step; one `step_time` gives the step's
-seconds and breakdown, and from it tokens/s per node.
-"""
+"""`steady_state`: the throughput of one unit at a fixed batch, without queueing: every DP rank
+runs the same batch step after step, one `step_time` gives the step and tokens/s per node (the
+capacity-planning answer, with a real placement in the loop)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,8 @@ from typing import Any
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from eplb.evaluation.serving.steptime import RankBatch, check_phase, step_time
+from eplb.evaluation.serving.steptime import RankBatch, step_time
+from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.placement import Placement
 
 DEFAULT_INPUT_TOKENS = 4096  # prompt length of DeepSeek's profile

@@ -1,21 +1,6 @@
-"""`Workload`: a frame of requests (arrival time, prompt and output lengths, prefix block hashes).
-
-Columns (the public contract, also what the CSV/Parquet files hold):
-
-| column | dtype | meaning |
-|---|---|---|
-| ``request_id`` | int64, unique | given, or ``0..n-1`` in the input order when absent |
-| ``arrival_s`` | float64, finite, >= 0 | arrival time in seconds; rows are sorted by it (stable) |
-| ``input_tokens`` | int64, >= 1 | prompt length |
-| ``output_tokens`` | int64, >= 1 | tokens generated |
-| ``block_hashes`` | object: ``int64[b]`` | optional; prefix-chained block hashes (below) |
-| ``session`` | int64 or str | optional conversation id |
-
-``block_hashes`` name the prompt's ``block_size``-token blocks, ``b <= ceil(input_tokens /
-block_size)`` (fewer: only the first blocks are named). Other columns are kept as they are.
-Token counts above `MAX_TOKENS` are refused (no model reads a prompt that long; such a value is
-a unit or parsing error).
-"""
+"""`Workload`: a frame of requests (arrival time, prompt and output lengths, prefix block hashes,
+session), validated on construction (one `InputError` naming the column, the row and the fix);
+the columns are in docs/serving.md, "Workloads"."""
 
 from __future__ import annotations
 
@@ -258,8 +243,8 @@ def _check_frame(requests: pd.DataFrame, block_size: int) -> tuple[pd.DataFrame,
 class Workload:
     """Requests to serve: ``Workload(requests, block_size=512, meta=None)``.
 
-    ``requests``: a frame with the columns in the module docstring; validated, copied, sorted
-    by ``arrival_s`` (stable). ``block_size``: tokens per hashed block. ``meta``: provenance
+    ``requests``: a frame with the columns of docs/serving.md, "Workloads"; validated, copied,
+    sorted by ``arrival_s`` (stable). ``block_size``: tokens per hashed block. ``meta``: provenance
     (format, path, generator parameters) and ``notes`` (e.g. that rows were sorted).
     Treat ``.requests`` as read-only.
     """
@@ -309,7 +294,8 @@ class Workload:
         return Workload._trusted(self._frame.head(n), self.block_size, self.meta)
 
     def select(self, rows) -> Workload:
-        """Requests at positions ``rows`` (a slice, indices or a boolean mask), order kept."""
+        """Requests at positions ``rows`` (a slice, ``int[k]`` indices or a ``bool[n]`` mask),
+        order kept."""
         idx = np.arange(len(self))[rows]
         return Workload._trusted(self._frame.iloc[np.sort(idx)], self.block_size, self.meta)
 

@@ -1,29 +1,7 @@
-"""Day-6-like traffic: request mixes matching DeepSeek's published daily statistics.
-
-DeepSeek's inference-system overview (open-infra-index, Day 6) gives, over 24 hours: 608B input
-tokens of which 342B (56.3%) hit the on-disk KV cache, 168B output tokens (input / output =
-3.62) and an average KV length of 4,989 per output token. `MIXES` holds generator parameters
-(`workload.synthesize` with ``session_prob``) whose unbounded-cache prefix-hit rate, input /
-output ratio and KV length per output token match those figures:
-
-- ``published``: the three figures above;
-- ``balanced_units``: the same hit rate and KV length per output token, with input / output =
-  (73.7k x 4 nodes) / (14.8k x 18 nodes) = 1.107, so that one prefill unit (EP32) and one decode
-  unit (EP144) both see Day-6's per-node throughput at one request rate (the speed benchmark's
-  setting; DeepSeek ran ~24 prefill units per ~7 decode units instead). Multi-turn sessions
-  cannot give it (a turn's prompt holds the previous output, so prompts outgrow outputs):
-  single-turn requests whose hits are shared system prompts of 1,536 tokens.
-
-KV length per output token: ``sum(O * (I + (O + 1) / 2)) / sum(O)`` over requests of ``I``
-input and ``O`` output tokens (the context when each output token is produced, averaged).
-Fixed choices (not published): lognormal lengths (log-space sigma 1.0 for the new prompt
-tokens), 8 shared system prompts, a context limit of 131,072 tokens. `fit_mix` finds the other
-parameters (new tokens per turn, output mean, session continuation probability);
-``python scripts/simulate_day6.py --fit-workload`` reruns it and prints `MIXES`.
-Session turns: ``open_sessions = rate * THINK_S`` (a continuation picks one of that many recent
-sessions, so a session's next turn comes about ``THINK_S / session_prob`` seconds later, well
-after its previous prefill finished).
-"""
+"""Day-6-like traffic: request mixes (`MIXES`) whose unbounded-cache prefix-hit rate, input /
+output ratio and KV length per output token match DeepSeek's published day (`DAY6`):
+``published``, or ``balanced_units`` (one prefill and one decode unit both at Day-6 per-node
+load). `fit_mix` refits them; docs/serving.md, "Day-6-like traffic"."""
 
 from __future__ import annotations
 
@@ -32,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import Workload
-from eplb.evaluation.serving.workload_synth import synthesize
+from eplb.evaluation.serving.workload.model import Workload
+from eplb.evaluation.serving.workload.synth import synthesize
 
 __all__ = ["DAY6", "MIXES", "THINK_S", "day6_workload", "fit_mix", "mix_stats"]
 
@@ -93,7 +71,8 @@ def day6_workload(
     num_requests: int, rate: float, *, mix: str = "published", seed: int = 0, **overrides
 ) -> Workload:
     """``num_requests`` Poisson arrivals at ``rate`` req/s with the lengths and prefix sharing
-    of ``MIXES[mix]`` (module doc); ``overrides`` go to `workload.synthesize`."""
+    of ``MIXES[mix]`` (docs/serving.md, "Day-6-like traffic"); ``overrides`` go to
+    `workload.synthesize`."""
     if mix not in MIXES:
         raise InputError(f"unknown Day-6 mix {mix!r}; use one of {', '.join(MIXES)}")
     kw = {**FIXED, **MIXES[mix], "open_sessions": max(32, int(round(rate * THINK_S)))}

@@ -1,10 +1,6 @@
-"""Model presets for the step-time model: layer counts, widths, MLA and MoE dimensions.
-
-`ModelSpec` holds what the serving model needs to count FLOPs and bytes per token and per
-layer; `deepseek_v3` is DeepSeek-V3/R1 (same architecture), with every number from the
-published ``config.json`` (huggingface.co/deepseek-ai/DeepSeek-V3) and the technical report
-(arXiv 2412.19437, section 2 and 4.2): see docs/serving-calibration.md.
-"""
+"""Model presets for the step-time model (`ModelSpec`): layer counts, widths, MLA and MoE
+dimensions; `deepseek_v3` from DeepSeek-V3's ``config.json`` and technical report
+(docs/serving-calibration.md, "Model")."""
 
 from __future__ import annotations
 

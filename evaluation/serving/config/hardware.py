@@ -1,33 +1,8 @@
-"""GPU presets for the step-time model, every constant with its public source.
-
-A `Hardware` holds measured kernel figures, not only datasheet peaks:
-
-- FP8 GEMM throughput by tokens per GEMM (dense) and by tokens per expert (grouped MoE) from
-  DeepGEMM's README tables (H800 SXM5, NVCC 12.8). H100 SXM5 and H200 have the same SM count
-  (132), clocks and FP8 peak (1979 TFLOPS dense, NVIDIA datasheets), so the tables carry over.
-- MLA decode attention from FlashMLA's README (H800: 660 TFLOPS compute-bound, 3000 GB/s
-  memory-bound); H200's bandwidth figure is scaled by its HBM bandwidth (4.8 / 3.35 TB/s).
-- DeepEP all-to-all: normal kernels (prefill) as effective NVLink / RDMA bandwidths and
-  low-latency kernels (decode) as per-call times at 128 tokens per rank, from DeepEP's README
-  (H800, CX7 400 Gb/s) and from aiconfigurator's SGLang sweeps (H100; its H200 files hold the
-  same values).
-
-Bandwidths in GB/s (1e9 bytes/s), times in seconds, TFLOPS = 1e12 FLOP/s.
-
-**Accounting.** Effective bandwidths are stated in the traffic model's accounting
-(`evaluation.traffic`: a token crosses to a remote node once, picks served on the source GPU
-cost nothing). DeepEP's benchmarks count differently (`tests/test_internode.py`: RDMA bytes =
-tokens x nodes touched *including the source's own node*; `test_intranode.py`: NVLink bytes =
-tokens received *including the rank's own*), so their GB/s are converted: x (N-1)/N for RDMA at
-N nodes, x 7/8 for NVLink on one 8-GPU node (exact under the benchmark's source-independent
-routing). Times measured elsewhere (aiconfigurator) are turned into bandwidths with the bytes
-this model computes for the benchmark's routing (`deepep_bench_bytes`).
-
-The stack's own inefficiencies (real kernels are slower than their unit tests, SMs are shared,
-small kernels add up) are three constants in `KernelFit`, fitted on SGLang's 96 x H100 run by
-``scripts/calibrate_serving.py --fit`` and never on the DeepSeek figures they then predict
-(docs/serving-calibration.md).
-"""
+"""GPU presets for the step-time model (`Hardware`: ``h800``, ``h100``, ``h200``), every constant
+with its public source (DeepGEMM, FlashMLA, DeepEP, aiconfigurator), DeepEP's bandwidths
+converted to the traffic model's accounting (`deepep_bench_bytes`), and the stack constants
+fitted on SGLang's 96 x H100 run (`KernelFit`, `FITTED`). GB/s = 1e9 bytes/s, TFLOPS = 1e12
+FLOP/s; sources and conversions in docs/serving-calibration.md, "Hardware"."""
 
 from __future__ import annotations
 
@@ -36,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.evaluation.traffic import visit_probability
 from eplb.topology import Topology
 
 DISPATCH_BYTES = 1 + 4 / 128  # FP8 element + one FP32 scale per 128 (DeepEP's fp8_factor)
@@ -135,30 +111,6 @@ class Hardware:
         return Topology(num_nodes, gpus_per_node, slots_per_gpu, nvlink_gbps=nv, rdma_gbps=rdma)
 
 
-# ------------------------------------------------------------------------- routing helper
-def visit_probability(
-    experts_per_bin, *, num_experts: int, top_k: int, num_groups: int, topk_groups: int
-):
-    """Probability that one token visits a bin (GPU or node) holding ``experts_per_bin`` of
-    ``num_experts`` experts, experts contiguous, routing uniform over experts.
-
-    The traffic model's co-occurrence model (`evaluation.traffic`): each expert is included
-    independently with probability ``p = top_k / num_experts``; with groups, a token selects
-    each of ``num_groups`` contiguous groups with ``q = topk_groups / num_groups`` and an expert
-    of a selected group with ``p / q``. A bin of ``x`` experts spans ``x / min(x, group)``
-    groups (fractional ``x`` is the even spread of experts over bins).
-    """
-    x = np.asarray(experts_per_bin, dtype=np.float64)
-    p = top_k / num_experts
-    gs = num_experts / num_groups
-    q = min(1.0, topk_groups / num_groups)
-    r = min(1.0, p / q)
-    h = np.minimum(x, gs)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        miss = np.where(x > 0, (1 - q + q * (1 - r) ** h) ** (x / np.maximum(h, 1e-300)), 1.0)
-    return 1.0 - miss
-
-
 def deepep_bench_bytes(
     num_nodes: int, *, phase: str, tokens: int = BENCH_TOKENS, gpus_per_node: int = 8
 ) -> float:
@@ -189,7 +141,7 @@ def deepep_bench_bytes(
 
 
 def _from_deepep(ep: int, gbps: float, *, nvlink: bool) -> float:
-    """DeepEP-benchmark GB/s -> this model's accounting (module docstring)."""
+    """DeepEP-benchmark GB/s -> this model's accounting (docs/serving-calibration.md)."""
     nodes = ep // 8
     return gbps * (7 / 8 if nvlink else (nodes - 1) / nodes)
 

@@ -1,11 +1,6 @@
-"""Figures of a simulation (matplotlib, Agg, written atomically via `evaluation.plots`).
-
-- `latency_cdfs`: TTFT and TPOT distributions (CDFs), SLOs marked.
-- `throughput`: tokens/s per node over time (prefill input, decode output), rebalances and
-  faults marked.
-- `utilisation`: per-rank utilisation heatmap of each unit (time x rank).
-- `breakdown`: mean step time per phase split into the step-time model's parts.
-"""
+"""Figures of a simulation (matplotlib, Agg, written atomically via `evaluation.plots`):
+`latency_cdfs`, `throughput` (tokens/s per node over time, rebalances and faults marked),
+`utilisation` (per-rank heatmaps), `breakdown` (mean step time per phase, by part)."""
 
 from __future__ import annotations
 

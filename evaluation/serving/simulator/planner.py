@@ -1,22 +1,7 @@
-"""EPLB in the simulator's loop: the load recorder, new placements and what moving them costs.
-
-- `Recorder`: the expert load a unit served, summed in buckets of ``bucket_s`` seconds (SGLang's
-  expert-distribution recorder sums each forward pass's logical expert counts; its EPLB manager
-  rebalances from the last window of them). ``load(t0, t1)`` sums the buckets that start in
-  ``[t0, t1)``.
-- `trivial_placement`: slot ``p`` holds expert ``p mod E`` (a runtime's default placement).
-- `Planner`: the unit's placement policy (`EplbConfig`): a registered solver on the recorded
-  history with ``previous=`` the live placement, ``static`` (keep the initial placement),
-  ``oracle`` (the base solver on the *expected* load of the coming interval: it knows the
-  popularity ahead but not the per-step noise), ``balanced`` (no placement: perfectly balanced
-  routing).
-- `migration_bytes`: bytes each GPU must load to go from one placement to the next (a replica
-  moves when its GPU did not hold that expert in that layer before); the copy takes
-  ``max over GPUs / migration_gbps``.
-- `emptied`: a placement with failed GPUs' slots empty (their experts route to the surviving
-  replicas); `Planner.emergency` places again on the surviving GPUs when some expert lost
-  every replica.
-"""
+"""A unit's placement policy (`Planner`, one decision a `Plan`: a registered solver, ``static``,
+``oracle`` or ``balanced``) and what moving a placement costs (`migration_bytes`); `emptied`
+drops failed GPUs' slots and `Planner.emergency` places again when an expert lost every
+replica; `trivial_placement` is a runtime's default (docs/serving.md, "Simulator", item 7)."""
 
 from __future__ import annotations
 
@@ -26,45 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eplb import solvers
 from eplb.evaluation.serving.config import EplbConfig
-from eplb.evaluation.serving.model import ModelSpec
+from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-__all__ = ["Planner", "Recorder", "migration_bytes", "trivial_placement"]
-
-
-class Recorder:
-    """Recorded expert load ``float64[L, E]`` per bucket of ``bucket_s`` seconds."""
-
-    def __init__(self, num_layers: int, num_experts: int, bucket_s: float, keep_s: float):
-        self.shape = (num_layers, num_experts)
-        self.bucket_s = float(bucket_s)
-        self.keep = max(int(math.ceil(keep_s / self.bucket_s)) + 2, 2)
-        self._buckets: dict[int, np.ndarray] = {}
-        self._cur_key: int | None = None
-        self._cur: np.ndarray | None = None
-
-    def add(self, t: float, counts: np.ndarray) -> None:
-        """Record a step's ``counts: float[L, E]`` at time ``t`` (the step's start)."""
-        key = math.floor(t / self.bucket_s)
-        if key != self._cur_key:
-            cur = self._buckets.get(key)
-            if cur is None:
-                cur = self._buckets[key] = np.zeros(self.shape)
-                for old in [k for k in self._buckets if k < key - self.keep]:
-                    del self._buckets[old]
-            self._cur_key, self._cur = key, cur
-        self._cur += counts
-
-    def load(self, t0: float, t1: float) -> np.ndarray:
-        """``float64[L, E]``: counts of the buckets starting in ``[t0, t1)``."""
-        out = np.zeros(self.shape)
-        lo, hi = t0 / self.bucket_s, t1 / self.bucket_s
-        for key, arr in self._buckets.items():
-            if lo <= key < hi:
-                out += arr
-        return out
+__all__ = ["Plan", "Planner", "emptied", "gpu_balance", "migration_bytes", "trivial_placement"]
 
 
 def trivial_placement(model: ModelSpec, topology: Topology) -> Placement:
@@ -134,7 +87,7 @@ class Plan:
 
 
 class Planner:
-    """The placement policy of one unit (module doc)."""
+    """The placement policy of one unit (`EplbConfig`; docs/serving.md, "Simulator", item 7)."""
 
     def __init__(
         self,
@@ -158,7 +111,6 @@ class Planner:
         return self.config.solver not in ("static", "balanced")
 
     def _solve(self, name: str, load: np.ndarray, previous: Placement | None) -> Placement:
-        from eplb import solvers
         self.calls += 1
         opts = dict(self.config.options) if name == self.config.solver else {}
         return solvers.solve(
@@ -187,8 +139,8 @@ class Planner:
 
     def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:
         """A placement on the surviving GPUs (``self.topology`` marks the failed ones) from
-        ``load`` with ``previous=degraded`` (the live placement with the failed slots empty),
-        for a unit that lost every replica of some expert."""
+        ``load: float[L, E]`` with ``previous=degraded`` (the live placement with the failed
+        slots empty), for a unit that lost every replica of some expert."""
         cfg = self.config
         name = (
             cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (cfg.base_solver)
@@ -210,8 +162,8 @@ class Planner:
 
     def plan(self, live: Placement, load: np.ndarray, judge: np.ndarray) -> Plan | None:
         """A new placement from ``load: float[L, E]`` (the recorded history, or for the oracle
-        the expected future load) with ``previous=live``; ``judge`` is the load the balance
-        columns are measured on. None when there is nothing to place from."""
+        the expected future load) with ``previous=live``; ``judge: float[L, E]`` is the load the
+        balance columns are measured on. None when there is nothing to place from."""
         if not np.isfinite(load).all() or load.sum() <= 0:
             return None
         name = self.config.base_solver if self.config.solver == "oracle" else self.config.solver

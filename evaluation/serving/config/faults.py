@@ -1,10 +1,6 @@
-"""Faults the simulator injects: `GpuFailure`.
-
-``GpuFailure(time_s, unit=("decode", 0), gpu=5)``: at ``time_s`` GPU ``gpu`` (0-based inside
-the unit, also its DP rank) of the unit ``(phase, index)`` stops for good. In a config they
-are objects or TOML tables (``[[faults]]`` with ``time_s``, ``unit = ["decode", 0]``,
-``gpu``); `ClusterConfig` converts the tables and checks that the unit and the GPU exist.
-"""
+"""Faults a config injects: ``GpuFailure(time_s, unit=("decode", 0), gpu=5)`` stops GPU ``gpu``
+(also its DP rank) of unit ``(phase, index)`` at ``time_s`` for good; in TOML a ``[[faults]]``
+table (``time_s``, ``unit = ["decode", 0]``, ``gpu``). The simulator's side: `simulator.faults`."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""Seeded workload generators and `rescale`.
-
-- Arrivals: `poisson_arrivals` (exponential gaps), `gamma_arrivals` (gamma gaps with a given
-  coefficient of variation: ``cv > 1`` is burstier than Poisson, ``cv < 1`` smoother).
-- Lengths: `lognormal_lengths` (given mean and log-space sigma) or resampled from a workload.
-- `synthesize`: requests with multi-turn sessions and shared system prompts whose prompts share
-  block hashes, so a prefix cache gets hits; ``hit_rate=`` solves for the session continuation
-  probability that gives that unbounded-cache hit rate on the drawn requests.
-- `rescale`: replay a workload at another rate (``rate=`` or ``speedup=``), scaling its gaps or
-  redrawing Poisson arrivals in its order (``sglang.bench_serving --request-rate`` does the
-  latter); request order, hence order within each session, is kept either way.
-
-Every random stream comes from ``np.random.default_rng([seed, k])`` with its own ``k``, so
-changing one parameter (e.g. the rate) leaves the other draws (lengths, sessions) unchanged.
-"""
+"""Seeded workload generators (`poisson_arrivals`, `gamma_arrivals`, `lognormal_lengths`,
+`synthesize` with multi-turn sessions and shared system prompts, solving for a hit rate) and
+`rescale`; each random stream is ``default_rng([seed, k])`` with its own ``k``, so changing one
+parameter leaves the other draws alone (docs/serving.md, "Generators")."""
 
 from __future__ import annotations
 
@@ -22,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.workload_model import MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
 
 __all__ = [
     "ARRIVALS",
@@ -59,6 +48,7 @@ def _positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fal
 
 
 def _gaps_to_times(gaps: np.ndarray, n: int) -> np.ndarray:
+    """``float64[n]`` arrival times from 0 by the first ``n - 1`` of ``gaps: float[>= n - 1]``."""
     out = np.zeros(n, dtype=np.float64)
     if n > 1:
         np.cumsum(gaps[: n - 1], out=out[1:])

@@ -1,38 +1,7 @@
-"""`SimResult`: what a simulation produced, as frames, a summary and plots.
-
-Frames (one row each):
-
-- ``requests``: per request that arrived before the end: ``request_id``, ``arrival_s``,
-  ``routed_s`` (placed on a prefill rank, last attempt), ``first_token_s`` (its prefill
-  finished: the first output token), ``decode_start_s`` (its first decode step began; NaN
-  for one-token outputs), ``finish_s`` (last token), ``input_tokens``,
-  ``cached_tokens`` (prompt tokens served by the store or the rank's cache, last attempt),
-  ``store_loaded_tokens`` (of those, loaded from the external store), ``output_tokens``,
-  ``prefill_unit``, ``prefill_rank``, ``decode_unit``, ``decode_rank`` (-1: none),
-  ``retries`` (times a failure sent it back to a balancer), ``prefills`` (prefills completed:
-  more than one when a failure made it prefill again), ``ttft_s``, ``tpot_s``
-  (``(finish - first token) / (output_tokens - 1)``, NaN for one-token outputs);
-- ``steps``: per unit step: ``phase``, ``unit``, ``step``, ``start_s``, ``duration_s``,
-  ``tokens`` (query tokens over the unit's ranks), ``requests`` (chunks in prefill, running
-  requests in decode), ``kv_tokens`` (decode context read), ``input_tokens_done`` (prompt
-  tokens, cached included, of the prompts this step finishes), ``output_tokens`` (decode tokens
-  emitted), ``gpu_load_max_over_mean`` (mean over MoE layers of the busiest GPU's routed picks
-  over the mean), ``placement_version`` and the step-time breakdown in seconds
-  (``attention_s`` ... ``overhead_s``, summing to ``duration_s``);
-- ``rebalances``: per EPLB rebalance: ``time_s``, ``phase``, ``unit``, ``solver``,
-  ``replicas_moved``, ``bytes_moved``, ``max_gpu_bytes``, ``copy_s`` (slowest GPU's copy),
-  ``stall_s`` (serving stopped), ``solve_wall_s`` (host seconds, not simulated time),
-  ``expected_balance_before`` / ``_after`` (mean over layers of max / mean GPU load of the live
-  and the new placement on the coming interval's expected load: a report, not an input);
-- ``faults``: per fault: ``time_s``, ``phase``, ``unit``, ``gpu``, ``requests_requeued`` (sent
-  back to a balancer), ``orphaned_experts`` ((layer, expert) pairs whose every replica was on
-  the failed GPUs), ``emergency_replicas_moved`` and ``stall_s`` (the emergency placement's
-  copy, during which the unit serves nothing; 0 without orphans).
-
-``utilisation``: per unit a frame (index: bucket start, seconds; columns: ranks) of the rank's
-load over the bucket's wall time: prefill new tokens per step over the token budget, decode
-running requests over ``max_running_requests``, time-weighted, idle time counting as 0.
-"""
+"""`SimResult`: a simulation's frames (``requests``, ``steps``, ``rebalances``, ``faults``: columns
+`STEP_COLUMNS`, `REBALANCE_COLUMNS`, `FAULT_COLUMNS`), per-unit ``utilisation``, a `summary`
+with units (`SUMMARY_UNITS`) and its plots; every column is described in docs/serving.md,
+"Results"."""
 
 from __future__ import annotations
 
@@ -46,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.results import plots
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.format import text_table
 
-__all__ = ["STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
+__all__ = ["FAULT_COLUMNS", "REBALANCE_COLUMNS", "STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
 
 STEP_COLUMNS = (
     "phase",
@@ -65,6 +35,31 @@ STEP_COLUMNS = (
     "gpu_load_max_over_mean",
     "placement_version",
     *(f"{k}_s" for k in BREAKDOWN),
+)
+
+REBALANCE_COLUMNS = (
+    "time_s",
+    "phase",
+    "unit",
+    "solver",
+    "replicas_moved",
+    "bytes_moved",
+    "max_gpu_bytes",
+    "copy_s",
+    "stall_s",
+    "solve_wall_s",
+    "expected_balance_before",
+    "expected_balance_after",
+)
+FAULT_COLUMNS = (
+    "time_s",
+    "phase",
+    "unit",
+    "gpu",
+    "requests_requeued",
+    "orphaned_experts",
+    "emergency_replicas_moved",
+    "stall_s",
 )
 
 # the summary's keys with their units (the CLI prints them; docs list them)
@@ -96,13 +91,14 @@ SUMMARY_UNITS = {
 
 
 def _pct(x: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``x: float[k]`` (NaN when empty)."""
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
 @dataclass
 class SimResult:
-    """A simulation's frames (module doc), per-unit ``utilisation`` and ``meta`` (config,
-    seed, end time, node counts, events processed)."""
+    """A simulation's frames (docs/serving.md, "Results"), per-unit ``utilisation`` and
+    ``meta`` (config, seed, end time, node counts, events processed)."""
 
     requests: pd.DataFrame
     steps: pd.DataFrame
@@ -110,92 +106,6 @@ class SimResult:
     faults: pd.DataFrame
     utilisation: dict[str, pd.DataFrame] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-
-    # ------------------------------------------------------------------ build
-    @classmethod
-    def from_sim(cls, sim, end: float) -> SimResult:
-        df = sim.frame
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(sim.out > 1, (sim.finish_s - sim.first_token_s) / (sim.out - 1), np.nan)
-        requests = pd.DataFrame(
-            {
-                "request_id": df["request_id"].to_numpy(),
-                "arrival_s": sim.arrival,
-                "routed_s": sim.routed_s,
-                "first_token_s": sim.first_token_s,
-                "decode_start_s": sim.decode_start_s,
-                "finish_s": sim.finish_s,
-                "input_tokens": sim.inp,
-                "cached_tokens": sim.cached,
-                "store_loaded_tokens": sim.store_tokens,
-                "output_tokens": sim.out,
-                "prefill_unit": sim.p_unit,
-                "prefill_rank": sim.p_rank,
-                "decode_unit": sim.d_unit,
-                "decode_rank": sim.d_rank,
-                "retries": sim.retries,
-                "prefills": sim.prefills,
-                "ttft_s": sim.first_token_s - sim.arrival,
-                "tpot_s": tpot,
-            }
-        )
-        steps = pd.DataFrame.from_records(sim.step_rows, columns=list(STEP_COLUMNS))
-        if len(steps):
-            steps = steps.astype(
-                {"unit": np.int64, "step": np.int64, "placement_version": np.int64}
-            )
-        rebal_cols = [
-            "time_s",
-            "phase",
-            "unit",
-            "solver",
-            "replicas_moved",
-            "bytes_moved",
-            "max_gpu_bytes",
-            "copy_s",
-            "stall_s",
-            "solve_wall_s",
-            "expected_balance_before",
-            "expected_balance_after",
-        ]
-        rebalances = pd.DataFrame(sim.rebalance_rows, columns=rebal_cols)
-        fault_cols = [
-            "time_s",
-            "phase",
-            "unit",
-            "gpu",
-            "requests_requeued",
-            "orphaned_experts",
-            "emergency_replicas_moved",
-            "stall_s",
-        ]
-        faults = pd.DataFrame(sim.fault_rows, columns=fault_cols)
-        util = {}
-        for name, buckets in sim.util.items():
-            if not buckets:
-                continue
-            keys = sorted(buckets)
-            frame = pd.DataFrame(
-                np.stack([buckets[k] for k in keys]) / sim.bucket_s,
-                index=pd.Index([k * sim.bucket_s for k in keys], name="time_s"),
-            )
-            frame.columns.name = "rank"
-            util[name] = frame
-        cfg = sim.cfg
-        meta = {
-            "config": cfg.to_dict(),
-            "config_name": cfg.name,
-            "seed": sim.seed,
-            "end_s": float(end),
-            "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
-            "decode_nodes": cfg.decode.count * cfg.decode.nodes,
-            "prefill_gpus": cfg.prefill.num_gpus,
-            "decode_gpus": cfg.decode.num_gpus,
-            "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
-            "events": sim.events,
-            "kv_store": sim.store.stats(),
-        }
-        return cls(requests, steps, rebalances, faults, util, meta)
 
     # ------------------------------------------------------------------ summary
     def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
@@ -297,6 +207,4 @@ class SimResult:
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
-        from eplb.evaluation.serving import plots
-
         return plots.write_all(self, Path(directory))

@@ -1,0 +1,27 @@
+"""The cluster a serving run models: `ClusterConfig` (`cluster`) built from the blocks of
+`schema`, read and written as TOML (`toml`); the cited presets apart: clusters (`presets`),
+GPUs (`hardware`), models (`model`); faults to inject (`faults`)."""
+
+from eplb.evaluation.serving.config.cluster import ClusterConfig
+from eplb.evaluation.serving.config.faults import GpuFailure
+from eplb.evaluation.serving.config.presets import kv_capacity_tokens
+from eplb.evaluation.serving.config.schema import (
+    DEFAULT_TOKEN_BUDGET,
+    EplbConfig,
+    KVConfig,
+    RoutingConfig,
+    SLOConfig,
+    UnitConfig,
+)
+
+__all__ = [
+    "DEFAULT_TOKEN_BUDGET",
+    "ClusterConfig",
+    "EplbConfig",
+    "GpuFailure",
+    "KVConfig",
+    "RoutingConfig",
+    "SLOConfig",
+    "UnitConfig",
+    "kv_capacity_tokens",
+]

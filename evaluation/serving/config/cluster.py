@@ -1,0 +1,227 @@
+"""`ClusterConfig`: the serving cluster the step-time model and the simulator run, as one
+validated dataclass that reads and writes TOML (layout in docs/serving.md, "Cluster config");
+``from_toml(to_toml(c)) == c``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from eplb.atomic import atomic_write_text
+from eplb.errors import InputError
+from eplb.evaluation.serving.config import presets, toml
+from eplb.evaluation.serving.config.faults import as_fault
+from eplb.evaluation.serving.config.hardware import Hardware, get_hardware
+from eplb.evaluation.serving.config.model import ModelSpec, get_model
+from eplb.evaluation.serving.config.schema import (
+    BLOCKS,
+    DEFAULT_TOKEN_BUDGET,
+    PHASES,
+    EplbConfig,
+    KVConfig,
+    RoutingConfig,
+    SLOConfig,
+    UnitConfig,
+    _choice,
+    _str,
+)
+from eplb.executor.routing import POLICIES
+from eplb.topology import Topology
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
+    ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`), ``eplb``, ``kv``,
+    ``slo``, ``routing`` blocks and ``faults`` (simulator fault objects or their tables).
+    Seed-independent: the simulator takes the seed."""
+
+    model: str = "deepseek_v3"
+    hardware: str = "h800"
+    prefill: UnitConfig = field(
+        default_factory=lambda: UnitConfig(token_budget=DEFAULT_TOKEN_BUDGET)
+    )
+    decode: UnitConfig = field(
+        default_factory=lambda: UnitConfig(nodes=18, max_running_requests=128)
+    )
+    dispatch: str = "even"
+    eplb: EplbConfig = field(default_factory=EplbConfig)
+    kv: KVConfig = field(default_factory=KVConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    faults: tuple[Any, ...] = ()
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.faults, list):
+            object.__setattr__(self, "faults", tuple(self.faults))
+        self.validate()
+
+    # ---------------------------------------------------------------- access
+    @property
+    def model_spec(self) -> ModelSpec:
+        return get_model(self.model)
+
+    @property
+    def hardware_spec(self) -> Hardware:
+        return get_hardware(self.hardware)
+
+    def unit(self, phase: str) -> UnitConfig:
+        """The prefill or decode `UnitConfig`."""
+        return getattr(self, _choice("phase", phase, PHASES))
+
+    def topology(self, phase: str) -> Topology:
+        """The phase's unit as a `Topology` with the hardware's effective bandwidths."""
+        return self.unit(phase).topology(self.hardware_spec)
+
+    def validate(self) -> ClusterConfig:
+        """Check every field; raise one `InputError` naming the first bad one."""
+        try:
+            model = get_model(self.model)
+        except InputError as exc:
+            raise InputError(f"model: {exc}") from None
+        try:
+            get_hardware(self.hardware)
+        except InputError as exc:
+            raise InputError(f"hardware: {exc}") from None
+        for phase in PHASES:
+            unit = getattr(self, phase)
+            if not isinstance(unit, UnitConfig):
+                raise InputError(f"{phase} must be a UnitConfig, got {type(unit).__name__}")
+            unit.check(phase, model, phase)
+        for name, cls in BLOCKS.items():
+            block = getattr(self, name)
+            if not isinstance(block, cls):
+                raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
+            block.check()
+        _choice("dispatch", self.dispatch, tuple(p for p in POLICIES if p != "lp"))
+        _str("name", self.name)
+        if not isinstance(self.faults, tuple):
+            raise InputError(f"faults must be a list, got {type(self.faults).__name__}")
+        faults = tuple(as_fault(f) for f in self.faults)
+        for i, fault in enumerate(faults):
+            phase, index = fault.unit
+            unit = getattr(self, phase)
+            if index >= unit.count:
+                raise InputError(
+                    f"faults[{i}]: unit ({phase!r}, {index}) does not exist; the cluster has "
+                    f"{unit.count} {phase} unit(s), indices 0..{unit.count - 1}"
+                )
+            if fault.gpu >= unit.num_gpus:
+                raise InputError(
+                    f"faults[{i}]: GPU {fault.gpu} does not exist; a {phase} unit has "
+                    f"{unit.num_gpus} GPUs, indices 0..{unit.num_gpus - 1}"
+                )
+        object.__setattr__(self, "faults", faults)
+        return self
+
+    # --------------------------------------------------------------- files
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (``None`` fields dropped) for TOML/JSON."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "faults":
+                out["faults"] = [_fault_dict(x) for x in value]
+            elif hasattr(value, "__dataclass_fields__"):
+                out[f.name] = {
+                    k.name: _plain(getattr(value, k.name))
+                    for k in fields(value)
+                    if getattr(value, k.name) is not None
+                }
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterConfig:
+        """Build from a nested mapping (TOML/JSON shape); unknown keys are an error."""
+        if not isinstance(data, Mapping):
+            raise InputError(f"a cluster config must be a table, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise InputError(f"unknown key {key!r}; known keys: {', '.join(known)}")
+            if key in PHASES:
+                kwargs[key] = _block(UnitConfig, key, value)
+            elif key in BLOCKS:
+                kwargs[key] = _block(BLOCKS[key], key, value)
+            elif key == "faults":
+                if not isinstance(value, (list, tuple)):
+                    raise InputError(f"faults must be a list of tables, got {value!r}")
+                kwargs[key] = tuple(value)
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    def to_toml(self) -> str:
+        """The config as TOML text (`from_toml` reads it back to an equal config)."""
+        return toml.dumps(self.to_dict())
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike) -> ClusterConfig:
+        """Read a TOML file (layout in docs/serving.md, "Cluster config")."""
+        data = toml.read(path)
+        try:
+            return cls.from_dict(data)
+        except InputError as exc:
+            raise InputError(f"{Path(path)}: {exc}") from None
+
+    def write_toml(self, path: str | os.PathLike) -> Path:
+        """Write `to_toml` atomically to ``path``."""
+        p = Path(path)
+        atomic_write_text(p, self.to_toml())
+        return p
+
+    # ------------------------------------------------------------- presets
+    @classmethod
+    def deepseek_day6(cls) -> ClusterConfig:
+        """DeepSeek-V3/R1 serving as published on Day 6, H800 (`presets.deepseek_day6`)."""
+        return cls(**presets.deepseek_day6())
+
+    @classmethod
+    def sglang_96xh100(cls) -> ClusterConfig:
+        """SGLang's large-scale EP deployment on H100 (`presets.sglang_96xh100`)."""
+        return cls(**presets.sglang_96xh100())
+
+    def replace(self, **changes: Any) -> ClusterConfig:
+        """A validated copy with top-level fields changed (`dataclasses.replace`)."""
+        return replace(self, **changes)
+
+
+def _block(cls, name: str, value):
+    """A block from its table; missing keys take the dataclass defaults (a missing *table*
+    takes `ClusterConfig`'s default block instead)."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{name} must be a table, got {type(value).__name__}")
+    known = {f.name for f in fields(cls)}
+    bad = [k for k in value if k not in known]
+    if bad:
+        raise InputError(f"unknown key {name}.{bad[0]}; known keys: {', '.join(sorted(known))}")
+    return cls(**value)
+
+
+def _plain(value):
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fault_dict(fault) -> dict:
+    if isinstance(fault, Mapping):
+        return _plain(fault)
+    if hasattr(fault, "to_dict"):
+        return _plain(fault.to_dict())
+    if hasattr(fault, "__dataclass_fields__"):
+        return {
+            f.name: _plain(getattr(fault, f.name))
+            for f in fields(fault)
+            if getattr(fault, f.name) is not None
+        }
+    raise InputError(f"faults hold tables or fault objects, got {type(fault).__name__}")

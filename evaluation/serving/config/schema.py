@@ -1,0 +1,261 @@
+"""The blocks of a cluster config: `UnitConfig`, `EplbConfig`, `KVConfig`, `SLOConfig`,
+`RoutingConfig`, each validated on construction (one `InputError` naming the field)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from eplb import solvers
+from eplb.errors import InputError
+from eplb.evaluation.serving.config.hardware import Hardware
+from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.topology import Topology
+
+PHASES = ("prefill", "decode")
+MIGRATION_MODES = ("stall", "overlap")
+ROUTING_SOURCES = ("calibrated", "uniform", "trace")
+EXTRA_SOLVERS = ("static", "oracle", "balanced")
+INITIAL_PLACEMENTS = ("trivial", "history")
+DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
+
+
+# ------------------------------------------------------------------------- validation
+def _int(path: str, value, *, minimum: int = 1, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{path} must be an integer, got {value!r}")
+    if value < minimum:
+        what = "positive" if minimum == 1 else f">= {minimum}"
+        raise InputError(f"{path} must be {what}, got {value}")
+    return value
+
+
+def _num(
+    path: str,
+    value,
+    *,
+    minimum: float = 0.0,
+    strict: bool = True,
+    maximum: float | None = None,
+    optional: bool = False,
+) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{path} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or (strict and value <= minimum) or (not strict and value < minimum):
+        raise InputError(f"{path} must be {'>' if strict else '>='} {minimum:g}, got {value:g}")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{path} must be <= {maximum:g}, got {value:g}")
+    return value
+
+
+def _choice(path: str, value, choices) -> str:
+    if value not in choices:
+        raise InputError(f"{path} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _str(path: str, value) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{path} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _options(path: str, value) -> dict:
+    if not isinstance(value, Mapping):
+        raise InputError(f"{path} must be a table of options, got {type(value).__name__}")
+    return dict(value)
+
+
+# ----------------------------------------------------------------------------- blocks
+@dataclass(frozen=True)
+class UnitConfig:
+    """One kind of unit (all prefill units alike, all decode units alike).
+
+    ``count`` units of ``nodes`` x ``gpus_per_node`` GPUs; each unit is one EP group of
+    ``ep_size = nodes * gpus_per_node`` GPUs, one DP attention rank per GPU, holding
+    ``slots_per_layer`` expert slots per MoE layer. Prefill: ``token_budget`` new tokens per
+    rank per step (chunked prefill). Decode: ``max_running_requests`` and
+    ``kv_capacity_tokens`` per rank; ``mtp_draft_tokens`` speculative tokens per request per
+    step accepted with probability ``mtp_acceptance`` each. ``balancer`` names the DP balancer
+    (`evaluation.serving.balancers`) with ``balancer_options``; ``micro_batches`` is 2 for
+    DeepSeek's overlap, 1 for none.
+    """
+
+    count: int = 1
+    nodes: int = 4
+    gpus_per_node: int = 8
+    slots_per_layer: int = 288
+    ep_size: int | None = None
+    token_budget: int | None = None
+    max_running_requests: int | None = None
+    kv_capacity_tokens: int | None = None
+    micro_batches: int = 2
+    mtp_draft_tokens: int = 0
+    mtp_acceptance: float = 0.0
+    balancer: str = "round_robin"
+    balancer_options: dict = field(default_factory=dict)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def slots_per_gpu(self) -> int:
+        return self.slots_per_layer // self.num_gpus
+
+    def topology(self, hardware: Hardware | None = None) -> Topology:
+        """The unit as a `Topology` (with ``hardware``'s effective link bandwidths if given)."""
+        if hardware is not None:
+            return hardware.topology(self.nodes, self.gpus_per_node, self.slots_per_gpu)
+        return Topology(self.nodes, self.gpus_per_node, self.slots_per_gpu)
+
+    def check(self, path: str, model: ModelSpec, phase: str) -> None:
+        _int(f"{path}.count", self.count)
+        _int(f"{path}.nodes", self.nodes)
+        _int(f"{path}.gpus_per_node", self.gpus_per_node)
+        _int(f"{path}.slots_per_layer", self.slots_per_layer)
+        g = self.num_gpus
+        if self.ep_size is not None:
+            _int(f"{path}.ep_size", self.ep_size)
+            if self.ep_size != g:
+                nodes = -(-self.ep_size // self.gpus_per_node)
+                raise InputError(
+                    f"{path}.ep_size {self.ep_size} needs {nodes} nodes of "
+                    f"{self.gpus_per_node} GPUs but the unit has {self.nodes} "
+                    f"({g} GPUs); a unit is exactly one EP group: set nodes = {nodes}"
+                    + (
+                        ""
+                        if self.ep_size % self.gpus_per_node == 0
+                        else f" and an EP size that is a multiple of {self.gpus_per_node}"
+                    )
+                )
+        if self.slots_per_layer < model.num_experts:
+            raise InputError(
+                f"{path}.slots_per_layer {self.slots_per_layer} cannot hold the "
+                f"{model.num_experts} experts of {model.name}; use >= "
+                f"{-(-model.num_experts // g) * g}"
+            )
+        if self.slots_per_layer % g:
+            up = -(-self.slots_per_layer // g) * g
+            raise InputError(
+                f"{path}.slots_per_layer {self.slots_per_layer} is not a multiple "
+                f"of {g} GPUs; use {up}"
+            )
+        _int(f"{path}.token_budget", self.token_budget, optional=True)
+        _int(f"{path}.max_running_requests", self.max_running_requests, optional=True)
+        _int(f"{path}.kv_capacity_tokens", self.kv_capacity_tokens, optional=True)
+        if self.micro_batches not in (1, 2) or isinstance(self.micro_batches, bool):
+            raise InputError(f"{path}.micro_batches must be 1 or 2, got {self.micro_batches!r}")
+        _int(f"{path}.mtp_draft_tokens", self.mtp_draft_tokens, minimum=0)
+        _num(f"{path}.mtp_acceptance", self.mtp_acceptance, strict=False, maximum=1.0)
+        if phase == "prefill" and self.mtp_draft_tokens:
+            raise InputError(f"{path}.mtp_draft_tokens applies to decode units only; set 0")
+        _str(f"{path}.balancer", self.balancer)
+        _options(f"{path}.balancer_options", self.balancer_options)
+
+
+@dataclass(frozen=True)
+class EplbConfig:
+    """Expert-placement policy of every unit: ``solver`` (a registered solver, ``static`` =
+    keep the initial placement, ``oracle`` = place on the future load, ``balanced`` =
+    perfectly balanced routing, SGLang's "simulated perfect EPLB") with ``options``,
+    rebalanced every ``rebalance_interval_s`` from the last ``history_s`` of load; moving
+    weights at ``migration_gbps`` (GB/s per GPU) either stalls the unit (``stall``) or runs
+    beside serving (``overlap``). ``initial``: the placement at the start, ``trivial`` (slot
+    ``p`` holds expert ``p mod E``, a runtime's default) or ``history`` (solved on the
+    ``history_s`` of expected load before the start, as from a recorded distribution).
+    ``base_solver``: the registered solver ``static`` (for a ``history`` start) and
+    ``oracle`` place with."""
+
+    solver: str = "deepseek"
+    rebalance_interval_s: float = 600.0
+    history_s: float = 600.0
+    migration: str = "overlap"
+    migration_gbps: float = 50.0
+    options: dict = field(default_factory=dict)
+    initial: str = "trivial"
+    base_solver: str = "deepseek"
+
+    def check(self) -> None:
+        names = (*solvers.available(), *EXTRA_SOLVERS)
+        if self.solver not in names:
+            raise InputError(
+                f"eplb.solver {self.solver!r} is unknown; use one of {', '.join(names)}"
+            )
+        if self.base_solver not in solvers.available():
+            raise InputError(
+                f"eplb.base_solver {self.base_solver!r} is unknown; use one of "
+                f"{', '.join(solvers.available())}"
+            )
+        _choice("eplb.initial", self.initial, INITIAL_PLACEMENTS)
+        _num("eplb.rebalance_interval_s", self.rebalance_interval_s)
+        _num("eplb.history_s", self.history_s)
+        _choice("eplb.migration", self.migration, MIGRATION_MODES)
+        _num("eplb.migration_gbps", self.migration_gbps)
+        _options("eplb.options", self.options)
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """KV caching and transfer: the external prefix store holds ``store_capacity_blocks``
+    blocks of ``block_size`` tokens (None = unbounded) and loads at ``store_load_gbps`` GB/s
+    per node; each prefill rank keeps ``gpu_cache_blocks`` blocks of GPU-local prefix cache;
+    finished prompts move to decode at ``transfer_gbps`` GB/s per GPU."""
+
+    store_capacity_blocks: int | None = None
+    block_size: int = 512
+    store_load_gbps: float = 42.9
+    gpu_cache_blocks: int = 0
+    transfer_gbps: float = 50.0
+
+    def check(self) -> None:
+        _int("kv.store_capacity_blocks", self.store_capacity_blocks, minimum=0, optional=True)
+        _int("kv.block_size", self.block_size)
+        _num("kv.store_load_gbps", self.store_load_gbps)
+        _int("kv.gpu_cache_blocks", self.gpu_cache_blocks, minimum=0)
+        _num("kv.transfer_gbps", self.transfer_gbps)
+
+
+@dataclass(frozen=True)
+class SLOConfig:
+    """Service-level objectives: time to first token and time per output token, seconds."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.05
+
+    def check(self) -> None:
+        _num("slo.ttft_s", self.ttft_s)
+        _num("slo.tpot_s", self.tpot_s)
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Where each step's expert routing comes from: ``calibrated`` (DeepSeek-V3 per-layer
+    distributions, `traces.synth.calibrated`), ``uniform``, or ``trace`` (replay the
+    token-level or count trace at ``path``); ``drift`` and ``burst`` set the generators'
+    popularity drift and burst strength (0 = stationary) with further ``options``."""
+
+    source: str = "calibrated"
+    path: str | None = None
+    drift: float = 0.0
+    burst: float = 0.0
+    options: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        _choice("routing.source", self.source, ROUTING_SOURCES)
+        if self.source == "trace" and not self.path:
+            raise InputError("routing.path is required when routing.source is 'trace'")
+        if self.path is not None:
+            _str("routing.path", self.path)
+        _num("routing.drift", self.drift, strict=False)
+        _num("routing.burst", self.burst, strict=False)
+        _options("routing.options", self.options)
+
+
+BLOCKS = {"eplb": EplbConfig, "kv": KVConfig, "slo": SLOConfig, "routing": RoutingConfig}

@@ -1,0 +1,183 @@
+"""What a run records and reports: each request's times and counts, every unit step, rebalance
+and fault, the per-rank utilisation buckets; `Records.result` turns them into a `SimResult`
+(where latencies such as TTFT and TPOT are derived)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from eplb.evaluation.serving.results.result import (
+    FAULT_COLUMNS,
+    REBALANCE_COLUMNS,
+    STEP_COLUMNS,
+    SimResult,
+)
+from eplb.evaluation.serving.steptime import BREAKDOWN, StepTime
+
+COL_INPUT_DONE = STEP_COLUMNS.index("input_tokens_done")  # positions in a recorded step
+COL_OUTPUT = STEP_COLUMNS.index("output_tokens")
+
+
+class Records:
+    """The records of one run over ``n`` requests.
+
+    Shape: per request ``[n]``: ``routed_s``, ``first_token_s``, ``decode_start_s``,
+    ``finish_s: float64`` (NaN until it happens; the last attempt's), ``cached``,
+    ``store_tokens: int64`` prompt tokens served from a cache / loaded from the store (last
+    attempt), ``prefills: int64`` prefills completed. ``steps``: one tuple per unit step in
+    `STEP_COLUMNS` order; ``rebalances``, ``faults``: one dict per event; ``util``: per unit
+    name, per bucket index a ``float64[G]`` of rank load x seconds.
+    """
+
+    def __init__(self, n: int, bucket_s: float):
+        self.bucket_s = float(bucket_s)
+        self.routed_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.decode_start_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.cached = np.zeros(n, dtype=np.int64)
+        self.store_tokens = np.zeros(n, dtype=np.int64)
+        self.prefills = np.zeros(n, dtype=np.int64)
+        self.steps: list[tuple] = []
+        self.rebalances: list[dict] = []
+        self.faults: list[dict] = []
+        self.util: dict[str, dict[int, np.ndarray]] = {}
+
+    # ------------------------------------------------------------------ requests
+    def finished(self, i: int, t: float) -> None:
+        """Request ``i`` finished at ``t`` (once)."""
+        if not math.isnan(self.finish_s[i]):  # pragma: no cover - a simulator bug
+            raise AssertionError(f"request {i} finished twice")
+        self.finish_s[i] = t
+
+    def finished_many(self, idx: np.ndarray, t: float) -> None:
+        """The requests ``idx: int64[m]`` (each once) finished at ``t``."""
+        if not np.isnan(self.finish_s[idx]).all() or len(set(idx.tolist())) != idx.size:
+            raise AssertionError("a request finished twice")  # pragma: no cover - a bug
+        self.finish_s[idx] = t
+
+    # ------------------------------------------------------------------ steps
+    def step(
+        self,
+        unit,
+        t: float,
+        st: StepTime,
+        tokens: float,
+        requests: float,
+        kv_tokens: float,
+        input_done: float,
+        out_tokens: float,
+    ) -> None:
+        """Record ``unit``'s step starting at ``t`` (its row index goes to ``unit.row``)."""
+        unit.row = len(self.steps)
+        ratio = st.gpu_load_max / np.where(st.gpu_load_mean > 0, st.gpu_load_mean, 1.0)
+        b = st.breakdown
+        self.steps.append(
+            (
+                unit.phase,
+                unit.index,
+                unit.k,
+                t,
+                st.total_s,
+                tokens,
+                requests,
+                kv_tokens,
+                input_done,
+                out_tokens,
+                float(np.add.reduce(ratio) / ratio.size),  # (ratio.mean())
+                unit.version,
+                *(b[key] for key in BREAKDOWN),
+            )
+        )
+
+    def patch_step(self, row: int, column: int, delta: float) -> None:
+        """Correct a recorded step (work a failure took away from its running step)."""
+        rec = list(self.steps[row])
+        rec[column] += delta
+        self.steps[row] = tuple(rec)
+
+    def busy(self, unit, t: float, dur: float, per_rank: np.ndarray) -> None:
+        """Add ``per_rank: float[G]`` load over ``[t, t + dur)`` to ``unit``'s utilisation
+        buckets it spans."""
+        buckets = self.util.setdefault(unit.name, {})
+        bs = self.bucket_s
+        key = int(t // bs)
+        end = t + dur
+        while True:
+            lo, hi = max(t, key * bs), min(end, (key + 1) * bs)
+            if hi > lo or dur == 0:
+                arr = buckets.get(key)
+                if arr is None:
+                    arr = buckets[key] = np.zeros(per_rank.size)
+                arr += per_rank * (hi - lo)
+            if end <= (key + 1) * bs:
+                break
+            key += 1
+
+    # ------------------------------------------------------------------ result
+    def result(self, sim, end: float) -> SimResult:
+        """The run as a `SimResult` (``sim``: the `Simulation`, ended at ``end`` seconds)."""
+        req = sim.req
+        df = req.frame
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(
+                req.out > 1, (self.finish_s - self.first_token_s) / (req.out - 1), np.nan
+            )
+        requests = pd.DataFrame(
+            {
+                "request_id": df["request_id"].to_numpy(),
+                "arrival_s": req.arrival,
+                "routed_s": self.routed_s,
+                "first_token_s": self.first_token_s,
+                "decode_start_s": self.decode_start_s,
+                "finish_s": self.finish_s,
+                "input_tokens": req.inp,
+                "cached_tokens": self.cached,
+                "store_loaded_tokens": self.store_tokens,
+                "output_tokens": req.out,
+                "prefill_unit": req.p_unit,
+                "prefill_rank": req.p_rank,
+                "decode_unit": req.d_unit,
+                "decode_rank": req.d_rank,
+                "retries": req.retries,
+                "prefills": self.prefills,
+                "ttft_s": self.first_token_s - req.arrival,
+                "tpot_s": tpot,
+            }
+        )
+        steps = pd.DataFrame.from_records(self.steps, columns=list(STEP_COLUMNS))
+        if len(steps):
+            steps = steps.astype(
+                {"unit": np.int64, "step": np.int64, "placement_version": np.int64}
+            )
+        rebalances = pd.DataFrame(self.rebalances, columns=list(REBALANCE_COLUMNS))
+        faults = pd.DataFrame(self.faults, columns=list(FAULT_COLUMNS))
+        util = {}
+        for name, buckets in self.util.items():
+            if not buckets:
+                continue
+            keys = sorted(buckets)
+            frame = pd.DataFrame(
+                np.stack([buckets[k] for k in keys]) / self.bucket_s,
+                index=pd.Index([k * self.bucket_s for k in keys], name="time_s"),
+            )
+            frame.columns.name = "rank"
+            util[name] = frame
+        cfg = sim.cfg
+        meta = {
+            "config": cfg.to_dict(),
+            "config_name": cfg.name,
+            "seed": sim.seed,
+            "end_s": float(end),
+            "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
+            "decode_nodes": cfg.decode.count * cfg.decode.nodes,
+            "prefill_gpus": cfg.prefill.num_gpus,
+            "decode_gpus": cfg.decode.num_gpus,
+            "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+            "events": sim.events_handled,
+            "kv_store": sim.admission.store.stats(),
+        }
+        return SimResult(requests, steps, rebalances, faults, util, meta)
