@@ -11,7 +11,7 @@ from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation.serving.config.hardware import Hardware
 from eplb.evaluation.serving.config.model import ModelSpec
-from eplb.topology import Topology
+from eplb.topology import RDMA_GBPS, Topology
 
 PHASES = ("prefill", "decode")
 MIGRATION_MODES = ("stall", "overlap")
@@ -177,7 +177,7 @@ class EplbConfig:
     rebalance_interval_s: float = 600.0
     history_s: float = 600.0
     migration: str = "overlap"
-    migration_gbps: float = 50.0
+    migration_gbps: float = RDMA_GBPS  # weights move over the RDMA NICs
     options: dict = field(default_factory=dict)
     initial: str = "trivial"
     base_solver: str = "deepseek"
@@ -212,7 +212,7 @@ class KVConfig:
     block_size: int = 512
     store_load_gbps: float = 42.9
     gpu_cache_blocks: int = 0
-    transfer_gbps: float = 50.0
+    transfer_gbps: float = RDMA_GBPS  # prefill -> decode KV over RDMA
 
     def check(self) -> None:
         _int("kv.store_capacity_blocks", self.store_capacity_blocks, minimum=0, optional=True)
