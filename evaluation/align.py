@@ -82,11 +82,15 @@ def align(placement: Placement, trace: Trace) -> Placement:
 
 def check_load_shape(placement: Placement, load: np.ndarray, name: str = "load") -> None:
     """Raise `PlacementError` unless ``load: [..., L, E]`` fits the placement (layers, experts)."""
-    want = (placement.num_layers, placement.num_experts)
-    if tuple(load.shape[-2:]) != want:
+    check_counts_shape(load, placement.num_layers, placement.num_experts, name)
+
+
+def check_counts_shape(counts: np.ndarray, L: int, E: int, name: str = "load") -> None:
+    """Raise `PlacementError` unless ``counts: [..., L, E]`` has ``L`` layers and ``E`` experts."""
+    if tuple(counts.shape[-2:]) != (L, E):
         raise PlacementError(
-            f"{name} has shape {tuple(load.shape)} but the placement is [{want[0]} layers, "
-            f"{want[1]} experts]; use a placement solved for this trace"
+            f"{name} has shape {tuple(counts.shape)} but the placement is [{L} layers, "
+            f"{E} experts]; use a placement solved for this trace"
         )
 
 

@@ -104,14 +104,16 @@ def gpu_loads(placement: Placement, counts: ArrayLike, *, chunk: int = 64) -> np
     return out.reshape(*lead, L, G)
 
 
-def layer_bound(
-    load: ArrayLike, topology: Topology, num_groups: int | None = None
-) -> np.ndarray:
-    """``float64[L]`` lower bound on each layer's max GPU load for ``load: float[L, E]``
-    (`solvers.bounds.lower_bound`)."""
+def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
+    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`)."""
     load = check_load(load)
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
+    return _layer_bound(load, topology, num_groups)
+
+
+def _layer_bound(load: np.ndarray, topology: Topology, num_groups: int | None) -> np.ndarray:
+    """`layer_bound` on checked arguments."""
     return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
 
 
@@ -174,18 +176,25 @@ def score(
     load = check_load(load)
     check_load_shape(placement, load)
     num_groups = check_num_groups(num_groups, placement.num_experts)
-    topo = placement.topology
-    gpu = placement.gpu_load(load)  # [L, G]
-    cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, topo)}
     if isinstance(bound, (bool, np.bool_)):
         bound = check_bool("bound", bound)
-        lb = (layer_bound(load, placement.topology, num_groups) if bound
+        lb = (_layer_bound(load, placement.topology, num_groups) if bound
               else np.full(len(load), np.nan))
     else:
         lb = as_real_array(bound, "bound")
         if lb.shape != (load.shape[0],):
             raise InputError(f"bound must be True, False or float[{load.shape[0]}], got shape "
                              f"{lb.shape}")
+    return _score(placement, load, lb)
+
+
+def _score(placement: Placement, load: np.ndarray, lb: np.ndarray) -> pd.DataFrame:
+    """`score` on checked arguments: ``load: float64[L, E]`` matching ``placement``,
+    ``lb: float64[L]`` the bound column (NaN: none)."""
+    topo = placement.topology
+    slots = np.take_along_axis(load, np.maximum(placement.phy2log, 0), axis=1) * placement.share
+    gpu = slots.reshape(len(load), topo.num_gpus, topo.slots_per_gpu).sum(-1)  # [L, G]
+    cols = {"layer": placement.layer_ids.copy(), **_load_columns(gpu, topo)}
     cols["lower_bound"] = lb
     cols["max_over_bound"] = np.divide(
         cols["gpu_max"], lb, out=np.full_like(lb, np.nan), where=np.isfinite(lb) & (lb > 0)

@@ -18,8 +18,8 @@ from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
 from eplb.errors import EplbError, InputError
 from eplb.evaluation.align import check_num_groups
-from eplb.evaluation.metrics import score, summarize
-from eplb.evaluation.traffic import simulate
+from eplb.evaluation.metrics import _score, summarize
+from eplb.evaluation.traffic import _simulate, check_sizes, counts_source
 from eplb.executor.routing import check_policy
 from eplb.loads import as_real_array, check_load
 from eplb.topology import Topology
@@ -42,16 +42,13 @@ def front(x: ArrayLike, y: ArrayLike) -> np.ndarray:
     return ~(le & lt).any(axis=1)
 
 
-def _measure(placement, load, source_counts, policy, traffic) -> dict[str, float]:
-    """Balance and modelled traffic of one placement."""
-
-    frame = score(placement, load, bound=False)
-    s = summarize(frame)
-    if source_counts is not None:
-        rep = simulate(placement, source_counts=source_counts, policy=policy, **traffic)
-    else:
-        rep = simulate(placement, load=load, policy=policy, **traffic)
-    t = rep.summary()
+def _measure(placement, load, counts, policy, sizes) -> dict[str, float]:
+    """Balance and modelled traffic of one placement; ``counts`` = `traffic.counts_source`'s
+    checked source, ``sizes`` the checked byte sizes (the sweep checks its inputs once)."""
+    s = summarize(_score(placement, load, np.full(len(load), np.nan)))
+    src, label, top_k, groups = counts
+    t = _simulate(placement, ids=None, rank=None, src=src, label=label, policy=policy,
+                  top_k=top_k, groups=groups, seed=0, **sizes).summary()
     return {"step_max_over_mean": float(s["step_max_over_mean"]),
             "max_over_mean_worst": float(s["max_over_mean_worst"]),
             "rdma_bytes": t["rdma_bytes"], "nvlink_bytes": t["nvlink_bytes"],
@@ -104,7 +101,18 @@ def sweep(
             raise InputError(f"ilp_weights must be a list of numbers, got {str(ilp_weights)[:40]}")
         ilp_weights = [check_number("ilp_weights[]", w, 0, 1e6) for w in ilp_weights]
     have = set(solvers.available())
-    traffic = {"num_groups": num_groups, "topk_groups": topk_groups, **traffic}
+    unknown = sorted(set(traffic) - {"hidden", "dispatch_bytes", "combine_bytes", "top_k"})
+    if unknown:
+        raise InputError(f"sweep does not take {', '.join(unknown)}; traffic options are "
+                         "hidden, dispatch_bytes, combine_bytes and top_k")
+    sizes = {k: traffic.get(k, d) for k, d in
+             (("hidden", 7168), ("dispatch_bytes", 1), ("combine_bytes", 2))}
+    check_sizes(**sizes)
+    L, E = load.shape
+    counts = counts_source(L, E, topology.num_gpus, source_counts=source_counts,
+                           load=None if source_counts is not None else load,
+                           top_k=traffic.get("top_k"), num_groups=num_groups,
+                           topk_groups=topk_groups)
     runs: list[tuple[str, str, float | None, dict[str, Any]]] = []
     if num_groups is not None and num_groups % topology.num_nodes == 0:
         runs.append(("deepseek hierarchical", "deepseek", None, {"num_groups": num_groups}))
@@ -133,7 +141,7 @@ def sweep(
             rows.append({**row, "status": f"{type(exc).__name__}: {exc}"})
             continue
         row["solve_seconds"] = float(placement.meta["solver"]["seconds"])
-        row.update(_measure(placement, load, source_counts, policy, traffic))
+        row.update(_measure(placement, load, counts, policy, sizes))
         rows.append({**row, "status": "ok"})
     out = pd.DataFrame(rows)
     out["on_front"] = False

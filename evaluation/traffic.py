@@ -97,7 +97,7 @@ from eplb.args import (
     check_str,
 )
 from eplb.errors import InputError, TopologyError
-from eplb.evaluation.align import align, check_load_shape, check_placement
+from eplb.evaluation.align import align, check_counts_shape, check_placement
 from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
@@ -220,7 +220,7 @@ class TrafficReport:
 
 
 # ----------------------------------------------------------------------- helpers
-def _check_sizes(hidden, dispatch_bytes, combine_bytes) -> None:
+def check_sizes(hidden, dispatch_bytes, combine_bytes) -> None:
     check_number("hidden", hidden, 0, 2**31, lo_open=True)
     check_number("dispatch_bytes", dispatch_bytes, 0, 64, lo_open=True)
     check_number("combine_bytes", combine_bytes, 0, 64, lo_open=True)
@@ -298,13 +298,25 @@ def _policy_share(placement: Placement, policy: str) -> np.ndarray:
     return np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)  # empty slots: 0
 
 
-def _sources(placement: Placement, source_counts, load) -> tuple[np.ndarray, str]:
+def counts_source(L: int, E: int, G: int, *, source_counts=None, load=None, top_k=None,
+                  num_groups=None, topk_groups=None):
+    """Checked counts-mode routing source for ``L`` layers x ``E`` experts on ``G`` GPUs:
+    ``(src: float64[L, G, E] expected picks from each source GPU, label, top_k, groups)``
+    (`simulate`'s rules; checked once, reusable for every placement of that shape)."""
+    src, label = _sources(L, E, G, source_counts, load)
+    if top_k is None:  # the default (DeepSeek-V3's 8) never exceeds the experts
+        K = min(DEFAULT_TOP_K, E)
+    else:  # a given top_k must be one the counts can come from
+        K = _check_top_k(top_k, E)
+        _check_picks(src.sum(1), K)
+    return src, label, K, _check_groups(num_groups, topk_groups, E)
+
+
+def _sources(L: int, E: int, G: int, source_counts, load) -> tuple[np.ndarray, str]:
     """``float64[L, G, E]`` expected picks from each source GPU, and a label."""
-    topo = placement.topology
-    G = topo.num_gpus
     if source_counts is not None:
         src = check_load(source_counts, name="source_counts", ndim=3)
-        check_load_shape(placement, src[:, 0, :], "source_counts[:, rank, :]")
+        check_counts_shape(src[:, 0, :], L, E, "source_counts[:, rank, :]")
         gs = src.shape[1]
         if gs == G:
             return np.asarray(src), "source_counts"
@@ -316,7 +328,7 @@ def _sources(placement: Placement, source_counts, load) -> tuple[np.ndarray, str
         # each source rank's tokens spread evenly over a contiguous block of G / gs GPUs
         return np.repeat(np.asarray(src) / (G // gs), G // gs, axis=1), "source_counts"
     load = check_load(load)
-    check_load_shape(placement, load)
+    check_counts_shape(load, L, E, "load")
     return np.broadcast_to(load[:, None, :] / G, (load.shape[0], G, load.shape[1])), "load"
 
 
@@ -701,7 +713,7 @@ def simulate(
     """
     check_placement(placement)
     check_policy(policy)
-    _check_sizes(hidden, dispatch_bytes, combine_bytes)
+    check_sizes(hidden, dispatch_bytes, combine_bytes)
     seed = check_seed("seed", seed)
     keep_slots = check_bool("keep_slots", keep_slots)
     progress = check_bool("progress", progress)
@@ -712,14 +724,34 @@ def simulate(
             "give exactly one routing source: topk_ids (+ token_rank), source_counts or load; "
             f"got {', '.join(given) or 'none'}"
         )
+    ids = rank = src = label = None
+    K, groups = None, None
+    if topk_ids is not None:
+        ids, rank = _check_tokens(placement, topk_ids, token_rank)
+    else:
+        src, label, K, groups = counts_source(
+            placement.num_layers, placement.num_experts, placement.topology.num_gpus,
+            source_counts=source_counts, load=load, top_k=top_k, num_groups=num_groups,
+            topk_groups=topk_groups)
+    return _simulate(placement, ids=ids, rank=rank, src=src, label=label, policy=policy,
+                     hidden=hidden, dispatch_bytes=dispatch_bytes, combine_bytes=combine_bytes,
+                     seed=seed, top_k=K, groups=groups, keep_slots=keep_slots,
+                     progress=progress)
+
+
+def _simulate(placement: Placement, *, ids, rank, src, label, policy: str, hidden: int,
+              dispatch_bytes: float, combine_bytes: float, seed: int, top_k, groups,
+              keep_slots: bool = True, progress: bool = False) -> TrafficReport:
+    """`simulate` on checked arguments: token mode with ``ids: int64[N, L, K]`` and ``rank:
+    int64[N]``, else counts mode with ``src: float64[L, G, E]`` (labelled ``label``),
+    ``top_k`` picks per token and ``groups`` (``(num_groups, topk_groups)`` or None)."""
     topo = placement.topology
     lk = links(topo)
     L, G = placement.num_layers, topo.num_gpus
     meta: dict[str, Any] = {"policy": policy, "hidden": hidden, "dispatch_bytes": dispatch_bytes,
                             "combine_bytes": combine_bytes, "seed": seed, "topology": str(topo)}
     slots_out = None
-    if topk_ids is not None:
-        ids, rank = _check_tokens(placement, topk_ids, token_rank)
+    if ids is not None:
         N, _, K = ids.shape
         meta.update(mode="tokens", tokens=N, top_k=K)
         gpu_tokens = np.zeros((L, G))
@@ -741,13 +773,7 @@ def simulate(
                 slots, rank, topo
             )
     else:
-        src, label = _sources(placement, source_counts, load)
-        if top_k is None:  # the default (DeepSeek-V3's 8) never exceeds the experts
-            K = min(DEFAULT_TOP_K, placement.num_experts)
-        else:  # a given top_k must be one the counts can come from
-            K = _check_top_k(top_k, placement.num_experts)
-            _check_picks(src.sum(1), K)
-        groups = _check_groups(num_groups, topk_groups, placement.num_experts)
+        K = top_k
         # layers in chunks so the [layers, G, groups, G] scratch stays near 32 MB
         step = max(1, int(4e6 // (G * (groups or (1,))[0] * G)))
         parts = []
