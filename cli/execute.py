@@ -67,7 +67,8 @@ def _positive(name: str, value: int | None) -> None:
 
 
 def _check_layer(placement, trace, layer_id: int) -> None:
-    """``--layer``'s own messages: a layer of the placement, and of the trace if one is given."""
+    """``--layer``'s own messages (the layer given, or the default one): a layer of the
+    placement, and of the trace if one is given."""
     hit = np.flatnonzero(placement.layer_ids == layer_id)
     if hit.size == 0:
         ids = placement.layer_ids
@@ -109,8 +110,12 @@ def run(args: argparse.Namespace) -> int:
         from eplb import traces  # lazy: only with --trace
 
         trace = traces.read(args.trace)
-    if args.layer is not None:
-        _check_layer(placement, trace, args.layer)
+    if args.layer is not None or trace is not None:
+        from eplb.executor.run import default_row  # lazy: keeps eplb --help fast
+
+        layer_id = args.layer if args.layer is not None else \
+            int(placement.layer_ids[default_row(placement, trace.layer_ids)])
+        _check_layer(placement, trace, layer_id)
     if trace is not None and trace.topk_ids is not None and args.top_k and \
             args.top_k != trace.topk_ids.shape[2]:
         raise InputError(
