@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from eplb.atomic import check_output_path, same_file
@@ -190,58 +191,36 @@ RESERVED_OPTIONS = {"num_groups": "--groups", "seed": "--seed", "time_limit": "-
                     "previous": None, "load": None, "topology": None}
 
 
-def solver_options(name: str) -> dict[str, object]:
-    """``{option: default}`` of solver ``name``'s ``--option`` keys (`solvers.options`), plus
-    the older spellings `solvers.legacy` still maps (default ``None``)."""
-    from eplb import solvers
-    from eplb.solvers.legacy import LEGACY
-
-    opts = dict(solvers.options(name))
-    for key in LEGACY.get(name, ()):
-        opts.setdefault(key, None)
-    return opts
-
-
 def describe_options(name: str) -> str:
-    return ", ".join(sorted(solver_options(name))) or "none"
+    """Solver ``name``'s ``--option`` keys, comma-separated (`solver_options.option_names`)."""
+    from eplb.evaluation.solver_options import option_names  # lazy: keeps eplb --help fast
+
+    return ", ".join(sorted(option_names(name))) or "none"
+
+
+def check_reserved(key: str, flag: str = "--option") -> None:
+    """Refuse an ``--option`` key that has its own flag (``seed``: ``--seed``, ...)."""
+    if key in RESERVED_OPTIONS:
+        own = RESERVED_OPTIONS[key]
+        raise InputError(f"{flag} {key}=...: {key} is not a solver option"
+                         + (f"; use {own}" if own else ""))
 
 
 def check_solver_options(name: str, options: Mapping[str, object], flag: str = "--option",
                          *, previous: bool = False) -> None:
     """Refuse keys that have their own flags, unknown ``--option`` keys of solver ``name`` and
     values of the wrong kind (`solvers.resolve`: the solver package's own checks)."""
-    from eplb import solvers
+    from eplb import solvers  # lazy: keeps eplb --help fast
+
     for key in options:
-        if key in RESERVED_OPTIONS:
-            own = RESERVED_OPTIONS[key]
-            raise InputError(f"{flag} {key}=...: {key} is not a solver option"
-                             + (f"; use {own}" if own else ""))
+        check_reserved(key, flag)
     solvers.resolve(name, dict(options), previous=previous)
-
-
-def run_solver(name: str, load, topology: Topology, **kw):
-    """`solvers.solve` with a solver's stray TypeError/ValueError (a bad option value the
-    checks above could not see) turned into one `InputError` line."""
-    from eplb import solvers
-    from eplb.errors import EplbError
-
-    try:
-        return solvers.solve(name, load, topology, **kw)
-    except EplbError:
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:
-        opts = {k: v for k, v in kw.items() if k not in RESERVED_OPTIONS and k != "previous"}
-        given = ", ".join(f"{k}={v!r}" for k, v in opts.items()) or "no options"
-        raise InputError(f"solver {name} failed on its arguments ({given}): "
-                         f"{type(exc).__name__}: {exc}; its options are "
-                         f"{describe_options(name)}") from None
 
 
 def solvers_epilog(example: str) -> str:
     """``--help`` text listing each solver and its ``--option`` keys (imports solvers)."""
-    import textwrap
+    from eplb import solvers  # lazy: only for --help
 
-    from eplb import solvers
     lines = ["solvers and their --option keys (KEY=VALUE, value parsed as JSON):"]
     for name in solvers.available():
         lines += textwrap.wrap(describe_options(name), 78, initial_indent=f"  {name:<13} ",
@@ -251,22 +230,10 @@ def solvers_epilog(example: str) -> str:
 
 
 def windows_arg(spec: str | None, flag: str = "--windows"):
-    """``--windows`` text -> a window selection for `Trace.load`: ``None`` (all), a list of
-    indices (``"3"``, ``"0,3,5"``) or a slice (``"a:b"``, ``"a:b:step"``)."""
-    if spec is None:
-        return None
-    try:
-        if ":" in spec:
-            parts = [int(x) if x.strip() else None for x in spec.split(":")]
-            if len(parts) > 3:
-                raise ValueError
-            return slice(*parts)
-        if "," in spec:
-            return [int(x) for x in spec.split(",") if x.strip()]
-        return [int(spec)]
-    except ValueError:
-        raise InputError(f"{flag} {spec!r} is not an index, a slice a:b or a list "
-                         "0,3,5") from None
+    """``--windows`` text -> a window selection for `Trace.load` (`traces.windows`)."""
+    from eplb.traces.windows import parse_windows  # lazy: keeps eplb --help fast
+
+    return parse_windows(spec, flag)
 
 
 def add_window_args(p: argparse.ArgumentParser, what: str = "sum") -> None:
@@ -276,20 +243,3 @@ def add_window_args(p: argparse.ArgumentParser, what: str = "sum") -> None:
     p.add_argument("--ema", type=float, metavar="ALPHA",
                    help="exponential moving average over the windows (latest weighted ALPHA) "
                    "instead of the sum")
-
-
-def load_of(trace, args: argparse.Namespace):
-    """``(load: float64[L, E], description)`` of ``trace`` for ``--windows`` / ``--ema``."""
-    windows = windows_arg(getattr(args, "windows", None))
-    ema = getattr(args, "ema", None)
-    chosen = trace.window_index(windows)
-    load = trace.load(windows, ema=ema)
-    how = f"EMA alpha={ema:g}" if ema else "sum"
-    n, T = len(chosen), trace.num_windows
-    if n == T:
-        what = "the only window" if T == 1 else f"all {T} windows"
-    elif n == 1:
-        what = f"window {int(chosen[0])} of {T}"
-    else:
-        what = f"{n} of {T} windows"
-    return load, (f"{how} over {what}" if n > 1 or ema else what)

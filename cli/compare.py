@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import textwrap
+import time
+from pathlib import Path
 
-from eplb.cli.common import seconds_arg, seed_arg
+from eplb.cli.common import (
+    check_groups,
+    check_outputs,
+    check_reserved,
+    parse_options,
+    seconds_arg,
+    seed_arg,
+    solvers_epilog,
+)
+from eplb.errors import EplbError, InputError
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
@@ -66,10 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _epilog() -> str:
-    import textwrap
-
-    from eplb.cli.common import solvers_epilog
-    from eplb.evaluation.compare import SUMMARY_COLUMNS
+    from eplb.evaluation.compare import SUMMARY_COLUMNS  # lazy: only for --help
 
     lines = ["summary columns (-o CSV; the printed tables use the first ones):"]
     for name, text in SUMMARY_COLUMNS.items():
@@ -83,30 +93,20 @@ def _epilog() -> str:
 
 
 def _options(items, names):
-    from eplb.cli.common import check_solver_options, parse_options, solver_options
-    from eplb.errors import InputError
+    """``--option`` items split per solver (`evaluation.solver_options.split_options`), after
+    the flags' own checks (keys that have their own flags, solvers not in --solvers)."""
+    from eplb.evaluation.solver_options import split_options  # lazy: keeps eplb --help fast
 
-    out: dict[str, dict] = {n: {} for n in names}
-    for key, value in parse_options(items).items():
+    options = parse_options(items)
+    for key in options:
         solver, dot, opt = key.partition(".")
-        if dot:
-            if solver not in out:
-                raise InputError(f"--option {key}: solver {solver!r} is not in --solvers")
-            out[solver][opt] = value
-            check_solver_options(solver, {opt: value})
-        else:
-            takers = [n for n in names if key in solver_options(n)]
-            if not takers:
-                check_solver_options(names[0], {key: value})  # raises, listing the options
-            for n in takers:  # an option some solvers lack applies to the ones that have it
-                check_solver_options(n, {key: value})
-                out[n][key] = value
-    return out
+        if dot and solver not in names:
+            raise InputError(f"--option {key}: solver {solver!r} is not in --solvers")
+        check_reserved(opt if dot else key)
+    return split_options(options, names)
 
 
 def _floats(text: str, flag: str) -> list[float]:
-    from eplb.errors import InputError
-
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -114,16 +114,11 @@ def _floats(text: str, flag: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    import time
-    from pathlib import Path
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     import pandas as pd
 
     from eplb import solvers, traces
     from eplb.atomic import atomic_write_text
-    from eplb.cli.common import check_groups, check_outputs
-    from eplb.errors import EplbError, InputError
     from eplb.evaluation.compare import compare, parse_topologies
     from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
@@ -171,31 +166,22 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.markdown, tables)
     written = result.plot(args.plot) if args.plot is not None else []
     if args.pareto:
-        from eplb.evaluation import plots
-        from eplb.evaluation.pareto import WEIGHTS, sweep
+        from eplb.evaluation import plots  # lazy: only with --pareto
+        from eplb.evaluation.pareto import sweep_traces
         from eplb.evaluation.tables import slug
 
-        frames = []
-        for tname, trace in loaded.items():
-            groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
-            for spec in specs:
-                topo = spec.resolve(trace.num_experts, nvlink_gbps=args.nvlink_gbps,
-                                    rdma_gbps=args.rdma_gbps)
-                src = trace.source_counts.sum(0) if trace.source_counts is not None and \
-                    topo.num_gpus % trace.source_counts.shape[2] == 0 else None
-                kw = {"top_k": int(trace.meta["top_k"])} if trace.meta.get("top_k") else {}
-                tg = args.topk_groups or trace.meta.get("topk_groups")
-                df = sweep(trace.load(), topo, weights=weights or WEIGHTS, num_groups=groups,
-                           topk_groups=tg,
-                           source_counts=src, policy=args.pareto_dispatch,
-                           ilp_time_limit=args.ilp_limit or None, seed=args.seed,
-                           progress=not args.quiet, **kw)
-                stem = slug(f"{tname}_{spec.text}")
-                written.append(plots.pareto_front(df, Path(args.plot) / f"pareto_{stem}.png",
-                                                  title=f"{tname} on {spec.text}"))
-                frames.append(df.assign(trace=tname, topology=spec.text))
-        pareto = pd.concat(frames, ignore_index=True)
-        write_csv(pareto, Path(args.plot) / "pareto.csv")
+        sweeps = sweep_traces(loaded, specs, num_groups=args.groups, topk_groups=args.topk_groups,
+                              weights=weights, policy=args.pareto_dispatch,
+                              ilp_time_limit=args.ilp_limit, seed=args.seed,
+                              nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps,
+                              progress=not args.quiet)
+        for df in sweeps:
+            tname, spec = df["trace"].iloc[0], df["topology"].iloc[0]
+            stem = slug(f"{tname}_{spec}")
+            written.append(plots.pareto_front(df.drop(columns=["trace", "topology"]),
+                                              Path(args.plot) / f"pareto_{stem}.png",
+                                              title=f"{tname} on {spec}"))
+        write_csv(pd.concat(sweeps, ignore_index=True), Path(args.plot) / "pareto.csv")
         written.append(Path(args.plot) / "pareto.csv")
     if args.markdown is None:
         print(tables)

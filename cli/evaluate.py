@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import json
+from pathlib import Path
 
-from eplb.cli.common import seed_arg
+import numpy as np
+
+from eplb.atomic import atomic_write_bytes
+from eplb.cli.common import check_groups, check_outputs, seed_arg, windows_arg
+from eplb.errors import InputError
 from eplb.format import text_table
+from eplb.placement import Placement
+from eplb.topology import Topology
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,25 +70,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import io
-    import json
-    from pathlib import Path
-
-    import numpy as np
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import traces
-    from eplb.atomic import atomic_write_bytes
-    from eplb.cli.common import check_groups, check_outputs, windows_arg
-    from eplb.errors import InputError
-    from eplb.evaluation.align import align
-    from eplb.evaluation.metrics import score, summarize
+    from eplb.evaluation.evaluate import SOURCES, evaluate
     from eplb.evaluation.tables import write_csv
-    from eplb.evaluation.traffic import simulate_trace
     from eplb.executor.routing import check_policy
     from eplb.io import read_placement
-    from eplb.placement import Placement
-    from eplb.topology import Topology
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
@@ -90,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if not (0 < value < float("inf")):
             raise InputError(f"{flag} must be a positive number of bytes, got {value}")
     check_policy(args.dispatch)
-    if args.source not in ("auto", "tokens", "source_counts", "load"):
+    if args.source not in SOURCES:
         raise InputError(f"--source {args.source!r}: use auto, tokens, source_counts or load")
     topo_hint = Topology.parse(args.topology, args.slots) if args.topology else None
     placement = read_placement(args.placement, topology=topo_hint)
@@ -101,68 +98,41 @@ def run(args: argparse.Namespace) -> int:
         placement = Placement(placement.phy2log, placement.num_experts, topo,
                               placement.replica_share, placement.meta, placement.layer_ids)
     trace = traces.read(args.trace)
-    placement = align(placement, trace)
     windows = windows_arg(args.windows)
     if windows is not None:
         trace.window_index(windows)  # an out-of-range selection fails here, by name
-    load = trace.load(windows)
-    groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
-    check_groups(groups, trace.num_experts,
-                 args.topk_groups if args.topk_groups is not None else None,
+    # the flags' own messages; evaluate() checks the same under its parameter names
+    check_groups(args.groups if args.groups is not None else trace.meta.get("num_groups"),
+                 trace.num_experts, args.topk_groups,
                  flag="--groups" if args.groups is not None else "the trace's num_groups")
-    layers = score(placement, load, num_groups=groups)
-    balance = summarize(layers)
-    kw = dict(policy=args.dispatch, hidden=args.hidden, dispatch_bytes=args.dispatch_bytes,
-              combine_bytes=args.combine_bytes, seed=args.seed, num_groups=groups,
-              topk_groups=args.topk_groups)
-    if args.top_k is not None:
-        kw["top_k"] = args.top_k
-    source = args.source
-    if windows is not None and source == "auto" and trace.topk_ids is not None:
-        source = "source_counts" if trace.source_counts is not None else "load"
-    if source == "tokens" and windows is not None:
+    if args.source == "tokens" and windows is not None:
         raise InputError("--windows applies to counts; token-level traffic uses every token")
-    report = simulate_trace(placement, trace, windows=windows, source=source, **kw)
-    frame = report.to_frame().drop(columns=["layer", "tokens"])
-    layers = layers.join(frame)
-    totals = report.summary()
+    ev = evaluate(placement, trace, policy=args.dispatch, source=args.source, windows=windows,
+                  num_groups=args.groups, topk_groups=args.topk_groups, hidden=args.hidden,
+                  dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
+                  top_k=args.top_k, seed=args.seed)
+    placement, report, balance = ev.placement, ev.traffic, ev.balance
     if args.save_slots is not None:
         if report.slots is None:
             raise InputError("--save-slots needs token-level input (a trace with topk_ids)")
         buf = io.BytesIO()
         np.save(buf, report.slots, allow_pickle=False)
         atomic_write_bytes(args.save_slots, buf.getvalue())
-    # per token per layer: totals over layers divided by the tokens through all layers
-    layer_tokens = report.gpu_tokens.sum(-1) / report.meta["top_k"]  # [L] tokens per layer
-    token_layers = float(layer_tokens.sum())
-    per = {k: (totals[k] / token_layers if token_layers > 0 else float("nan"))
-           for k in ("nvlink_bytes", "rdma_bytes", "alltoall_seconds")}
     if args.output is not None:
-        write_csv(layers, args.output)
+        write_csv(ev.layers, args.output)
     if args.plot is not None:
-        from eplb.evaluation.plots import gpu_heatmap
+        from eplb.evaluation.plots import gpu_heatmap  # lazy: matplotlib only for --plot
 
         gpu_heatmap({"GPU tokens": report.gpu_tokens}, args.plot, layer_ids=trace.layer_ids,
                     title=f"{Path(args.placement).name} on {Path(args.trace).name}, "
                     f"{args.dispatch} dispatch",
                     gpus_per_node=placement.topology.gpus_per_node)
     if args.json:
-        doc = {
-            "placement": str(args.placement), "trace": str(args.trace),
-            "topology": placement.topology.to_dict(),
-            "balance": {k: (None if np.isnan(v) else v) for k, v in balance.to_dict().items()},
-            "traffic": {**totals, **report.meta, "tokens_per_layer_mean":
-                        float(layer_tokens.mean()),
-                        "nvlink_bytes_per_token_per_layer": per["nvlink_bytes"],
-                        "rdma_bytes_per_token_per_layer": per["rdma_bytes"],
-                        "alltoall_seconds_per_token_per_layer": per["alltoall_seconds"]},
-            "layers": json.loads(layers.to_json(orient="records")),
-        }
+        doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json.dumps(doc, indent=1))
         return 0
     topo = placement.topology
-    gt = report.gpu_tokens
-    dispatched = float(gt.max(1).sum() / max(gt.mean(1).sum(), 1e-300))
+    totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
             "load": "expected (sources spread evenly)"}[report.mode]
     bound = balance["max_over_bound_mean"]
@@ -190,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
                        if report.meta.get("groups") else "")
                     + f", {args.hidden} x {args.dispatch_bytes:g} B dispatch / "
                       f"{args.combine_bytes:g} B combine per element"),
-        ("GPU picks as dispatched", f"step max/mean {dispatched:.4f} ({args.dispatch} "
-                                    "dispatch; the rows above use the placement's even split)"),
+        ("GPU picks as dispatched", f"step max/mean {ev.dispatched_max_over_mean:.4f} "
+                                    f"({args.dispatch} dispatch; the rows above use the "
+                                    "placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
                          f"{totals['nvlink_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),

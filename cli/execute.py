@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from eplb.cli.common import add_topology_args, seed_arg
+import numpy as np
+
+from eplb.cli.common import add_topology_args, seed_arg, topology_from
+from eplb.errors import InputError
 from eplb.format import text_table
+from eplb.safeload import check_size
 
 POLICY_NAMES = ("even", "random", "local_first", "weighted", "lp")
 
@@ -58,71 +62,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _positive(name: str, value: int | None) -> None:
-    from eplb.errors import InputError
-
     if value is not None and value < 1:
         raise InputError(f"{name} must be >= 1, got {value}")
 
 
-def _default_row(placement, trace) -> int:
-    """Row of the first MoE layer: the first the trace holds, else the first row of the
-    placement that is not SGLang's default map ``slot % E`` (what dense layers get)."""
-    import numpy as np
-
-    if trace is not None:
-        hit = np.flatnonzero(np.isin(placement.layer_ids, trace.layer_ids))
-        if hit.size:
-            return int(hit[0])
-    dense = np.arange(placement.num_slots) % placement.num_experts
-    moe = np.flatnonzero((placement.phy2log != dense).any(axis=1))
-    return int(moe[0]) if moe.size else 0
-
-
-def _row_of(placement, layer_id: int) -> int:
-    import numpy as np
-
-    from eplb.errors import InputError
-
+def _check_layer(placement, trace, layer_id: int) -> None:
+    """``--layer``'s own messages (the layer given, or the default one): a layer of the
+    placement, and of the trace if one is given."""
     hit = np.flatnonzero(placement.layer_ids == layer_id)
     if hit.size == 0:
         ids = placement.layer_ids
         raise InputError(f"--layer {layer_id} is not a layer of the placement; its model layer ids "
                          f"are {int(ids.min())}..{int(ids.max())} ({len(ids)} layers)")
-    return int(hit[0])
-
-
-def _trace_row(placement, trace, row: int) -> int:
-    import numpy as np
-
-    from eplb.errors import InputError
-
-    if trace.num_experts != placement.num_experts:
+    if trace is not None and trace.num_experts == placement.num_experts and \
+            layer_id not in np.asarray(trace.layer_ids):
         raise InputError(
-            f"the trace has {trace.num_experts} experts but the placement {placement.num_experts}; "
-            "use a placement solved for this trace"
-        )
-    lid = int(placement.layer_ids[row])
-    hit = np.flatnonzero(np.asarray(trace.layer_ids) == lid)
-    if hit.size == 0:
-        raise InputError(
-            f"placement row {row} is model layer {lid}, which the trace does not hold "
+            f"placement row {int(hit[0])} is model layer {layer_id}, which the trace does not hold "
             f"(trace layers {trace.layer_ids.min()}-{trace.layer_ids.max()}); pick one of those "
             "with --layer"
         )
-    return int(hit[0])
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    import numpy as np
-
-    from eplb.cli.common import topology_from
-    from eplb.errors import InputError
-    from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
+    from eplb.evaluation.execute import execute_trace
     from eplb.io import read_placement
-    from eplb.safeload import check_size
 
+    # the flags' own messages, before any work; execute_trace() checks the same by parameter
     for name in ("tokens", "hidden", "ffn", "top_k", "groups", "topk_groups", "experts"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
     K = args.top_k or 8
@@ -139,76 +105,37 @@ def run(args: argparse.Namespace) -> int:
     check_size(f"expert weights (--hidden {args.hidden}, FFN {F}, {topo.num_slots} slots)",
                (topo.num_slots + E, 3, args.hidden, F), itemsize,
                fix="use a smaller --hidden or --ffn")
-
-    trace, trow = None, None
+    trace = None
     if args.trace:
-        from eplb import traces
+        from eplb import traces  # lazy: only with --trace
+
         trace = traces.read(args.trace)
-    row = _row_of(placement, args.layer) if args.layer is not None else \
-        _default_row(placement, trace)
-    if trace is not None:
-        trow = _trace_row(placement, trace, row)
-    meta = trace.meta if trace is not None else {}
-    token_level = trace is not None and trace.topk_ids is not None
-    top_k = args.top_k or (trace.topk_ids.shape[2] if token_level else meta.get("top_k")) or 8
-    groups, topk_groups = args.groups, args.topk_groups
-    if groups is None:
-        groups = meta.get("num_groups")
-        if topk_groups is None and groups is not None:
-            topk_groups = meta.get("topk_groups")
-    if token_level and args.top_k and args.top_k != trace.topk_ids.shape[2]:
+    if args.layer is not None or trace is not None:
+        from eplb.executor.run import default_row  # lazy: keeps eplb --help fast
+
+        layer_id = args.layer if args.layer is not None else \
+            int(placement.layer_ids[default_row(placement, trace.layer_ids)])
+        _check_layer(placement, trace, layer_id)
+    if trace is not None and trace.topk_ids is not None and args.top_k and \
+            args.top_k != trace.topk_ids.shape[2]:
         raise InputError(
             f"--top-k {args.top_k} disagrees with the trace's token-level "
             f"top-{trace.topk_ids.shape[2]}; leave --top-k out"
         )
-    layer = MoELayer(
-        E, args.hidden, F, int(top_k),
-        num_groups=groups, topk_groups=topk_groups, seed=args.seed,
-        dtype=np.dtype(args.dtype), scoring=args.scoring,
+    report = execute_trace(
+        placement, trace, layer=args.layer, num_tokens=args.tokens, hidden=args.hidden,
+        ffn=args.ffn, top_k=args.top_k, num_groups=args.groups, topk_groups=args.topk_groups,
+        scoring=args.scoring, policy=args.dispatch, dtype=args.dtype,
+        dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes, seed=args.seed,
     )
-    rng = np.random.default_rng([args.seed, 1])
-    if token_level:
-        n = min(args.tokens, trace.topk_ids.shape[0])
-        ids = trace.topk_ids[:n, trow, :].astype(np.int64)
-        token_rank = trace.token_rank[:n].astype(np.int64)
-        if n and token_rank.max() >= G:
-            raise InputError(
-                f"the trace's tokens come from rank {int(token_rank.max())} but the placement has "
-                f"{G} GPUs; use a placement for at least {int(token_rank.max()) + 1} GPUs"
-            )
-        x = rng.standard_normal((n, args.hidden)).astype(layer.dtype)
-        s = np.take_along_axis(layer.scores(x), ids, axis=1)  # router scores of the given picks
-        w = (s / s.sum(axis=1, keepdims=True)).astype(layer.dtype)
-        source = f"trace {args.trace} tokens (layer {int(trace.layer_ids[trow])}), " \
-                 f"router weights of those picks"
-    else:
-        n = args.tokens
-        if trace is not None:
-            load = trace.load()[trow]
-            share = load / max(load.sum(), 1e-300)
-            layer.router_bias = np.log(np.maximum(share, 1e-12)).astype(layer.dtype)
-            source = (f"router on random activations, biased by trace {args.trace} layer "
-                      f"{int(trace.layer_ids[trow])} expert popularity")
-        else:
-            source = "router on random activations"
-        x = rng.standard_normal((n, args.hidden)).astype(layer.dtype)
-        ids, w = layer.route(x)
-        token_rank = even_token_rank(n, G)
-
-    executor = ReferenceExecutor(
-        layer, placement, args.dispatch, args.seed,
-        dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
-    )
-    t0 = time.perf_counter()
-    out, stats = executor.forward(x, ids, w, token_rank, layer_index=row)
-    t1 = time.perf_counter()
-    ref = layer.dense_forward(x, ids, w)
-    t2 = time.perf_counter()
-
-    err = float(np.abs(out - ref).max()) if out.size else 0.0
-    scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
-    tol = (1e-5 if layer.dtype == np.float32 else 1e-9) * scale
-    ok = bool(err <= tol)
+    layer, stats, row, n = report.layer, report.stats, report.row, report.num_tokens
+    source = {
+        "picks": f"trace {args.trace} tokens (layer {report.layer_id}), router weights of "
+                 "those picks",
+        "biased": f"router on random activations, biased by trace {args.trace} layer "
+                  f"{report.layer_id} expert popularity",
+        "router": "router on random activations",
+    }[report.routing]
 
     mb = 1e6
     mean = stats.gpu_tokens.mean()
@@ -238,9 +165,11 @@ def run(args: argparse.Namespace) -> int:
         ("RDMA bytes (dispatch + combine)",
          f"{stats.rdma_bytes:,.0f}  ({stats.rdma_transfers} copies per phase)"),
         ("bytes per element", f"dispatch {args.dispatch_bytes:g}, combine {args.combine_bytes:g}"),
-        ("time", f"executor {t1 - t0:.3f} s, dense forward {t2 - t1:.3f} s"),
-        ("max abs error vs dense", f"{err:.3e} (tolerance {tol:.1e})"),
-        ("check", "PASS" if ok else "FAIL"),
+        ("time", f"executor {report.executor_seconds:.3f} s, dense forward "
+                 f"{report.dense_seconds:.3f} s"),
+        ("max abs error vs dense", f"{report.max_abs_error:.3e} (tolerance "
+                                   f"{report.tolerance:.1e})"),
+        ("check", "PASS" if report.passed else "FAIL"),
     ]
     print(text_table(summary))
-    return 0 if ok else 1
+    return 0 if report.passed else 1

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from eplb.cli.common import seconds_arg, seed_arg
+from eplb.cli.common import (
+    check_groups,
+    check_outputs,
+    check_solver_options,
+    parse_options,
+    seconds_arg,
+    seed_arg,
+)
+from eplb.errors import InputError
+from eplb.format import text_table
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
@@ -57,21 +67,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
-    from eplb.cli.common import (
-        check_groups,
-        check_outputs,
-        check_solver_options,
-        parse_options,
-    )
-    from eplb.errors import InputError
-    from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary
+    from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary, replay_topology
     from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
-    from eplb.format import text_table
-    from eplb.topology import Topology
 
     check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
     solvers.get(args.solver)
@@ -86,15 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if args.history < 0:
         raise InputError(f"--history must be >= 0 (0 = all past windows), got {args.history}")
     trace = traces.read(args.trace)
-    spec = args.topology or "4x8"
-    slots = args.slots
-    parts = spec.lower().replace("*", "x").split("x")
-    if slots is None and len(parts) == 2 and all(v.strip().isdigit() for v in parts):
-        G = int(parts[0]) * int(parts[1])
-        if G > 0:  # experts rounded up to the GPUs, plus one redundant slot per GPU
-            slots = -(-trace.num_experts // G) * G + G
-    topo = Topology.parse(spec, slots, nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps,
-                          min_slots=trace.num_experts)
+    topo = replay_topology(trace.num_experts, args.topology, args.slots,
+                           nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps)
     groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
     check_groups(args.groups, trace.num_experts, args.topk_groups if args.dispatch else None)
     if args.groups is None and args.topk_groups is not None and args.dispatch:
@@ -110,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_csv(frame, args.output)
     if args.plot is not None:
-        from eplb.evaluation.plots import replay_curve
+        from eplb.evaluation.plots import replay_curve  # lazy: matplotlib only for --plot
 
         replay_curve({args.solver: frame}, args.plot,
                      title=f"{Path(args.trace).name}: {args.solver}, every {args.interval} "

@@ -10,14 +10,13 @@ step-time breakdown).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from eplb.atomic import atomic_directory
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")
@@ -120,7 +119,7 @@ def parse_synth(spec: str) -> dict:
 
 
 def load_config(text: str):
-    from eplb.evaluation.serving import ClusterConfig
+    from eplb.evaluation.serving import ClusterConfig  # lazy: keeps eplb --help fast
 
     path = Path(text)
     if not path.exists() and text in PRESETS:
@@ -134,7 +133,7 @@ def load_config(text: str):
 
 
 def load_workload(args: argparse.Namespace, block_size: int):
-    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
     spec = args.workload
     if spec == "synth" or spec.startswith("synth:"):
@@ -179,8 +178,6 @@ def _check_output(out: Path, force: bool) -> None:
 
 
 def _json_default(obj):
-    import numpy as np
-
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (np.floating,)):
@@ -192,7 +189,7 @@ def _json_default(obj):
 
 def write_outputs(result, folder: Path, config, *, window, plots: bool) -> None:
     """Everything `eplb simulate` writes, into ``folder`` (which exists and is empty)."""
-    import pandas as pd
+    import pandas as pd  # lazy: keeps eplb --help fast
 
     result.requests.to_parquet(folder / "requests.parquet", index=False)
     result.steps.to_parquet(folder / "steps.parquet", index=False)
@@ -239,7 +236,7 @@ def _nan_to_none(obj):
 
 
 def run(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import simulate
+    from eplb.evaluation.serving import simulate  # lazy: keeps eplb --help fast
 
     out = Path(args.output)
     _check_output(out, args.force)
@@ -255,42 +252,11 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         progress=not args.no_progress,
     )
-    parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-    try:
+    with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
         write_outputs(result, tmp, config, window=window, plots=not args.no_plots)
-        os.chmod(tmp, 0o777 & ~_umask())
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     print(result.summary_table(window))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
         f"{len(result.rebalances)} rebalances)"
     )
     return 0
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.rmdir(old)
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except BaseException:
-        if old is not None:
-            with contextlib.suppress(OSError):
-                os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-from pathlib import Path
+
+import numpy as np
 
 from eplb.cli.common import (
     add_topology_args,
@@ -13,15 +13,15 @@ from eplb.cli.common import (
     check_outputs,
     check_solver_options,
     failed_gpus_arg,
-    load_of,
     parse_options,
-    run_solver,
     seconds_arg,
     seed_arg,
     solvers_epilog,
     windows_arg,
 )
+from eplb.errors import InputError
 from eplb.format import text_table
+from eplb.topology import Topology
 
 EXAMPLE = ("example: eplb solve traces/data/deepseek-v3-calibrated.npz --topology 4x8 "
            "--slots 288 --groups 8 --solver greedy -o placement.json")
@@ -71,29 +71,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _sha256(path: Path) -> str:
-    """Hash of a load file, or of every file under a trace directory (sorted by path)."""
-    h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+def describe_load(chosen, num_windows: int, ema: float | None) -> str:
+    """``sum over all 3 windows``, ``window 2 of 8``, ``EMA alpha=0.5 over 4 of 8 windows``."""
+    how = f"EMA alpha={ema:g}" if ema else "sum"
+    n, T = len(chosen), num_windows
+    if n == T:
+        what = "the only window" if T == 1 else f"all {T} windows"
+    elif n == 1:
+        what = f"window {int(chosen[0])} of {T}"
+    else:
+        what = f"{n} of {T} windows"
+    return f"{how} over {what}" if n > 1 or ema else what
 
 
-def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
-    """Balance rows of a solve summary: every figure says what it runs over."""
-    import numpy as np
-
-    from eplb.evaluation.metrics import score, summarize
-    from eplb.solvers.bounds import lower_bound
-
-    # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
-    bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)
-    layers = score(placement, load, num_groups=num_groups, bound=bound)
-    s = summarize(layers)
+def summary_rows(placement, balance) -> list[tuple[str, str]]:
+    """Balance rows of a solve summary (``balance``: `SolveResult.balance`); every figure says
+    what it runs over."""
+    s = balance
     L = placement.num_layers
     rows = []
     if np.isfinite(s.get("max_over_bound_mean", np.nan)):
@@ -126,14 +120,10 @@ def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
-    from eplb.errors import InputError
-    from eplb.evaluation.metrics import balancedness, max_over_mean
+    from eplb.evaluation.solve import solve_trace
     from eplb.io import format_for, write_placement
-    from eplb.placement import Placement
-    from eplb.topology import Topology
 
     check_outputs({"LOAD": args.load}, {"-o": args.output})
     options = parse_options(args.option)
@@ -141,53 +131,19 @@ def run(args: argparse.Namespace) -> int:
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options)
     trace = traces.read(args.load)
-    load, how = load_of(trace, args)
-    solver_load = load
-    if solvers.takes_windows(args.solver):  # a windowed policy gets the windows themselves
-        if args.ema:
-            raise InputError(f"solver {args.solver} weights the windows itself; drop --ema")
-        chosen = trace.window_index(windows_arg(args.windows))
-        solver_load = trace.counts[np.sort(chosen)]
+    windows = windows_arg(args.windows)
+    trace.load(windows, ema=args.ema)  # a bad selection or ema fails here, before the topology
+    if solvers.takes_windows(args.solver) and args.ema:
+        raise InputError(f"solver {args.solver} weights the windows itself; drop --ema")
     E = trace.num_experts
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
                               failed_gpus=failed_gpus_arg(args.failed_gpus))
     check_groups(args.groups, E)
-    placement = run_solver(
-        args.solver,
-        solver_load,
-        topology,
-        num_groups=args.groups,
-        seed=args.seed,
-        time_limit=args.time_limit,
-        **options,
-    )
-    digest = _sha256(Path(args.load))
-    placement = Placement(
-        placement.phy2log,
-        placement.num_experts,
-        topology,
-        placement.replica_share,
-        {
-            **placement.meta,
-            "source": {
-                "path": str(args.load),
-                "sha256": digest,
-                "num_model_layers": trace.meta.get("num_model_layers"),
-                "windows": args.windows,
-                "ema": args.ema,
-            },
-        },
-        trace.layer_ids,
-    )
-    gpu = placement.gpu_load(load)
-    bal, mom = balancedness(gpu), max_over_mean(gpu)
-    placement = placement.with_meta(metrics={
-        "balancedness_mean": float(bal.mean()),
-        "balancedness_min": float(bal.min()),
-        "max_over_mean_mean": float(mom.mean()),
-        "max_over_mean_worst": float(mom.max()),
-    })
+    result = solve_trace(args.solver, trace, topology, windows=args.windows, ema=args.ema,
+                         num_groups=args.groups, seed=args.seed, time_limit=args.time_limit,
+                         path=args.load, **options)
+    placement, load = result.placement, result.load
     info = placement.meta["solver"]
     policy = f" ({info['policy']})" if "policy" in info else ""
     ids = trace.layer_ids
@@ -203,10 +159,11 @@ def run(args: argparse.Namespace) -> int:
             f"{placement.num_layers} (model layers {ids.min()}-{ids.max()}), "
             f"{placement.num_experts} experts",
         ),
-        ("load", f"{how}; {load.sum() / len(load):,.0f} expert picks per layer"),
+        ("load", f"{describe_load(result.windows, result.num_windows, result.ema)}; "
+                 f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
-                          "score their sum)")] if solvers.takes_windows(args.solver) else []),
-        *summary_rows(placement, load, num_groups=args.groups),
+                          "score their sum)")] if result.forecast else []),
+        *summary_rows(placement, result.balance),
         (
             "redundant slots",
             f"{topology.num_slots - placement.num_experts} per layer, "

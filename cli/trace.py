@@ -10,7 +10,6 @@ from eplb.errors import InputError
 from eplb.format import text_table
 
 KINDS = ("zipf", "lognormal", "uniform", "drift", "bursty", "calibrated", "tokens")
-_GENERATOR = {"tokens": "token_level"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -92,9 +91,9 @@ def _fmt(x: float, digits: int = 3) -> str:
 
 # ------------------------------------------------------------------ info
 def run_info(args: argparse.Namespace) -> int:
-    import numpy as np
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import traces
+    from eplb.traces.summary import picks_spread, skew_overview, skew_table
     check_outputs({"FILE": args.file}, {"--plot": args.plot})
     trace = traces.read(args.file, format=args.format)
     fmt = args.format or (traces.sniff(args.file) if Path(args.file).exists() else "sglang")
@@ -110,9 +109,9 @@ def run_info(args: argparse.Namespace) -> int:
     rows.append(("shape", f"{trace.num_windows} windows x {trace.num_layers} layers x "
                  f"{trace.num_experts} experts (model layers {ids.min()}..{ids.max()}"
                  + (f" of {nml}" if nml else "") + ")"))
-    per = trace.counts.sum(axis=2)  # [T, L]
+    per = picks_spread(trace.counts)
     rows.append(("picks per window-layer",
-                 f"min {per.min():.0f}  median {np.median(per):.0f}  max {per.max():.0f}"))
+                 f"min {per['min']:.0f}  median {per['median']:.0f}  max {per['max']:.0f}"))
     routing = [f"{k} {meta[k]}" for k in ("top_k", "num_groups", "topk_groups") if k in meta]
     if routing:
         rows.append(("routing", ", ".join(routing)))
@@ -130,78 +129,35 @@ def run_info(args: argparse.Namespace) -> int:
     rows.append(("load", f"{how} over {len(chosen)} of {trace.num_windows} windows"))
     print(text_table(rows))
 
-    from eplb.traces.summary import skew_table
-
     df = skew_table(load, ids)
     header = ["layer", "load", "max/mean", "cv", "gini", "top1%", "top10%"]
     body = [[int(r.layer), f"{r.tokens:.0f}", _fmt(r.max_over_mean, 2), _fmt(r.cv),
              _fmt(r.gini), _fmt(r.top1pct_share), _fmt(r.top10pct_share)]
             for r in df.itertuples()]
-    stats = df[["max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share"]]
-    for name, agg in (("median", stats.median()), ("max", stats.max())):
+    for name, agg in skew_overview(df).iterrows():
         body.append([name, "", _fmt(agg.iloc[0], 2), *(_fmt(v) for v in agg.iloc[1:])])
     print()
     print(text_table(body, header))
     if args.plot is not None:
         span = (f"window {int(chosen[0])}" if len(chosen) == 1 else
                 f"{how} over {len(chosen)} windows")
-        _heatmap(load, ids, args.plot, f"{Path(args.file).name}: {span}")
+        from eplb.evaluation.plots import load_heatmap  # lazy: matplotlib only for --plot
+
+        load_heatmap(load, ids, args.plot, title=f"{Path(args.file).name}: {span}",
+                     what="--plot")
         print(f"\nwrote {args.plot}")
     return 0
 
 
-def _heatmap(load, layer_ids, path: str, title: str) -> None:
-    import numpy as np
-
-    from eplb.atomic import atomic_write
-
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.colors import LogNorm
-    except ImportError:
-        raise InputError("--plot needs matplotlib; install it with pip install "
-                         "'eplb[plot]'") from None
-    mean = load.mean(axis=1, keepdims=True)
-    rel = np.divide(load, mean, out=np.zeros_like(load), where=mean > 0)
-    positive = rel[rel > 0]
-    lo = max(float(positive.min()), 1e-2) if positive.size else 1e-2
-    hi = max(float(rel.max()), lo * 10)
-    L, E = load.shape
-    fig, ax = plt.subplots(figsize=(min(14, 4 + E / 24), min(10, 2 + L / 8)))
-    im = ax.imshow(np.maximum(rel, lo), aspect="auto", interpolation="nearest", cmap="magma",
-                   norm=LogNorm(vmin=lo, vmax=hi))
-    step = max(1, L // 20)
-    ax.set_yticks(range(0, L, step))
-    ax.set_yticklabels([str(i) for i in layer_ids[::step]])
-    ax.set_xlabel("logical expert")
-    ax.set_ylabel("model layer")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label="load / layer mean")
-    fig.tight_layout()
-    suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "png"
-    try:
-        with atomic_write(path, "wb") as fh:
-            fig.savefig(fh, format=suffix, dpi=110)
-    except ValueError as exc:
-        raise InputError(f"--plot {path}: {exc}") from None
-    finally:
-        plt.close(fig)
-
-
 # ------------------------------------------------------------------ synth
 def run_synth(args: argparse.Namespace) -> int:
-    import inspect
-
+    # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import traces
-    from eplb.traces import synth
+    from eplb.traces.generate import generate, parameters
 
     check_outputs({"--target": args.target}, {"-o": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
     kind = args.kind
-    func = getattr(synth, _GENERATOR.get(kind, kind))
     kw = parse_options(args.param)
     given = {"num_layers": args.layers, "num_experts": args.experts, "windows": args.windows,
              "tokens": args.tokens, "top_k": args.top_k}
@@ -216,26 +172,9 @@ def run_synth(args: argparse.Namespace) -> int:
         raise InputError(f"--target is only for KIND tokens, not {kind}")
     kw.update({k: v for k, v in given.items() if v is not None})
     kw["seed"] = args.seed
-    params = inspect.signature(func).parameters
-    if args.first_layer is not None:
-        if "layer_ids" not in params:
-            raise InputError(f"--first-layer does not apply to {kind} (its layers are fixed)")
-        n = kw.get("num_layers", params["num_layers"].default if "num_layers" in params else None)
-        if n is None:
-            n = kw["target"].num_layers
-        kw["layer_ids"] = list(range(args.first_layer, args.first_layer + int(n)))
-    unknown = sorted(set(kw) - set(params))
-    if unknown:
-        opts = sorted(k for k in params if k not in ("target",))
-        raise InputError(f"{kind} does not take {', '.join(unknown)}; its parameters are "
-                         f"{', '.join(opts)}")
-    for k in ("skew", "sigma"):
-        if k in kw and isinstance(kw[k], list):
-            kw[k] = tuple(kw[k])
-    try:
-        trace = func(**kw)
-    except TypeError as exc:
-        raise InputError(f"bad parameter for {kind}: {exc}") from None
+    if args.first_layer is not None and "layer_ids" not in parameters(kind):
+        raise InputError(f"--first-layer does not apply to {kind} (its layers are fixed)")
+    trace = generate(kind, first_layer=args.first_layer, **kw)
     traces.write(trace, args.output, fmt)
     print(f"wrote {args.output} ({fmt}): {trace}")
     _say_dropped(trace, fmt)
@@ -244,7 +183,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ convert
 def run_convert(args: argparse.Namespace) -> int:
-    from eplb import traces
+    from eplb import traces  # lazy: keeps eplb --help fast
     check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
     trace = traces.read(args.input, format=args.in_format)
@@ -255,5 +194,5 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _say_dropped(trace, fmt: str) -> None:
-    from eplb import traces
+    from eplb import traces  # lazy: keeps eplb --help fast
     say_dropped(traces.dropped(trace, fmt), fmt, ".npz")

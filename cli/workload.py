@@ -215,7 +215,7 @@ def _num(x, digits: int = 0) -> str:
 
 # ------------------------------------------------------------------ info
 def run_info(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
     wl = W.read(args.file, format=args.format, block_size=args.block_size)
     s = wl.summary()
@@ -270,7 +270,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ synth
 def run_synth(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
     fmt = W.write_format(args.output, args.format)
     lengths = W.read(args.lengths_from) if args.lengths_from else None
@@ -315,7 +315,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
     if _same_file(args.input, args.output):
         raise InputError(f"output {args.output} is the input file; write to a new path")
@@ -344,6 +344,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _say_dropped(wl, fmt: str) -> None:
-    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
     say_dropped(W.dropped(wl, fmt), fmt, ".parquet")

@@ -7,8 +7,8 @@ docs/evaluation.md, section "Balance against cross-node traffic".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,12 +17,16 @@ from numpy.typing import ArrayLike
 from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
 from eplb.errors import EplbError, InputError
-from eplb.evaluation.align import check_num_groups
+from eplb.evaluation.align import check_num_groups, check_trace
 from eplb.evaluation.metrics import _score, summarize
 from eplb.evaluation.traffic import _simulate, check_sizes, counts_source
 from eplb.executor.routing import check_policy
 from eplb.loads import as_real_array, check_load
-from eplb.topology import Topology
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
+from eplb.traces.model import Trace
+
+if TYPE_CHECKING:  # annotations only: compare imports the runners and plots
+    from eplb.evaluation.compare import TopologySpec
 
 WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -152,3 +156,45 @@ def sweep(
     out.attrs["params"] = {"topology": str(topology), "policy": policy,
                            "num_groups": num_groups, "weights": ws}
     return out
+
+
+def sweep_traces(
+    traces: Mapping[str, Trace],
+    topologies: Sequence[TopologySpec],
+    *,
+    num_groups: int | None = None,
+    topk_groups: int | None = None,
+    weights: Sequence[float] | None = None,
+    policy: str = "local_first",
+    ilp_time_limit: float | None = 10.0,
+    seed: int = 0,
+    nvlink_gbps: float = NVLINK_GBPS,
+    rdma_gbps: float = RDMA_GBPS,
+    progress: bool = False,
+) -> list[pd.DataFrame]:
+    """`sweep` for every trace (``{name: Trace}``) on every topology (`compare.TopologySpec`,
+    resolved for the trace's experts): one frame per (trace, topology), in that order, its rows
+    labelled with ``trace`` and ``topology`` (the spec's text); ``pd.concat`` them for one
+    table. Per trace: ``num_groups`` and ``topk_groups`` default to its
+    ``meta``, its ``top_k`` (if recorded) goes to the traffic model, and its summed
+    ``source_counts`` are used when their ranks divide the topology's GPUs. ``weights``
+    default to `WEIGHTS`; ``ilp_time_limit`` 0 or ``None`` skips ilp.
+    """
+    check_mapping("traces", traces)
+    frames = []
+    for name, trace in traces.items():
+        check_trace(trace, f"traces[{str(name)[:30]!r}]")
+        groups = num_groups if num_groups is not None else trace.meta.get("num_groups")
+        for spec in topologies:
+            topo = spec.resolve(trace.num_experts, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps)
+            src = trace.source_counts.sum(0) if trace.source_counts is not None and \
+                topo.num_gpus % trace.source_counts.shape[2] == 0 else None
+            kw = {"top_k": int(trace.meta["top_k"])} if trace.meta.get("top_k") else {}
+            tg = topk_groups or trace.meta.get("topk_groups")
+            df = sweep(trace.load(), topo, weights=weights or WEIGHTS, num_groups=groups,
+                       topk_groups=tg, source_counts=src, policy=policy,
+                       ilp_time_limit=ilp_time_limit or None, seed=seed, progress=progress, **kw)
+            frames.append(df.assign(trace=name, topology=spec.text))
+    if not frames:
+        raise InputError("give at least one trace and one topology")
+    return frames

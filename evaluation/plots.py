@@ -16,7 +16,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_opt_int
-from eplb.atomic import atomic_write_bytes, check_output_path
+from eplb.atomic import atomic_write, atomic_write_bytes, check_output_path
 from eplb.errors import InputError
 from eplb.evaluation.metrics import check_gpu_load
 
@@ -231,3 +231,52 @@ def summary_bars(summary: pd.DataFrame, path: str | os.PathLike, *, title: str =
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
+
+
+def load_heatmap(load: ArrayLike, layer_ids: ArrayLike, path: str | os.PathLike, *,
+                 title: str = "", what: str = "plot") -> Path:
+    """Layer x expert heatmap of ``load: float[L, E]`` relative to each layer's mean (log
+    colour scale), rows labelled with ``layer_ids: int[L]`` (what ``eplb trace info --plot``
+    draws). ``what`` names the output in errors (e.g. a command-line flag)."""
+    try:
+        import matplotlib  # lazy: matplotlib is an optional extra (plot)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # lazy: matplotlib is an optional extra (plot)
+        from matplotlib.backends.backend_agg import (  # lazy: matplotlib is an optional extra
+            FigureCanvasAgg,
+        )
+        from matplotlib.colors import LogNorm  # lazy: matplotlib is an optional extra (plot)
+    except ImportError:
+        raise InputError(f"{what} needs matplotlib; install it with pip install "
+                         "'eplb[plot]'") from None
+    text = os.fspath(path)
+    suffix = text.rsplit(".", 1)[-1].lower() if "." in text else "png"
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if suffix not in formats:  # matplotlib's own words, before any drawing
+        raise InputError(f"{what} {text}: Format {suffix!r} is not supported (supported "
+                         f"formats: {', '.join(sorted(formats))})")
+    load = np.asarray(load)
+    mean = load.mean(axis=1, keepdims=True)
+    rel = np.divide(load, mean, out=np.zeros_like(load), where=mean > 0)
+    positive = rel[rel > 0]
+    lo = max(float(positive.min()), 1e-2) if positive.size else 1e-2
+    hi = max(float(rel.max()), lo * 10)
+    L, E = load.shape
+    fig, ax = plt.subplots(figsize=(min(14, 4 + E / 24), min(10, 2 + L / 8)))
+    im = ax.imshow(np.maximum(rel, lo), aspect="auto", interpolation="nearest", cmap="magma",
+                   norm=LogNorm(vmin=lo, vmax=hi))
+    step = max(1, L // 20)
+    ax.set_yticks(range(0, L, step))
+    ax.set_yticklabels([str(i) for i in np.asarray(layer_ids)[::step]])
+    ax.set_xlabel("logical expert")
+    ax.set_ylabel("model layer")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, label="load / layer mean")
+    fig.tight_layout()
+    try:
+        with atomic_write(text, "wb") as fh:
+            fig.savefig(fh, format=suffix, dpi=110)
+    finally:
+        plt.close(fig)
+    return Path(text)

@@ -22,7 +22,7 @@ from eplb.evaluation.traffic import simulate_trace
 from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.solvers.migration import replicas_moved
-from eplb.topology import Topology
+from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 from eplb.traces.model import Trace
 
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert, FP8 weights
@@ -228,3 +228,27 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
         if col in frame:
             out[f"{col}_mean"] = float(frame[col].mean())
     return out
+
+
+DEFAULT_TOPOLOGY = "4x8"
+
+
+def replay_topology(
+    num_experts: int,
+    spec: str | None = None,
+    slots: int | None = None,
+    *,
+    nvlink_gbps: float = NVLINK_GBPS,
+    rdma_gbps: float = RDMA_GBPS,
+) -> Topology:
+    """The topology ``eplb replay`` runs on: ``spec`` (default ``"4x8"``; `Topology.parse`) with
+    ``slots`` in all; for ``NxG`` without ``slots``, the experts rounded up to the GPUs plus one
+    redundant slot per GPU."""
+    spec = DEFAULT_TOPOLOGY if spec is None else spec
+    parts = spec.lower().replace("*", "x").split("x") if isinstance(spec, str) else []
+    if slots is None and len(parts) == 2 and all(v.strip().isdigit() for v in parts):
+        G = int(parts[0]) * int(parts[1])
+        if G > 0:  # experts rounded up to the GPUs, plus one redundant slot per GPU
+            slots = -(-num_experts // G) * G + G
+    return Topology.parse(spec, slots, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps,
+                          min_slots=num_experts)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from eplb.solvers.validation import (
     NonNegInt,
     PositiveFloat,
     PositiveInt,
+    Range,
     check_groups,
     check_seed,
 )
@@ -69,6 +70,8 @@ from eplb.tolerance import better
 from eplb.topology import Topology
 
 CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
+# threads per layer: CP-SAT's num_workers and SCIP's thread count are 32-bit integers
+Threads = Annotated[int, Range(1, 2**31 - 1)]
 
 
 @register("ilp")
@@ -89,7 +92,7 @@ def ilp(
     migration_budget: NonNegInt | None = None,
     deterministic_time: PositiveFloat | None = None,
     workers: PositiveInt | None = None,
-    threads: PositiveInt = 1,
+    threads: Threads = 1,
     progress: bool | None = None,
 ) -> Placement:
     """Exact even-split model per layer of ``load: float64[L, E]`` (module docstring).
@@ -175,7 +178,7 @@ def ilp_weighted(
     hierarchical: bool = False,
     rdma_weight: NonNegFloat = 0.0,
     workers: PositiveInt | None = None,
-    threads: PositiveInt = 1,
+    threads: Threads = 1,
     progress: bool | None = None,
 ) -> Placement:
     """Exact weighted model (slots and ``replica_share``) per layer of ``load: float64[L,

@@ -28,6 +28,11 @@ MAX_LAYER_TOTAL = float(2**53)  # tokens per layer: beyond this float64 counts l
 MAX_ELEMENTS = 2**28  # largest [L, P] or [L, E, G] table a solver may allocate
 
 
+def _bound(value: float) -> str:
+    """A bound as text: integers in full (``2147483647``), other numbers as ``%g``."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else f"{value:g}"
+
+
 @dataclass(frozen=True)
 class Range:
     """Bounds of a numeric option: ``lo <= value`` (``lo < value`` if ``open_lo``), ``<= hi``."""
@@ -39,9 +44,9 @@ class Range:
     def describe(self) -> str:
         parts = []
         if self.lo is not None:
-            parts.append(f"{'>' if self.open_lo else '>='} {self.lo:g}")
+            parts.append(f"{'>' if self.open_lo else '>='} {_bound(self.lo)}")
         if self.hi is not None:
-            parts.append(f"<= {self.hi:g}")
+            parts.append(f"<= {_bound(self.hi)}")
         return " and ".join(parts)
 
     def holds(self, value: float) -> bool:

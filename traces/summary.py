@@ -109,3 +109,25 @@ def skew_table(load: ArrayLike, layer_ids: ArrayLike | None = None) -> pd.DataFr
         "top1pct_share": top_share(arr, 0.01),
         "top10pct_share": top_share(arr, 0.10),
     })
+
+
+SKEW_COLUMNS = ("max_over_mean", "cv", "gini", "top1pct_share", "top10pct_share")
+
+
+def skew_overview(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows ``median`` and ``max`` over layers of a `skew_table`'s statistics (`SKEW_COLUMNS`)."""
+    if not isinstance(table, pd.DataFrame) or any(c not in table for c in SKEW_COLUMNS):
+        raise TraceError(f"table must be a skew_table frame with columns "
+                         f"{', '.join(SKEW_COLUMNS)}")
+    stats = table[list(SKEW_COLUMNS)]
+    return pd.DataFrame({"median": stats.median(), "max": stats.max()}).T
+
+
+def picks_spread(counts: ArrayLike) -> dict[str, float]:
+    """``min``, ``median`` and ``max`` over windows and layers of the picks per (window,
+    layer) of ``counts: float[T, L, E]``."""
+    arr = _array(counts)
+    if arr.ndim != 3:
+        raise TraceError(f"picks_spread wants counts[T, L, E], got shape {arr.shape}")
+    per = arr.sum(axis=2)  # [T, L]
+    return {"min": float(per.min()), "median": float(np.median(per)), "max": float(per.max())}

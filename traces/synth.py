@@ -112,17 +112,25 @@ def _zipf_weights(num_layers: int, num_experts: int, skew, rng: np.random.Genera
     return s, rank
 
 
+def _check_meta(meta) -> None:
+    if meta and not isinstance(meta, Mapping):
+        raise TraceError(f"meta must be a dict, got {type(meta).__name__}")
+
+
+def _layer_ids(layer_ids, num_layers: int) -> np.ndarray | None:
+    try:
+        return None if layer_ids is None else np.asarray(list(layer_ids))
+    except (TypeError, ValueError, OverflowError):
+        raise TraceError(f"layer_ids must be a list of {num_layers} model layer ids, got "
+                         f"{str(layer_ids)[:40]}") from None
+
+
 def _finish(counts: np.ndarray, layer_ids, top_k: int, prov: dict, meta) -> Trace:
     info: dict[str, Any] = {"model": "synthetic", "top_k": int(top_k), "provenance": prov}
     if meta:
-        if not isinstance(meta, Mapping):
-            raise TraceError(f"meta must be a dict, got {type(meta).__name__}")
+        _check_meta(meta)
         info.update(meta)
-    try:
-        ids = None if layer_ids is None else np.asarray(list(layer_ids))
-    except (TypeError, ValueError, OverflowError):
-        raise TraceError(f"layer_ids must be a list of {counts.shape[1]} model layer ids, got "
-                         f"{str(layer_ids)[:40]}") from None
+    ids = _layer_ids(layer_ids, counts.shape[1])
     try:
         return Trace(counts, ids, meta=info)
     except TraceError as exc:
@@ -261,6 +269,10 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
 
     from eplb.traces import calibration  # lazy: it imports pandas, which start-up avoids
 
+    for name, value in (("model", model), ("phase", phase)):
+        if not isinstance(value, str):
+            raise TraceError(f"{name} must be a string, got {str(value)[:40]}")
+    _check_meta(meta)
     _check_sizes(windows=windows, tokens=tokens)
     if not (isinstance(jitter, (int, float)) and 0 <= jitter <= 2):
         raise TraceError(f"jitter must be a number in [0, 2], got {jitter!r}")
@@ -313,13 +325,17 @@ def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096, num_groups
     limits: docs/data.md, section "Token-level routing".
     """
     base_meta: dict[str, Any] = {}
+    _check_meta(meta)
     ids = layer_ids
     if isinstance(target, Trace):
         base_meta = {k: v for k, v in target.meta.items() if k != "provenance"}
         ids = target.layer_ids if ids is None else ids
         load = target.load()
     else:
-        load = np.asarray(target, dtype=np.float64)
+        try:
+            load = np.asarray(target, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise TraceError("target must be a Trace or a non-negative finite load[L, E]") from None
     if load.ndim != 2 or 0 in load.shape or not np.isfinite(load).all() or (load < 0).any():
         raise TraceError("target must be a Trace or a non-negative finite load[L, E]")
     _check_sizes(num_tokens=num_tokens, num_groups=num_groups, topk_groups=topk_groups,
@@ -372,9 +388,9 @@ def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096, num_groups
     }
     if meta:
         info.update(meta)
+    ids = _layer_ids(ids, L)
     try:
-        return Trace(src.sum(axis=2), None if ids is None else np.asarray(list(ids)), src, topk,
-                     token_rank, meta=info)
+        return Trace(src.sum(axis=2), ids, src, topk, token_rank, meta=info)
     except TraceError as exc:
         raise TraceError(f"generator output rejected: {exc}") from None
 

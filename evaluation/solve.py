@@ -1,0 +1,117 @@
+"""A trace solved and scored as ``eplb solve`` does: `solve_trace` places the chosen windows' load
+(or hands a windowed policy the windows themselves), records where the load came from and the
+placement's balance in its metadata, and scores it against the closed-form lower bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb import solvers
+from eplb.errors import InputError
+from eplb.evaluation.align import check_trace
+from eplb.evaluation.metrics import balancedness, max_over_mean, score, summarize
+from eplb.placement import Placement
+from eplb.solvers.bounds import lower_bound
+from eplb.topology import Topology
+from eplb.traces.model import Trace
+from eplb.traces.windows import parse_windows
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, or of every file under a directory (sorted by path, names included)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class SolveResult:
+    """What `solve_trace` returns.
+
+    - ``placement``: carries the trace's model ``layer_ids`` and, in ``meta``, ``source`` (where
+      the load came from) and ``metrics`` (balance on ``load``).
+    - ``load: float64[L, E]``: the load placed and scored (sum or EMA over ``windows``).
+    - ``windows: int64[T']``: the window positions used, of ``num_windows``.
+    - ``forecast``: the policy placed for the next window from the windows themselves
+      (`solvers.takes_windows`); the figures still score their sum.
+    - ``balance``: `metrics.summarize` of `metrics.score` against the closed-form lower bound
+      (``lp=False``: the LP bound can take seconds per layer at 2 slots per GPU).
+    """
+
+    placement: Placement
+    load: np.ndarray
+    windows: np.ndarray
+    num_windows: int
+    ema: float | None
+    forecast: bool
+    balance: pd.Series
+
+
+def solve_trace(
+    solver: str,
+    trace: Trace,
+    topology: Topology,
+    *,
+    windows: Any = None,
+    ema: float | None = None,
+    num_groups: int | None = None,
+    seed: int = 0,
+    time_limit: float | None = None,
+    path: str | os.PathLike | None = None,
+    **options: Any,
+) -> SolveResult:
+    """Place ``trace``'s load on ``topology`` with ``solver`` (`solvers.solve`) and score it.
+
+    ``windows``: a `Trace.window_index` selection or its text (``"0:4"``, `traces.windows`);
+    ``ema``: exponential average over them instead of the sum (refused for a policy that takes
+    windows: it weights them itself). ``path``: the trace's file, recorded with its SHA-256 in
+    ``meta["source"]`` (with the windows as given, ``ema`` and the trace's
+    ``num_model_layers``). ``num_groups``, ``seed``, ``time_limit``, ``options``: the solver's.
+    """
+    check_trace(trace)
+    label = windows
+    if isinstance(windows, str):
+        windows = parse_windows(windows)
+    chosen = trace.window_index(windows)
+    load = trace.load(windows, ema=ema)
+    forecast = solvers.takes_windows(solver)
+    solver_load = load
+    if forecast:  # a windowed policy gets the windows themselves
+        if ema:
+            raise InputError(f"solver {solver} weights the windows itself; drop ema")
+        solver_load = trace.counts[np.sort(chosen)]
+    placement = solvers.solve(solver, solver_load, topology, num_groups=num_groups, seed=seed,
+                              time_limit=time_limit, **options)
+    if label is not None and not isinstance(label, str):
+        label = [int(i) for i in chosen]
+    source = {"path": str(path), "sha256": file_sha256(path)} if path is not None else {}
+    source.update(num_model_layers=trace.meta.get("num_model_layers"), windows=label, ema=ema)
+    placement = Placement(placement.phy2log, placement.num_experts, topology,
+                          placement.replica_share, {**placement.meta, "source": source},
+                          trace.layer_ids)
+    gpu = placement.gpu_load(load)
+    bal, mom = balancedness(gpu), max_over_mean(gpu)
+    placement = placement.with_meta(metrics={
+        "balancedness_mean": float(bal.mean()),
+        "balancedness_min": float(bal.min()),
+        "max_over_mean_mean": float(mom.mean()),
+        "max_over_mean_worst": float(mom.max()),
+    })
+    # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
+    bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)
+    balance = summarize(score(placement, load, num_groups=num_groups, bound=bound))
+    return SolveResult(placement, load, chosen, trace.num_windows, ema, forecast, balance)
