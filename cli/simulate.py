@@ -10,33 +10,13 @@ step-time breakdown).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
-
-import numpy as np
 
 from eplb.atomic import atomic_directory
 from eplb.errors import InputError
 
-PRESETS = ("deepseek_day6", "sglang_96xh100")
-SYNTH_KEYS = (
-    "rate",
-    "arrival",
-    "cv",
-    "input_mean",
-    "input_sigma",
-    "output_mean",
-    "output_sigma",
-    "hit_rate",
-    "session_prob",
-    "system_prompts",
-    "system_prompt_tokens",
-    "open_sessions",
-    "max_input_tokens",
-    "block_size",
-    "seed",
-)
+PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,8 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         required=True,
         metavar="PATH|synth:KEY=VALUE,...",
         help="a workload file (Mooncake .jsonl, Azure .csv, .csv/.parquet) or a synthetic "
-        "spec 'synth:n=N,rate=R,...' with the keys of `eplb workload synth` "
-        "(" + ", ".join(SYNTH_KEYS) + ")",
+        "spec 'synth:n=N,rate=R,...' with the keys of `eplb workload synth`",
     )
     scale = p.add_mutually_exclusive_group()
     scale.add_argument(
@@ -91,57 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _value(raw: str):
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def parse_synth(spec: str) -> dict:
-    """``"synth:n=5000,rate=8"`` -> keyword arguments of `workload.synthesize`."""
-    body = spec.split(":", 1)[1] if ":" in spec else ""
-    kw: dict = {}
-    for item in filter(None, (x.strip() for x in body.split(","))):
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise InputError(f"--workload {spec!r}: {item!r} is not KEY=VALUE (e.g. rate=8)")
-        if key in ("n", "requests", "num_requests"):
-            key = "num_requests"
-        elif key not in SYNTH_KEYS:
-            raise InputError(
-                f"--workload {spec!r}: unknown key {key!r}; use n and " + ", ".join(SYNTH_KEYS)
-            )
-        kw[key] = _value(raw.strip())
-    kw.setdefault("num_requests", 1000)
-    return kw
-
-
-def load_config(text: str):
-    from eplb.evaluation.serving import ClusterConfig  # lazy: keeps eplb --help fast
-
-    path = Path(text)
-    if not path.exists() and text in PRESETS:
-        return getattr(ClusterConfig, text)()
-    if not path.exists():
-        raise InputError(
-            f"cluster config {text!r} does not exist; give a TOML file or a preset "
-            f"({', '.join(PRESETS)})"
-        )
-    return ClusterConfig.from_toml(path)
-
-
 def load_workload(args: argparse.Namespace, block_size: int):
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    spec = args.workload
-    if spec == "synth" or spec.startswith("synth:"):
-        kw = parse_synth(spec)
-        kw.setdefault("block_size", block_size)
-        wl = W.synthesize(**kw)
-    else:
-        wl = W.read(spec, block_size=block_size)
+    wl = W.from_spec(args.workload, block_size=block_size)
     if args.head is not None:
         if args.head < 1:
             raise InputError(f"--head must be >= 1, got {args.head}")
@@ -177,71 +109,13 @@ def _check_output(out: Path, force: bool) -> None:
         raise InputError(f"cannot write {out}: folder {parent} does not exist")
 
 
-def _json_default(obj):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return str(obj)
-
-
-def write_outputs(result, folder: Path, config, *, window, plots: bool) -> None:
-    """Everything `eplb simulate` writes, into ``folder`` (which exists and is empty)."""
-    import pandas as pd  # lazy: keeps eplb --help fast
-
-    result.requests.to_parquet(folder / "requests.parquet", index=False)
-    result.steps.to_parquet(folder / "steps.parquet", index=False)
-    result.rebalances.to_csv(folder / "rebalances.csv", index=False)
-    result.faults.to_csv(folder / "faults.csv", index=False)
-    util = []
-    for name, frame in result.utilisation.items():
-        long = frame.stack().rename("utilisation").reset_index()
-        long.insert(0, "unit", name)
-        util.append(long)
-    if util:
-        pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet", index=False)
-    (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
-    summary = result.summary(window)
-    payload = {"summary": summary, "window": window, "meta": result.meta}
-    (folder / "summary.json").write_text(
-        json.dumps(payload, indent=1, default=_json_default, allow_nan=False)
-        if _finite(payload)
-        else json.dumps(_nan_to_none(payload), indent=1, default=_json_default),
-        encoding="utf-8",
-    )
-    if plots:
-        result.plot(folder / "plots")
-
-
-def _finite(obj) -> bool:
-    if isinstance(obj, float):
-        return math.isfinite(obj)
-    if isinstance(obj, dict):
-        return all(_finite(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return all(_finite(v) for v in obj)
-    return True
-
-
-def _nan_to_none(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nan_to_none(v) for v in obj]
-    return obj
-
-
 def run(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import simulate  # lazy: keeps eplb --help fast
+    from eplb.evaluation.serving import ClusterConfig, simulate  # lazy: keeps --help fast
 
     out = Path(args.output)
     _check_output(out, args.force)
     window = _window(args.window)
-    config = load_config(args.config)
+    config = ClusterConfig.load(args.config)
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
         raise InputError(f"--duration must be seconds > 0, got {args.duration}")
     workload = load_workload(args, config.kv.block_size)
@@ -253,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
-        write_outputs(result, tmp, config, window=window, plots=not args.no_plots)
+        result.save(tmp, config, window=window, plots=not args.no_plots)
     print(result.summary_table(window))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "

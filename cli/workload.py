@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-from pathlib import Path
 
+from eplb.atomic import same_file
 from eplb.cli.common import say_dropped
 from eplb.errors import InputError
 from eplb.format import text_table
@@ -305,19 +304,10 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ convert
-def _same_file(a: str, b: str) -> bool:
-    try:
-        if os.path.exists(b):
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return Path(a).resolve() == Path(b).resolve()
-
-
 def run_convert(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    if _same_file(args.input, args.output):
+    if same_file(args.input, args.output):
         raise InputError(f"output {args.output} is the input file; write to a new path")
     fmt = W.write_format(args.output, args.format)
     if args.poisson and args.rate is None and args.speedup is None:

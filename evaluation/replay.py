@@ -15,7 +15,7 @@ import pandas as pd
 
 from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
-from eplb.errors import EplbError, InputError, TraceError
+from eplb.errors import InputError, TraceError
 from eplb.evaluation.align import align, check_num_groups, check_trace, with_layers
 from eplb.evaluation.metrics import score_windows, summarize
 from eplb.evaluation.traffic import simulate_trace
@@ -37,14 +37,8 @@ def _positive_int(name: str, value, allow_none: bool = False) -> int | None:
 
 
 def _solve(solver, load, topology, *, layer_ids, previous, num_groups, seed, time_limit, options):
-    try:
-        placement = solvers.solve(solver, load, topology, num_groups=num_groups,
-                                  previous=previous, seed=seed, time_limit=time_limit, **options)
-    except EplbError:
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:  # a bad option or seed
-        raise InputError(f"solver {solver} rejected its arguments (seed={seed!r}, "
-                         f"time_limit={time_limit!r}, options {options}): {exc}") from None
+    placement = solvers.solve(solver, load, topology, num_groups=num_groups,
+                              previous=previous, seed=seed, time_limit=time_limit, **options)
     return with_layers(placement, layer_ids)
 
 

@@ -163,6 +163,19 @@ class ClusterConfig:
         return toml.dumps(self.to_dict())
 
     @classmethod
+    def load(cls, text: str | os.PathLike) -> ClusterConfig:
+        """A TOML file, or a preset by name (`presets.PRESETS`) when no such file exists."""
+        path = Path(text)
+        if not path.exists() and str(text) in presets.PRESETS:
+            return getattr(cls, str(text))()
+        if not path.exists():
+            raise InputError(
+                f"cluster config {str(text)!r} does not exist; give a TOML file or a preset "
+                f"({', '.join(presets.PRESETS)})"
+            )
+        return cls.from_toml(path)
+
+    @classmethod
     def from_toml(cls, path: str | os.PathLike) -> ClusterConfig:
         """Read a TOML file (layout in docs/serving.md, "Cluster config")."""
         data = toml.read(path)

@@ -5,6 +5,7 @@ with units (`SUMMARY_UNITS`) and its plots; every column is described in docs/se
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -204,7 +205,57 @@ class SimResult:
         return text_table(rows, header=("metric", "value", "unit"))
 
     # ------------------------------------------------------------------ output
+    def save(self, folder: str | os.PathLike, config=None, *, window=None,
+             plots: bool = True) -> Path:
+        """Write the result into the existing empty ``folder`` (what `eplb simulate -o` holds):
+        ``summary.json`` (summary over ``window`` and `meta`), ``requests.parquet``,
+        ``steps.parquet``, ``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``,
+        ``config.toml`` (``config`` as run, when given) and ``plots/``."""
+        folder = Path(folder)
+        self.requests.to_parquet(folder / "requests.parquet", index=False)
+        self.steps.to_parquet(folder / "steps.parquet", index=False)
+        self.rebalances.to_csv(folder / "rebalances.csv", index=False)
+        self.faults.to_csv(folder / "faults.csv", index=False)
+        util = []
+        for name, frame in self.utilisation.items():
+            long = frame.stack().rename("utilisation").reset_index()
+            long.insert(0, "unit", name)
+            util.append(long)
+        if util:
+            pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet",
+                                                         index=False)
+        if config is not None:
+            (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
+        payload = {"summary": self.summary(window), "window": window, "meta": self.meta}
+        (folder / "summary.json").write_text(
+            json.dumps(_nan_to_none(payload), indent=1, default=_json_default,
+                       allow_nan=False),
+            encoding="utf-8",
+        )
+        if plots:
+            self.plot(folder / "plots")
+        return folder
+
     def plot(self, directory: str | os.PathLike) -> list[Path]:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
         return plots.write_all(self, Path(directory))
+
+
+def _json_default(obj):
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return _nan_to_none(float(obj))
+    return str(obj)
+
+
+def _nan_to_none(obj):
+    """``obj`` with every non-finite float as None (JSON has no NaN or infinity)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj
