@@ -88,7 +88,7 @@ def summary_rows(placement, load, *, num_groups=None) -> list[tuple[str, str]]:
     import numpy as np
 
     from eplb.evaluation.metrics import score, summarize
-    from eplb.solvers.bounds import lower_bound
+    from eplb.solvers.analysis.bounds import lower_bound
 
     # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
     bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)

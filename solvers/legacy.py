@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from eplb.errors import InputError
-from eplb.solvers.validation import NonNegFloat, NonNegInt, check_option
+from eplb.solvers.primitives.validation import NonNegFloat, NonNegInt, check_option
 
 LEGACY: dict[str, dict[str, Any]] = {
     "greedy": {

@@ -6,7 +6,7 @@ Placement`` (or an ``int64[L, P]`` ``phy2log`` table). The common arguments are
 function declares (all of them to a function taking ``**kwargs``) and drops the others, so a
 policy declares only what it uses. Every other keyword-only parameter with a default is an
 *option*: `options` lists them, `solve` refuses unknown ones and checks values against the
-annotations (`solvers.validation.check_option`).
+annotations (`solvers.primitives.validation.check_option`).
 
 A policy registered with ``windows=True`` (``@register("robust", windows=True)``) receives
 the load history ``float64[W, L, E]`` instead: `solve` passes a `traces.Trace`'s windows, a
@@ -36,10 +36,11 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.registry import Registry
-from eplb.solvers.failures import expand, solve_surviving
+from eplb.solvers.analysis.failures import expand, solve_surviving
+from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.legacy import LEGACY, route
-from eplb.solvers.migration import relabel, replicas_moved
-from eplb.solvers.validation import (
+from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.validation import (
     check_layer_ids,
     check_num_groups,
     check_option,
@@ -254,7 +255,7 @@ def solve(
     (`solvers.legacy`; ``meta["solver"]["legacy"]`` records the call as made).
     ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
     empty (-1); ``previous`` may then be the live placement from before (more) GPUs failed,
-    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.failures`).
+    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.analysis.failures`).
     """
     requested, given = name, dict(options)
     name, options = (
@@ -301,7 +302,7 @@ def solve(
         c = {**common, "previous": prev}
         return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
 
-    if topology.failed_gpus:  # place on the survivors, expand below (solvers.failures)
+    if topology.failed_gpus:  # place on the survivors, expand below (solvers.analysis.failures)
         out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
     else:
         out, small = run(load, topology, previous), topology

@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from eplb import InfeasibleError, InputError, Topology, solvers, traces
-from eplb.solvers.deepseek import rebalance_experts
+from eplb.solvers.primitives.deepseek_kernels import rebalance_experts
 from tests.deepseek_reference import rebalance as reference
 
 README_LOAD = [

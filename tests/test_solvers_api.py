@@ -165,7 +165,7 @@ def test_plain_function_solvers():
         with pytest.raises(InputError, match="has no option 'x'"):
             solvers.solve("test_round_robin", np.ones((2, 8)), TOPO, x=1)
     finally:
-        solvers.registry.unregister("test_round_robin")
+        solvers.unregister("test_round_robin")
 
 
 def test_register_twice_is_refused():
@@ -177,9 +177,10 @@ def test_register_twice_is_refused():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from eplb.solvers.bounds import lower_bound  # noqa: E402
-from eplb.solvers.migration import relabel, replicas_moved  # noqa: E402
-from eplb.solvers.traffic_cost import expected_rdma  # noqa: E402
+from eplb.solvers.analysis.bounds import lower_bound  # noqa: E402
+from eplb.solvers.analysis.migration import replicas_moved  # noqa: E402
+from eplb.solvers.primitives.relabel import relabel  # noqa: E402
+from eplb.solvers.primitives.traffic_cost import expected_rdma  # noqa: E402
 
 JUNK = st.one_of(
     st.none(),

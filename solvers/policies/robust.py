@@ -1,26 +1,9 @@
-"""``robust``: drift-robust rebalancing, placing for the next window from several recent ones.
+"""``robust``: places for the next windows from the load history ``float64[W, L, E]``.
 
-Takes the load history ``float64[W, L, E]`` (registered with ``windows=True``; `solve` passes a
-`traces.Trace`'s windows and `evaluation.replay` the history windows of each rebalance).
-
-1. **Forecast** (`solvers.forecast`): per layer, the exponential moving average whose weight
-   predicted the history best one window ahead (the last window for drifting experts, a long
-   average for noisy but stationary ones).
-2. **Replica counts** by water-filling on ``forecast + volatility * spread`` (``spread``: each
-   expert's standard deviation over the windows), so experts whose load swings get more
-   replicas; capped at ``G`` replicas as in ``greedy``.
-3. **Packing** the forecast with those counts: the even-split greedy pipeline (LPT, swap
-   search; sorted pairing for two slots per GPU) with ``scenarios="none"``; with ``"mean"`` or
-   ``"worst"`` the packing minimises the mean (or the largest) over the normalised history
-   windows of the largest GPU load instead (`solvers.scenario_packing`), the first packing being
-   kept on layers where it scores better on that objective. ``layout="ring"`` places the
-   replicated experts in a ring through all GPUs instead (`solvers.ring_layout`), so that
-   ``lp`` dispatch, which splits each batch over an expert's replicas, can move load between
-   any two GPUs (the co-designed placement for ``lp``; worse than packing under ``even``).
-4. With ``previous`` and ``tolerance``, the live placement is repaired toward the forecast
-   (`solvers.incremental`, as ``repair`` does) instead of re-placed: far fewer replicas move.
-
-What this buys, and what no forecast can: see docs/solvers.md ("Drift-robust rebalancing").
+Registered with ``windows=True``. Per layer: a forecast (the exponential moving average that
+predicted the history best), replica counts for ``forecast + volatility * spread``, then
+packing (optionally against the history windows as scenarios), a ring layout for ``lp``
+dispatch, or repair of ``previous`` toward the forecast. docs/solvers.md, "robust".
 """
 
 from __future__ import annotations
@@ -31,15 +14,15 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers import scenario_packing
-from eplb.solvers.even_split import pack_even, row_caps
-from eplb.solvers.forecast import forecast, normalise
-from eplb.solvers.incremental import incremental
-from eplb.solvers.layout import duplicates
+from eplb.solvers.primitives import scenario_packing
+from eplb.solvers.primitives.even_split import pack_even, row_caps
+from eplb.solvers.primitives.forecast import forecast, normalise
+from eplb.solvers.primitives.incremental import incremental
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.replication import waterfill
+from eplb.solvers.primitives.ring_layout import ring_layout
+from eplb.solvers.primitives.validation import NonNegFloat, NonNegInt
 from eplb.solvers.registry import register
-from eplb.solvers.replication import waterfill
-from eplb.solvers.ring_layout import ring_layout
-from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
 
 

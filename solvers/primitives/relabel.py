@@ -1,20 +1,8 @@
-"""Low-migration rebalancing: relabel interchangeable GPUs so few replicas move.
+"""Relabel interchangeable GPUs and nodes so a new placement keeps the previous one's replicas.
 
-GPUs inside a node are interchangeable, and so are whole nodes: permuting them (and the slot
-order inside a GPU) changes no GPU's load, keeps every group on one node and keeps the set
-of nodes holding each expert. `relabel` picks the permutation that keeps the most replicas
-where the previous placement had them:
-
-1. ``overlap[g, h]``: replicas GPU ``g`` of the new placement holds that GPU ``h`` of the
-   previous one already held (multiset intersection of their experts).
-2. For every pair (new node ``a``, old node ``b``) the best GPU matching inside the pair
-   (Hungarian, scipy ``linear_sum_assignment``), then the best node matching on those values.
-3. Inside each GPU, a replica whose expert sat in some slot of that GPU before goes back to
-   that slot; the others fill the remaining slots in their order.
-
-``replicas_moved(old, new)`` counts, per layer, replicas a GPU must load because it did not
-hold that expert before (per GPU, the multiset difference new minus old); reordering slots
-inside a GPU is not a move.
+Permuting GPUs inside a node, whole nodes, and slots inside a GPU changes no load; `relabel`
+picks the permutation keeping the most replicas in place (Hungarian matchings of GPUs per
+node pair, then of nodes). docs/solvers.md, "Low-migration rebalancing".
 """
 
 from __future__ import annotations
@@ -24,10 +12,11 @@ from scipy.optimize import linear_sum_assignment
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers.layout import gpu_counts, moved
+from eplb.solvers.primitives.layout import gpu_counts
 
 
-def _check_pair(old: Placement, new: Placement) -> None:
+def check_pair(old: Placement, new: Placement) -> None:
+    """Refuse two placements that are not of one problem (same topology, shape, experts)."""
     if not isinstance(old, Placement) or not isinstance(new, Placement):
         raise InputError("replicas_moved needs two Placements")
     if old.topology != new.topology or old.phy2log.shape != new.phy2log.shape:
@@ -36,12 +25,6 @@ def _check_pair(old: Placement, new: Placement) -> None:
         )
     if old.num_experts != new.num_experts:
         raise InputError(f"placements have {old.num_experts} and {new.num_experts} experts")
-
-
-def replicas_moved(old: Placement, new: Placement) -> np.ndarray:
-    """``int64[L]``: replicas of ``new`` loaded onto a GPU that did not hold them in ``old``."""
-    _check_pair(old, new)
-    return moved(old.phy2log, new.phy2log, new.num_experts, new.topology.slots_per_gpu)
 
 
 def _ordinal(slot_e: np.ndarray) -> np.ndarray:
@@ -117,7 +100,7 @@ def relabel(placement: Placement, previous: Placement) -> Placement:
     The multiset of GPU loads, each GPU's set of replicas (up to relabeling), node membership
     of groups and the shares of every replica are unchanged.
     """
-    _check_pair(previous, placement)
+    check_pair(previous, placement)
     topo = placement.topology
     L, P = placement.phy2log.shape
     G, S, gpn = topo.num_gpus, topo.slots_per_gpu, topo.gpus_per_node

@@ -49,14 +49,15 @@ from typing import Literal
 
 import numpy as np
 
-from eplb.solvers import pairing, pairing_exact
-from eplb.solvers.shares import optimal_shares
+from eplb.solvers.primitives import pairing, pairing_exact
+from eplb.solvers.primitives.shares import optimal_shares
 from eplb.tolerance import REL_TOL, better, proven
 from eplb.topology import Topology
 
 SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
 EXACT_SCALE_LIMIT = 1e13  # largest scaled load for the exact integer scale
 DEFAULT_DETERMINISTIC = 10.0  # CP-SAT deterministic seconds per layer without a wall limit
+CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
 
 
 @dataclass(frozen=True, eq=False)

@@ -2,7 +2,7 @@
 
 Water-filling counts capped at ``G`` replicas per expert, LPT with cardinality and no two
 replicas of an expert on one GPU, swap local search; with two slots per GPU an exact sorted
-pairing over locally improved counts (`solvers.even_split`). Per layer DeepSeek's own
+pairing over locally improved counts (`solvers.primitives.even_split`). Per layer DeepSeek's own
 placement (global, and hierarchical when ``num_groups`` makes DeepSeek hierarchical) is a
 further candidate, so the result is never worse than ``deepseek`` on any layer; such layers
 are listed in ``meta["solver"]["deepseek_layers"]`` (they may hold two replicas of an expert
@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
-from eplb.solvers.even_split import place_even
-from eplb.solvers.layout import duplicates
+from eplb.solvers.primitives.even_split import place_even
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.validation import NonNegInt
 from eplb.solvers.registry import register
-from eplb.solvers.validation import NonNegInt
 from eplb.topology import Topology
 
 

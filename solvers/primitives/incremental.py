@@ -45,9 +45,9 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
-from eplb.solvers.chains import chain_repair
-from eplb.solvers.layout import duplicates, moved
-from eplb.solvers.migration import relabel
+from eplb.solvers.primitives.chains import chain_repair
+from eplb.solvers.primitives.layout import duplicates, moved
+from eplb.solvers.primitives.relabel import relabel
 from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
@@ -273,7 +273,7 @@ def incremental(
     (``tolerance``, ``migration_budget``, ``steps``, ``fresh_layers`` taken from ``fresh``,
     ``chain_layers`` taken from the chain repair).
 
-    ``chains`` (two slots per GPU only): also run `solvers.chains.chain_repair` from
+    ``chains`` (two slots per GPU only): also run `solvers.primitives.chains.chain_repair` from
     ``previous``; a layer takes its result when it reaches the target within the budget and
     the single moves did not, or with fewer replicas moved.
     """

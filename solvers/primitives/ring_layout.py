@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers.replication import per_replica
+from eplb.solvers.primitives.replication import per_replica
 
 
 def _ring_order(per: np.ndarray, flex: np.ndarray) -> np.ndarray:

@@ -1,19 +1,8 @@
-"""``hierarchical``: DeepSeek's group-to-node contract with a better choice of groups and budgets.
-
-Contract (as DeepSeek's hierarchical policy): experts form ``num_groups`` groups of
-``E / num_groups`` consecutive experts; every replica of an expert lives on the node its group
-is assigned to, so group-limited routing (top-k groups per token) stays node-limited.
-
-Unlike DeepSeek (equal numbers of groups per node, equal redundant slots per node, then
-greedy packing that may put two replicas of one expert on one GPU), this policy
-
-1. chooses the group-to-node assignment that minimises the largest *node bound* (the
-   lower bound of `solvers.bounds` for a node's ``G/N`` GPUs and ``S G/N`` slots holding those
-   groups): exact over all set partitions for up to ``bounds.EXACT_GROUPS`` groups, else LPT
-   plus group moves/swaps. A node may take more or fewer groups than another, which gives it
-   fewer or more redundant slots: the per-node redundancy budget follows its heat;
-2. runs the `greedy` pipeline inside each node (replica counts capped at the node's GPUs,
-   LPT without duplicate replicas on a GPU, swap local search; sorted pairing for ``S = 2``).
+"""Placements under DeepSeek's group-to-node contract (every replica of an expert on its group's
+node): the group-to-node assignment minimising the largest node bound, the per-node greedy,
+the exact enumeration when small, and `best_hierarchical`, the ``hierarchical`` policy's
+placement (also the start of ``relaxed`` and of ``ilp`` with ``hierarchical=True``).
+docs/solvers.md, "hierarchical".
 """
 
 from __future__ import annotations
@@ -23,15 +12,12 @@ from math import comb
 import numpy as np
 
 from eplb.errors import InfeasibleError
-from eplb.placement import Placement
-from eplb.solvers import exhaustive
-from eplb.solvers.bounds import EXACT_GROUPS, flat_bound, subset_bounds
-from eplb.solvers.deepseek_kernels import pack, placement_table
-from eplb.solvers.even_split import pack_even
-from eplb.solvers.layout import duplicates, max_load
-from eplb.solvers.partitions import best_partitions
-from eplb.solvers.registry import register
-from eplb.solvers.validation import NonNegInt, check_groups
+from eplb.solvers.primitives import exhaustive
+from eplb.solvers.primitives.analytic_bounds import EXACT_GROUPS, flat_bound, subset_bounds
+from eplb.solvers.primitives.deepseek_kernels import pack, placement_table
+from eplb.solvers.primitives.even_split import pack_even
+from eplb.solvers.primitives.layout import duplicates, max_load
+from eplb.solvers.primitives.partitions import best_partitions
 from eplb.tolerance import better
 from eplb.topology import Topology
 
@@ -198,23 +184,16 @@ def place_hierarchical(
     return packed.slot_e.reshape(L, N * gpn * S), int(packed.duplicates().sum())
 
 
-@register("hierarchical")
-def hierarchical(
-    load: np.ndarray,
-    topology: Topology,
-    *,
-    num_groups: int | None = None,
-    budget: NonNegInt = 10_000,
-) -> Placement:
-    """Group-to-node placement for ``load: float64[L, E]`` (module docstring).
-
-    ``num_groups`` is required (``E % num_groups == 0``, at least one group per node).
-    ``budget``: swap iterations of the per-node greedy. Deterministic. ``previous=`` is
-    applied by `solvers.solve` (relabeling whole nodes keeps the contract).
-    """
+def best_hierarchical(
+    load: np.ndarray, topology: Topology, groups: int, budget: int = 10_000
+) -> tuple[np.ndarray, dict]:
+    """``(phy2log: int64[L, P], info)`` for ``load: float64[L, E]`` under the contract with
+    ``groups`` groups (already checked: they divide ``E``, one per node at least): exact when
+    small, else the best assignment with the per-node greedy, DeepSeek's equal-count group
+    packing and DeepSeek's own placement as further candidates per layer. ``info``:
+    ``policy``, ``group_to_node``, ``duplicates``, ``exact`` (and ``deepseek_layers``)."""
     L, E = load.shape
     S = topology.slots_per_gpu
-    groups = check_groups(num_groups, E, topology.num_nodes)
     M = E // groups
     if M > topology.gpus_per_node * S:
         raise InfeasibleError(
@@ -230,7 +209,7 @@ def hierarchical(
             "duplicates": int(duplicates(phy2log, S).sum()),
             "exact": True,
         }
-        return Placement(phy2log, E, topology, meta={"solver": info})
+        return phy2log, info
     group_node = assign_groups(load, topology, groups)
     phy2log, _ = place_hierarchical(load, topology, group_node, groups, budget)
     deepseek_layers = np.zeros(L, dtype=bool)
@@ -258,4 +237,4 @@ def hierarchical(
         "exact": False,
         "deepseek_layers": np.nonzero(deepseek_layers)[0].tolist(),
     }
-    return Placement(phy2log, E, topology, meta={"solver": info})
+    return phy2log, info

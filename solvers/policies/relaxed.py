@@ -11,7 +11,7 @@ own tokens for ``e`` locally, and a replica on *every* node (``e`` fully covered
 ``e``'s picks off the network: under ``local_first`` a token's remote nodes can only shrink.
 
 Balance is judged the way it is served: the expected GPU loads under ``local_first`` with
-token sources spread evenly over the GPUs (`solvers.local_first`, exact; the even split
+token sources spread evenly over the GPUs (`solvers.primitives.local_first`, exact; the even split
 ``load / count`` is not what ``local_first`` produces). Steps, vectorised over layers:
 
 1. **replica counts per node** ``k[layer, node, expert]``: from one replica per expert on its
@@ -48,12 +48,12 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers import local_first, packing
-from eplb.solvers.hierarchical import hierarchical as hierarchical_policy
-from eplb.solvers.layout import duplicates
-from eplb.solvers.migration import relabel
+from eplb.solvers.primitives import local_first, packing
+from eplb.solvers.primitives.group_placement import best_hierarchical
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.validation import NonNegInt, Range, check_groups
 from eplb.solvers.registry import register
-from eplb.solvers.validation import NonNegInt, Range, check_groups
 from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
@@ -210,17 +210,17 @@ def relaxed(
     if not 0.0 <= float(relax) <= 1.0:
         raise InputError(f"relax must be in [0, 1], got {relax!r}")
     S = topology.slots_per_gpu
-    base = hierarchical_policy(load, topology, num_groups=groups, budget=budget)
-    group_node = np.asarray(base.meta["solver"]["group_to_node"], dtype=np.int64)
+    base, base_info = best_hierarchical(load, topology, groups, budget)
+    group_node = np.asarray(base_info["group_to_node"], dtype=np.int64)
     home = np.repeat(group_node, E // groups, axis=1)  # [L, E]
     foreign = int(round(float(relax) * (topology.num_slots - E)))
     k = design_counts(load, topology, home, foreign, budget)
     phy2log = _pack(load, k, topology, budget)
     phy2log, _ = local_first.polish(load, phy2log, topology, budget=budget)
     mine = _lf_max(load, phy2log, topology)
-    theirs = _lf_max(load, base.phy2log, topology)
+    theirs = _lf_max(load, base, topology)
     keep = ~(mine < theirs * (1 - REL_TOL))  # hierarchical's layer unless strictly worse
-    phy2log = np.where(keep[:, None], base.phy2log, phy2log)
+    phy2log = np.where(keep[:, None], base, phy2log)
     best = np.where(keep, theirs, mine)
     relabeled = False
     if previous is not None:

@@ -1,32 +1,10 @@
-"""Chain repair for two slots per GPU: re-pair the live placement's replicas by assignment.
+"""Chain repair at two slots per GPU: re-pair the live placement's replicas by assignment.
 
-With ``S = 2`` a GPU holds a pair of replicas and its load is the pair's sum. When the load
-drifts, single moves (re-point one slot, swap two replicas; `solvers.incremental`) get stuck:
-fixing an overloaded pair ``(h, l)`` needs a lighter partner for ``h``, whose own partner then
-needs another, and so on -- an *ejection chain* that closes into a cycle or ends on a GPU with
-room. This module finds all chains of a layer at once:
-
-1. **counts**: the live replica counts, improved one replica at a time
-   (`pairing.improve_counts`, best move per step) only until the sorted pairing of the new
-   per-replica loads reaches the target ``T`` (each count change re-points one slot); the
-   counts of the fresh solve are a second candidate (their sorted pairing reaches ``T`` by
-   definition) and a layer keeps the candidate that moves fewer replicas;
-2. **re-points**: a replica an expert loses is taken from its heaviest GPU; the slots freed
-   take the gaining experts' new replicas, the heaviest next to the lightest partner;
-3. **re-pairing**: in a pairing with every sum ``<= T`` no GPU holds two replicas above
-   ``T / 2`` (*heavy*), and any two others (*light*) fit together. So a feasible pairing is a
-   matching of every heavy replica to a distinct light partner (``h + l <= T``, different
-   experts), found as a min-cost assignment (`scipy.optimize.linear_sum_assignment`): cost 0
-   for the partner it has, 1 for another light replica (1.5 when that one leaves a light
-   partner alone). A heavy that takes another's partner ejects it: cycles and chains of such
-   ejections are what the assignment chooses, with as few heavies re-paired as possible.
-   Light replicas left over keep their light partner when both are free, the rest pair up
-   heaviest with lightest;
-4. **GPUs**: pairs are put on GPUs by a second assignment maximising the replicas that stay
-   where they were (a replica that stays keeps its slot).
-
-A layer where no candidate reaches ``T`` is reported as failed (the caller falls back to a
-fresh solve). Deterministic.
+When single moves get stuck (an overloaded pair needs a lighter partner, whose partner needs
+another: an ejection chain), this repairs a layer at once: counts improved only until the
+sorted pairing reaches the target, re-pointed slots, heavy replicas matched to light partners
+by a min-cost assignment, pairs put on GPUs keeping replicas in place. docs/solvers.md,
+"Chain repair at two slots per GPU".
 """
 
 from __future__ import annotations
@@ -34,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from eplb.solvers import pairing
-from eplb.solvers.layout import moved, replica_counts
+from eplb.solvers.primitives import pairing
+from eplb.solvers.primitives.layout import moved, replica_counts
 from eplb.tolerance import REL_TOL
 
 _BIG = 1e18  # assignment cost of a forbidden pair

@@ -1,6 +1,7 @@
 """Two slots per GPU (``S = 2``): the exact method (`certify`) and the ballot LP bound.
 
-By the sorted-pairing argument (`solvers.pairing`) the problem is a choice of counts ``c_e``.
+By the sorted-pairing argument (`solvers.primitives.pairing`) the problem is a choice of counts
+``c_e``.
 
 Feasibility of a target ``T`` (Hall's condition for this threshold graph): call a replica of
 size ``s > T/2`` *big* (it needs a partner ``<= T - s``) and the others *small* (position
@@ -21,7 +22,7 @@ below ``U (1 - 1e-9)`` exists. The certificate is therefore exact up to
 a relative ``1e-9``; with a time limit the LP bound is reported instead.
 
 `lp_feasible` / `lp_bound` with ``companions = S - 1`` are a valid relaxation for any ``S``
-(`solvers.bounds` uses them).
+(`solvers.analysis.bounds` uses them).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eplb.solvers.pairing import improve_counts, pair_objective
-from eplb.solvers.replication import waterfill
+from eplb.solvers.primitives.pairing import improve_counts, pair_objective
+from eplb.solvers.primitives.replication import waterfill
 from eplb.tolerance import PROOF_TOL
 
 CERT_TOL = PROOF_TOL  # relative precision of a certificate

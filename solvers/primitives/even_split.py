@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers import packing, pairing
-from eplb.solvers.deepseek_kernels import placement_table, replicate
-from eplb.solvers.layout import max_load
-from eplb.solvers.replication import waterfill
+from eplb.solvers.primitives import packing, pairing
+from eplb.solvers.primitives.deepseek_kernels import placement_table, replicate
+from eplb.solvers.primitives.layout import max_load
+from eplb.solvers.primitives.replication import waterfill
 from eplb.tolerance import better
 
 

@@ -1,11 +1,9 @@
-"""``repair``: rebalance by repairing the live placement instead of solving afresh.
+"""``repair``: rebalance by repairing the live placement (``previous=``) instead of solving afresh.
 
-Needs ``previous=`` (the live placement). Single improving moves (re-point a slot, swap two
-replicas), all layers at once, until each layer is within ``tolerance`` of a fresh ``greedy``
-solve of the new load or ``migration_budget`` slots per layer have changed
-(`solvers.incremental`). The result is placed against ``previous`` (``solve`` does not relabel
-it); ``meta["solver"]["incremental"]`` reports the steps and the layers that took the fresh
-solve. Old spelling: ``greedy`` with ``previous=`` and ``tolerance`` / ``migration_budget``.
+Single improving moves (and chain repair at two slots per GPU), all layers at once, until each
+layer is within ``tolerance`` of a fresh ``greedy`` solve or ``migration_budget`` slots have
+changed (`solvers.primitives.incremental`). Placed against ``previous`` (`solve` does not
+relabel it). docs/solvers.md, "Incremental repair".
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers.even_split import place_even
-from eplb.solvers.incremental import incremental
+from eplb.solvers.primitives.even_split import place_even
+from eplb.solvers.primitives.incremental import incremental
+from eplb.solvers.primitives.validation import NonNegFloat, NonNegInt
 from eplb.solvers.registry import register
-from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers.validation import check_solver_load
+from eplb.solvers.primitives.validation import check_solver_load
 from eplb.topology import Topology
 
 

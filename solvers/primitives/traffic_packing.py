@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers import packing
-from eplb.solvers.replication import default_cap, waterfill
-from eplb.solvers.traffic_cost import rdma_from_node_count, traffic_objective
+from eplb.solvers.primitives import packing
+from eplb.solvers.primitives.replication import default_cap, waterfill
+from eplb.solvers.primitives.traffic_cost import rdma_from_node_count, traffic_objective
 from eplb.tolerance import better
 from eplb.topology import Topology
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eplb.solvers.layout import duplicates
-from eplb.solvers.replication import per_replica
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.replication import per_replica
 from eplb.tolerance import REL_TOL
 
 

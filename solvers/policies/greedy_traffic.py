@@ -2,7 +2,7 @@
 
 Minimises, per layer, ``max GPU load + rdma_weight * expected_rdma / G`` (`traffic_cost`:
 both terms in tokens per GPU) with the traffic-aware counts, LPT and swaps of
-`solvers.traffic_packing`. ``meta["solver"]["objective"]`` holds the per-layer objective.
+`solvers.primitives.traffic_packing`. ``meta["solver"]["objective"]`` holds the per-layer objective.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
-from eplb.solvers.layout import duplicates
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.traffic_packing import pack_traffic
+from eplb.solvers.primitives.validation import NonNegFloat, NonNegInt
 from eplb.solvers.registry import register
-from eplb.solvers.traffic_packing import pack_traffic
-from eplb.solvers.validation import NonNegFloat, NonNegInt
 from eplb.topology import Topology
 
 

@@ -1,39 +1,32 @@
-"""``greedy_weighted``: greedy that also chooses ``replica_share`` (weighted dispatch).
+"""Slots and ``replica_share`` together: the ``greedy_weighted`` placement.
 
-Per layer, the better of two structures, each with its optimal shares (an LP,
-`shares.optimal_shares`): the even-split greedy placement (`even_split.place_even`, never
-worse than DeepSeek's) and the chain layout designed for shares (`shares.chain_layout`), which
-with ``P - E >= G - 1`` spare slots usually reaches ``total / G``. With ``rdma_weight > 0``
-the traffic-aware greedy placement (`traffic_packing`) gets optimal shares instead.
-``meta["solver"]["structure"]`` says which structure each layer took.
+Per layer, the better of the even-split greedy placement and the chain layout built for
+shares, each with its optimal shares (an LP); with ``rdma_weight > 0`` the traffic-aware
+greedy placement with optimal shares. docs/solvers.md, "Weighted shares".
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from eplb.placement import Placement
-from eplb.solvers.even_split import place_even
-from eplb.solvers.layout import duplicates
-from eplb.solvers.registry import register
-from eplb.solvers.shares import chain_layout, optimal_shares
-from eplb.solvers.traffic_packing import pack_traffic
-from eplb.solvers.validation import NonNegFloat, NonNegInt
+from eplb.solvers.primitives.even_split import place_even
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.shares import chain_layout, optimal_shares
+from eplb.solvers.primitives.traffic_packing import pack_traffic
 from eplb.tolerance import better
 from eplb.topology import Topology
 
 
-@register("greedy_weighted")
-def greedy_weighted(
+def place_weighted(
     load: np.ndarray,
     topology: Topology,
-    *,
     num_groups: int | None = None,
-    rdma_weight: NonNegFloat = 0.0,
-    budget: NonNegInt = 10_000,
-) -> Placement:
-    """Weighted greedy on ``load: float64[L, E]`` (module docstring). ``budget``: max swap
-    iterations; ``num_groups`` only adds DeepSeek's hierarchical placement as a candidate."""
+    rdma_weight: float = 0.0,
+    budget: int = 10_000,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(phy2log: int64[L, P], replica_share: float64[L, P], info)`` for ``load: float64[L,
+    E]``. ``budget``: max swap iterations; ``num_groups`` only adds DeepSeek's hierarchical
+    placement as a candidate. ``info["structure"]``: which structure each layer took."""
     L, E = load.shape
     S = topology.slots_per_gpu
     info: dict = {"policy": "global", "weighted": True}
@@ -46,7 +39,7 @@ def greedy_weighted(
             structure=["traffic"] * L,
             duplicates=int(duplicates(base, S).sum()),
         )
-        return Placement(base, E, topology, share, meta={"solver": info})
+        return base, share, info
     base, taken = place_even(load, topology, num_groups, budget)
     share, best = optimal_shares(load, base, topology)
     structure = np.array(["greedy"] * L, dtype=object)
@@ -62,4 +55,4 @@ def greedy_weighted(
     info["structure"] = structure.tolist()
     info["deepseek_layers"] = np.nonzero(structure == "deepseek")[0].tolist()
     info["duplicates"] = int(duplicates(base, S).sum())
-    return Placement(base, E, topology, share, meta={"solver": info})
+    return base, share, info

@@ -1,5 +1,5 @@
 """Two slots per GPU (``S = 2``, DeepSeek's decode setting): the sorted pairing and the count
-local search used by ``greedy`` (the exact method is `solvers.pairing_exact`).
+local search used by ``greedy`` (the exact method is `solvers.primitives.pairing_exact`).
 
 With two replicas per GPU and fixed replica counts, pairing the heaviest replica with the
 lightest, the second heaviest with the second lightest, and so on minimises the largest pair
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers.packing import Packed, repair_duplicates
-from eplb.solvers.replication import per_replica
+from eplb.solvers.primitives.packing import Packed, repair_duplicates
+from eplb.solvers.primitives.replication import per_replica
 from eplb.tolerance import better
 
 REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_objectives` is used

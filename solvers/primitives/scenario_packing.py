@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers.replication import per_replica
+from eplb.solvers.primitives.replication import per_replica
 
 OBJECTIVES = ("mean", "worst")
 

@@ -1,4 +1,4 @@
-"""``deepseek``: DeepSeek's EPLB, bit-exact (`solvers.deepseek_kernels`).
+"""``deepseek``: DeepSeek's EPLB, bit-exact (`solvers.primitives.deepseek_kernels`).
 
 Same output as DeepSeek's ``rebalance_experts(weight, num_replicas, num_groups, num_nodes,
 num_gpus)`` with the tie rule pinned: descending sorts are stable (equal weights keep index
@@ -13,12 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
-from eplb.solvers.deepseek_kernels import pack, rebalance_experts, rebalance_hierarchical, replicate
-from eplb.solvers.deepseek_kernels import placement_table as _table
+from eplb.solvers.primitives.deepseek_kernels import placement_table
 from eplb.solvers.registry import register
 from eplb.topology import Topology
-
-__all__ = ["deepseek", "pack", "rebalance_experts", "rebalance_hierarchical", "replicate"]
 
 
 @register("deepseek")
@@ -26,6 +23,6 @@ def deepseek(load: np.ndarray, topology: Topology, *, num_groups: int | None = N
     """DeepSeek EPLB on ``load: float64[L, E]``; hierarchical iff ``num_groups % N == 0``
     (``None``: global). Deterministic and fast: no seed, no time limit; ``previous=`` is
     applied by `solvers.solve` (relabeling)."""
-    phy2log, hierarchical = _table(load, topology, num_groups)
+    phy2log, hierarchical = placement_table(load, topology, num_groups)
     info = {"policy": "hierarchical" if hierarchical else "global"}
     return Placement(phy2log, load.shape[1], topology, meta={"solver": info})
