@@ -1,16 +1,11 @@
-"""Placement policies: a registry by name and one entry point, `solve`.
+"""Placement policies by name and one entry point: ``solvers.solve(name, load, topology)``.
 
-Policies (one registered function each): ``deepseek`` (bit-exact DeepSeek EPLB), ``greedy``
-(slot-aware global greedy, never worse than deepseek), ``greedy_weighted`` (also chooses
-``replica_share``), ``greedy_traffic`` (trades balance for expected RDMA), ``repair``
-(incremental repair of the live placement), ``hierarchical`` (group-to-node contract, exact
-when small), ``ilp`` / ``ilp_weighted`` (exact per layer, certified bound and gap).
-`options(name)` lists a policy's options; `solvers.legacy` maps old spellings (e.g.
-``solve("greedy", weighted=True)``). Lower bounds: `solvers.analysis.bounds.lower_bound`;
-replicas moved: `solvers.analysis.migration`; traffic proxy: `solvers.primitives.traffic_cost`.
-Property checks for your own policies: `eplb.testing`. See docs/solvers.md.
+`available()` lists the policies, `options(name)` a policy's options, `register` /
+`unregister` add your own. The rooms: ``policies/`` (one module per registered function),
+``primitives/`` (what they are built from), ``analysis/`` (lower bounds, replicas moved,
+failed GPUs); `legacy` maps old spellings. docs/solvers.md.
 
->>> import solvers
+>>> from eplb import solvers
 >>> solvers.available()  # doctest: +SKIP
 ['deepseek', 'greedy', ...]
 >>> placement = solvers.solve("greedy", trace, topology)  # doctest: +SKIP

@@ -1,11 +1,8 @@
-"""``deepseek``: DeepSeek's EPLB, bit-exact (`solvers.primitives.deepseek_kernels`).
+"""``deepseek``: DeepSeek's EPLB ``rebalance_experts`` (`solvers.primitives.deepseek_kernels`).
 
-Same output as DeepSeek's ``rebalance_experts(weight, num_replicas, num_groups, num_nodes,
-num_gpus)`` with the tie rule pinned: descending sorts are stable (equal weights keep index
-order), argmax takes the lowest index, the lightest non-full pack takes the lowest index.
-Arithmetic is float32 as in DeepSeek. Policy: hierarchical with ``num_groups`` groups when
-``num_groups % num_nodes == 0``, else the same procedure with one group on one node
-("global"). Vectorised across layers.
+Hierarchical when ``num_groups % num_nodes == 0``, else global, whatever ``num_groups`` (it
+need not divide the experts then: registered with ``group_fallback``). Identical to DeepSeek's
+output under the stable tie order; docs/solvers.md, "deepseek: identical to DeepSeek's EPLB".
 """
 
 from __future__ import annotations
@@ -18,11 +15,11 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("deepseek")
+@register("deepseek", group_fallback=True)
 def deepseek(load: np.ndarray, topology: Topology, *, num_groups: int | None = None) -> Placement:
     """DeepSeek EPLB on ``load: float64[L, E]``; hierarchical iff ``num_groups % N == 0``
-    (``None``: global). Deterministic and fast: no seed, no time limit; ``previous=`` is
-    applied by `solvers.solve` (relabeling)."""
+    (``None`` or any other count: global). Deterministic and fast: no seed, no time limit;
+    ``previous=`` is applied by `solvers.solve` (relabeling)."""
     phy2log, hierarchical = placement_table(load, topology, num_groups)
     info = {"policy": "hierarchical" if hierarchical else "global"}
     return Placement(phy2log, load.shape[1], topology, meta={"solver": info})

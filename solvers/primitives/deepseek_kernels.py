@@ -1,15 +1,9 @@
-"""DeepSeek's EPLB ``rebalance_experts`` as numpy kernels, bit-exact (the ``deepseek`` policy,
-and the DeepSeek candidates of ``greedy`` and ``hierarchical``).
+"""DeepSeek's EPLB ``rebalance_experts`` as numpy kernels, vectorised over layers (the
+``deepseek`` policy, and the DeepSeek candidates of ``greedy`` and ``hierarchical``).
 
-Same output as DeepSeek's ``rebalance_experts(weight, num_replicas, num_groups, num_nodes,
-num_gpus)`` with the tie rule pinned: descending sorts are stable (equal weights keep index
-order), argmax takes the lowest index, the lightest non-full pack takes the lowest index.
-Arithmetic is float32 as in DeepSeek (``weight.float()``); group sums are rounded once from
-float64 (identical whenever the float32 sum is exact, e.g. integer counts below 2**24).
-
-Policy: hierarchical with ``num_groups`` groups when ``num_groups % num_nodes == 0``, else the
-same procedure with one group on one node ("global"). Vectorised across layers: the Python
-loops run over packing/replication steps, each step a numpy operation on all layers at once.
+Identical to DeepSeek's output under the stable tie order (equal weights keep index order;
+DeepSeek's torch sort may not), in float32 as DeepSeek; hierarchical when ``num_groups %
+num_nodes == 0``, else global. docs/solvers.md, "deepseek: identical to DeepSeek's EPLB".
 """
 
 from __future__ import annotations
@@ -125,21 +119,25 @@ def rebalance_experts(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DeepSeek's API: returns ``phy2log [L, P]``, ``log2phy [L, E, R]`` and ``logcnt [L, E]``.
 
-    ``log2phy`` here is in DeepSeek's order (by replica creation); `Placement.log2phy` is by
-    slot. Raises `InputError` where DeepSeek asserts.
+    Hierarchical when ``num_groups % num_nodes == 0``, else global (one group, one node), as
+    DeepSeek's; accepts every input DeepSeek's accepts (a group count the global policy
+    ignores need not divide the experts, nor the nodes the GPUs) and raises `InputError`
+    where DeepSeek's asserts or fails. ``log2phy`` here is in DeepSeek's order (by replica
+    creation); `Placement.log2phy` is by slot.
     """
     w = np.asarray(weight, dtype=np.float64)
     if w.ndim != 2:
         raise InputError(f"weight must be 2-D [layers, experts], got shape {w.shape}")
     w32 = w.astype(np.float32)
     L, E = w.shape
-    check(E, num_replicas, num_groups, num_nodes, num_gpus)
-    hierarchical = num_groups % num_nodes == 0
+    hierarchical = is_hierarchical(num_groups, num_nodes)
     if hierarchical:
+        check(E, num_replicas, num_groups, num_nodes, num_gpus)
         phy2log, rank, logcnt = rebalance_hierarchical(
             w32, num_replicas, num_groups, num_nodes, num_gpus
         )
     else:
+        check(E, num_replicas, 1, 1, num_gpus)
         phy2log, rank, logcnt = rebalance_hierarchical(w32, num_replicas, 1, 1, num_gpus)
     R = int(logcnt.max())
     log2phy = np.full((L, E * R), -1, dtype=np.int64)
@@ -149,7 +147,18 @@ def rebalance_experts(
     return phy2log, log2phy.reshape(L, E, R), logcnt
 
 
+def is_hierarchical(num_groups: int, num_nodes: int) -> bool:
+    """DeepSeek's rule: the hierarchical policy iff ``num_groups % num_nodes == 0``."""
+    if num_nodes < 1:
+        raise InputError(f"num_nodes must be >= 1, got {num_nodes}")
+    return num_groups % num_nodes == 0
+
+
 def check(E: int, P: int, num_groups: int, num_nodes: int, num_gpus: int) -> None:
+    """DeepSeek's preconditions for ``num_groups`` groups on ``num_nodes`` nodes (the global
+    policy is ``num_groups = num_nodes = 1``), as `InputError`s."""
+    if num_gpus < 1:
+        raise InputError(f"num_gpus must be >= 1, got {num_gpus}")
     if num_gpus % num_nodes:
         raise InputError(f"{num_gpus} GPUs do not split evenly over {num_nodes} nodes")
     if P % num_gpus:
@@ -158,7 +167,9 @@ def check(E: int, P: int, num_groups: int, num_nodes: int, num_gpus: int) -> Non
         )
     if P < E:
         raise InputError(f"slots {P} < {E} experts; every expert needs at least one slot")
-    if num_groups % num_nodes == 0 and E % num_groups:
+    if num_groups < 1:
+        raise InputError(f"num_groups must be >= 1 for the hierarchical policy, got {num_groups}")
+    if E % num_groups:
         raise InputError(
             f"num_groups {num_groups} does not divide {E} experts; pass a divisor of {E} "
             "or a group count that is not a multiple of the node count (global policy)"
@@ -167,16 +178,15 @@ def check(E: int, P: int, num_groups: int, num_nodes: int, num_gpus: int) -> Non
 
 def placement_table(load: np.ndarray, topology, num_groups: int | None) -> tuple[np.ndarray, bool]:
     """DeepSeek's ``phy2log: int64[L, P]`` for ``load: float64[L, E]`` on ``topology`` and
-    whether it is the hierarchical policy (``num_groups % N == 0``; else global)."""
+    whether it is the hierarchical policy (``num_groups % N == 0``; else global, whatever
+    ``num_groups``)."""
     w32 = load.astype(np.float32)
     if not np.all(np.isfinite(w32)) or not np.all(np.isfinite(w32.astype(np.float64).sum(-1))):
         raise InputError("load exceeds float32 range (DeepSeek's solver works in float32)")
     N, G, P = topology.num_nodes, topology.num_gpus, topology.num_slots
     E = load.shape[1]
-    groups = 1 if num_groups is None else int(num_groups)
-    hierarchical = num_groups is not None and groups % N == 0
-    if hierarchical:
-        check(E, P, groups, N, G)
-        return rebalance_hierarchical(w32, P, groups, N, G)[0], True
+    if num_groups is not None and is_hierarchical(int(num_groups), N):
+        check(E, P, int(num_groups), N, G)
+        return rebalance_hierarchical(w32, P, int(num_groups), N, G)[0], True
     check(E, P, 1, 1, G)
     return rebalance_hierarchical(w32, P, 1, 1, G)[0], False

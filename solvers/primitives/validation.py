@@ -210,12 +210,13 @@ def check_layer_ids(layer_ids, num_layers: int) -> np.ndarray:
     return out
 
 
-def check_num_groups(num_groups, num_experts: int) -> int | None:
-    """``None`` or an integer ``>= 1`` dividing the experts."""
+def check_num_groups(num_groups, num_experts: int, *, divides: bool = True) -> int | None:
+    """``None`` or an integer ``>= 1`` dividing the experts (``divides=False``: any integer
+    ``>= 1``, for a policy that falls back where the groups do not apply)."""
     if num_groups is None:
         return None
     g = check_int("num_groups", num_groups, lo=1)
-    if num_experts % g:
+    if divides and num_experts % g:
         divisors = [d for d in range(1, num_experts + 1) if num_experts % d == 0]
         near = min(divisors, key=lambda d: (abs(d - g), d))
         raise InputError(
