@@ -262,7 +262,7 @@ def solve(
     ``num_groups``: expert groups (must divide the experts, except for a policy registered
     with ``group_fallback``: ``deepseek``) for group-limited routing.
     ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
-    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were, unless
+    (`solvers.primitives.relabel`, loads unchanged) to keep its replicas where they were, unless
     the policy placed against ``previous`` itself (``meta["solver"]["relabeled"]``: ``repair``,
     ``ilp`` with migration terms); ``meta["solver"]["replicas_moved"]`` (per layer) and
     ``replicas_moved_total`` count the rest.

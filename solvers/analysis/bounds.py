@@ -1,36 +1,6 @@
-"""Lower bounds on the largest GPU load, per layer: what every solver is measured against.
-
-For one layer with expert loads ``w`` (``E`` experts), ``G`` GPUs of ``S`` slots (``P = G S``
-slots), any placement (even split; several replicas of an expert on one GPU allowed) has::
-
-    max GPU load >= total / G                                   (average)
-    max GPU load >= min over counts of max_e w_e / min(c_e, G)  (largest replica)
-
-The second: an expert with ``c <= G`` replicas puts ``w / c`` on some GPU, with ``c > G`` some
-GPU holds two or more (``>= w / G``); water-filling with a cap of ``G`` minimises it exactly.
-
-*Experts that must stay single*: at most ``R = P - E`` experts get a second replica, so among
-the ``n + R`` heaviest experts at least ``n`` are single, and the ``i``-th heaviest of those
-weighs at least ``w_(R+i)`` (loads sorted descending). Some GPU holds ``ceil(n / G)`` of them::
-
-    max GPU load >= max_n  sum_{i = n - ceil(n/G) + 1 .. n} w_(R+i)
-
-*LP relaxation* (scipy HiGHS; `pairing` has the model): for a target ``T``, a replica
-``> T/2`` shares its GPU with ``S - 1`` replicas each ``<= T - size``, and no two such
-replicas share a GPU. With boolean ``x[e, c]`` ("expert e has c replicas") this gives a
-ballot constraint per size threshold; when its LP relaxation is infeasible, ``T`` is
-unreachable. Bisection gives the bound. For ``S = 2`` the integer model is exact (see
-`pairing`) and its LP is far tighter than the simple bounds there; ``lp="auto"`` runs it
-only for ``S = 2`` (it costs ~0.1 s per layer; results are cached per input).
-
-*Group-constrained* (``hierarchical=True`` with ``num_groups``): every expert of a group lives
-on the node its group is assigned to (DeepSeek's hierarchical contract). Each node needs at
-least one group and room for its experts; a node's GPUs bound like a small cluster (the
-bounds above with ``G / N`` GPUs and ``S G / N`` slots). The best assignment of groups to
-nodes (exact over set partitions for up to 10 groups, else a relaxation) bounds the layer.
-
-*Weighted* (``weighted=True``): with free replica shares the average ``total / G`` is the
-bound (globally), or the best group-to-node assignment of node loads (hierarchical).
+"""Lower bounds on the largest GPU load per layer (`lower_bound`): what every solver is
+measured against. The analytic bounds, the ballot LP (two slots per GPU), the group contract
+and free shares; docs/solvers.md, "Lower bounds".
 """
 
 from __future__ import annotations
@@ -62,7 +32,8 @@ _CACHE_SIZE = 16
 def lp_bound(
     load: np.ndarray, num_gpus: int, slots_per_gpu: int, start: np.ndarray, *, rel_tol: float = 1e-4
 ) -> np.ndarray:
-    """``float64[X]`` ballot-LP bound per row, bisecting above ``start: float[X]`` to a
+    """``float64[X]`` ballot-LP bound per row of ``load: float[X, E]``, bisecting above
+    ``start: float[X]`` to a
     relative ``rel_tol`` (the result stays a valid bound: it is the largest target proven
     unreachable).
 
@@ -153,7 +124,8 @@ def lower_bound(
 
 
 def group_bound(load: np.ndarray, topology: Topology, num_groups: int, *, weighted=False):
-    """``float64[L]`` bound for placements keeping every group on one node."""
+    """``float64[L]`` bound for placements of ``load: float[L, E]`` keeping every group on one
+    node."""
     N = topology.num_nodes
     L, E = load.shape
     M = E // num_groups

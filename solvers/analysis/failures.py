@@ -1,20 +1,6 @@
-"""Placing around failed GPUs: solve on the survivors, expand back with the failed slots empty.
-
-`solvers.solve` calls `solve_surviving` when ``topology.failed_gpus`` is not empty, for every
-registered policy:
-
-1. the surviving GPUs form a smaller topology (`surviving`): whole nodes that are left keep
-   their nodes when only whole nodes failed; otherwise the survivors become one flat node of
-   ``G - failed`` GPUs (the slots per GPU and bandwidths unchanged);
-2. the policy places ``load`` on it, with ``previous`` restricted to the survivors' slots
-   (so relabeling keeps the replicas that survived where they are);
-3. the result is expanded back: surviving slots in their order, the failed GPUs' slots -1.
-
-Per policy: ``deepseek`` and ``greedy`` and ``ilp`` place globally on the survivors and lose
-nothing; a flat node removes node structure, so ``deepseek`` runs its hierarchical mode (groups
-to nodes) only when whole nodes failed, and traffic terms (``greedy``'s ``rdma_weight``) see one
-node; ``hierarchical`` keeps groups node-local only when whole nodes failed (it needs equal
-nodes: with a partial node it places on the flat node, every group on it).
+"""Placing around failed GPUs: `solve` places on the survivors (`surviving`: a smaller
+topology) and expands the result back with the failed GPUs' slots empty (-1).
+docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -51,7 +37,8 @@ def surviving(topology: Topology) -> tuple[Topology, np.ndarray]:
 
 
 def expand(placement: Placement, topology: Topology, slots: np.ndarray) -> Placement:
-    """``placement`` (on the survivors' topology) on ``topology``, failed GPUs' slots -1."""
+    """``placement`` (on the survivors' topology) on ``topology``, failed GPUs' slots -1;
+    ``slots: int64[P']`` the original slot of each surviving slot (`surviving`)."""
     L = placement.num_layers
     phy2log = np.full((L, topology.num_slots), -1, dtype=np.int64)
     phy2log[:, slots] = placement.phy2log
@@ -71,7 +58,8 @@ def solve_surviving(
     *,
     previous: Placement | None,
 ) -> tuple[Any, Placement | None, Topology, np.ndarray]:
-    """Run a policy (``run(load, topology, previous)``) on the survivors of ``topology``;
+    """Run a policy (``run(load, topology, previous)``, ``load: float[L, E]`` or windows
+    ``float[W, L, E]``) on the survivors of ``topology``;
     returns its output on the survivors' topology (not yet expanded), ``previous`` restricted
     to the survivors (for relabeling and counting moves), that topology and the surviving slots
     (for `expand`)."""

@@ -1,12 +1,9 @@
 """``greedy``: global even-split placement that beats DeepSeek's greedy chain.
 
-Water-filling counts capped at ``G`` replicas per expert, LPT with cardinality and no two
-replicas of an expert on one GPU, swap local search; with two slots per GPU an exact sorted
-pairing over locally improved counts (`solvers.primitives.even_split`). Per layer DeepSeek's own
-placement (global, and hierarchical when ``num_groups`` makes DeepSeek hierarchical) is a
-further candidate, so the result is never worse than ``deepseek`` on any layer; such layers
-are listed in ``meta["solver"]["deepseek_layers"]`` (they may hold two replicas of an expert
-on one GPU, the only way ``greedy`` does). Vectorised over layers, deterministic.
+Water-filling counts capped at ``G`` replicas, LPT without two replicas of an expert on one GPU,
+swap search; exact sorted pairing at two slots per GPU (`solvers.primitives.even_split`).
+DeepSeek's own placement is a candidate per layer, so it is never worse than ``deepseek``
+(``meta["solver"]["deepseek_layers"]``). docs/solvers.md, "greedy".
 """
 
 from __future__ import annotations

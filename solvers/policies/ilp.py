@@ -1,31 +1,9 @@
-"""``ilp`` and ``ilp_weighted``: exact placement per layer, warm-started, with a proven bound.
+"""``ilp``: the exact even-split model per layer (OR-Tools CP-SAT; the exact pairing method for
+two slots per GPU), warm-started from the greedy the options ask for, with a proven bound.
 
-``ilp`` solves the even-split problem exactly per layer with OR-Tools CP-SAT (and the exact
-pairing method for two slots per GPU); ``ilp_weighted`` also chooses ``replica_share`` (a MIP
-through SCIP). Models, soundness and what "optimal" means: `solvers.primitives.ilp_model`.
-
-Every layer starts from a greedy placement (``greedy``, ``hierarchical``,
-``greedy_traffic`` or ``greedy_weighted`` as the options ask) and the result is never worse
-than it. Layers with the start already meeting the analytic lower bound
-(`solvers.analysis.bounds.lower_bound`) are done at once; the others are searched.
-
-Time: ``time_limit`` is **wall seconds for the whole solve** (warm start, bounds and every
-layer's search), shared among the layers still to search and the worker processes as they
-go; layers whose search the wall limit cut are counted in ``meta["solver"]["wall_limited"]``
-(their result depends on machine speed). For reproducible runs give ``deterministic_time``
-(CP-SAT deterministic seconds per layer; ``ilp`` only): without ``time_limit`` the result
-then does not depend on machine speed or load. With neither, each layer gets
-``deterministic_time=10`` (``ilp``) or 10 wall seconds (``ilp_weighted``, SCIP has no
-deterministic clock).
-
-Layers run in ``workers`` processes (default: the CPU count; 1 runs inline), which die with
-the parent and are stopped at once on Ctrl-C or any error (`eplb.runners`). Progress: a
-bar on a terminal, a line per 10 layers on stderr otherwise (``progress=False``: none).
-
-``meta["solver"]``: per layer ``objective``, ``bound``, ``gap`` (``1 - bound / objective``),
-``status`` (``optimal`` only when proven), ``method``; aggregates ``objective_max``,
-``bound_min``, ``gap_max``, ``gap_mean``, ``optimal_layers``, ``wall_limited``, ``seconds``
-of the search.
+``time_limit`` is wall seconds for the whole solve; ``deterministic_time`` (CP-SAT seconds per
+layer) gives reproducible runs. Models: `solvers.primitives.ilp_model`; time, workers, progress
+and ``meta["solver"]``: docs/solvers.md, "ilp and ilp_weighted".
 """
 
 from __future__ import annotations

@@ -1,43 +1,9 @@
 """``relaxed``: the group contract, relaxed where off-node replicas pay for themselves.
 
-``hierarchical`` keeps every replica of an expert on its group's node, so group-limited
-routing stays node-limited, but whole groups decide the node loads (max/mean 1.12-1.31 on
-DeepSeek-V3 prefill counts). This policy keeps each expert's *home* replica on its group's
-node (``hierarchical``'s group-to-node assignment) and lets up to ``relax * (P - E)`` of the
-redundant slots hold replicas on other nodes, placed for ``local_first`` dispatch (SGLang's
-static table, `eplb.executor.routing`): a source GPU uses a replica on its own GPU, else on its
-node, else any. An off-node replica of expert ``e`` on node ``b`` therefore serves node ``b``'s
-own tokens for ``e`` locally, and a replica on *every* node (``e`` fully covered) takes all of
-``e``'s picks off the network: under ``local_first`` a token's remote nodes can only shrink.
-
-Balance is judged the way it is served: the expected GPU loads under ``local_first`` with
-token sources spread evenly over the GPUs (`solvers.primitives.local_first`, exact; the even split
-``load / count`` is not what ``local_first`` produces). Steps, vectorised over layers:
-
-1. **replica counts per node** ``k[layer, node, expert]``: from one replica per expert on its
-   home node, a search adds replicas one move at a time (an expert's replica on one node, or
-   a replica on every node missing it), taking the move that most lowers the sorted vector of
-   node values ``max(node load / GPUs per node, largest per-replica load on the node)``
-   (lexicographically), among the experts with the largest per-replica loads, within the
-   foreign-slot budget and each node's slots; the node slots left are filled with replicas
-   of the node's heaviest experts;
-2. **packing** inside each node (LPT, swap search) with the counts fixed;
-3. **exact polish** (`local_first.polish`): swaps inside a node while the node's largest exact
-   ``local_first`` GPU load drops (which nodes hold which experts is unchanged);
-4. per layer, ``hierarchical``'s own placement is kept where its exact ``local_first`` max GPU
-   load is not higher.
-
-Guarantees: every expert keeps a replica on its group's node; with ``relax=0`` every replica
-is there (the group contract), and under ``local_first`` every token then crosses to exactly
-the nodes it crosses to under ``hierarchical`` (same group-to-node assignment, so the same
-RDMA); per layer, the largest expected ``local_first`` GPU load (even sources) is never above
-``hierarchical``'s. With ``relax > 0`` RDMA is not bounded by construction (a replica on
-some nodes only redirects other nodes' tokens to it); it is measured in the paper.
-
-``previous=``: relabeling GPUs and nodes keeps even-split loads but not ``local_first`` ones
-(the dispatch table depends on GPU indices), so the policy relabels itself, re-polishes, and
-keeps per layer the relabeled placement only if its ``local_first`` max load is no higher
-(``meta["solver"]["relabeled"]``).
+Each expert's home replica stays on its group's node (``hierarchical``'s assignment); up to
+``relax * (P - E)`` redundant slots hold replicas on other nodes, placed on the exact
+``local_first`` loads (`solvers.primitives.local_first`); never worse than ``hierarchical``
+under ``local_first``. docs/solvers.md, "relaxed".
 """
 
 from __future__ import annotations
@@ -89,7 +55,7 @@ def design_counts(
 ) -> np.ndarray:
     """``int64[L, N, E]`` replicas per node for ``load: float64[L, E]`` with ``home:
     int64[L, E]`` the node of each expert's group and at most ``foreign`` replicas per layer
-    off their home node (module docstring, step 1). Every node's slots are filled."""
+    off their home node (docs/solvers.md, relaxed, step 1). Every node's slots are filled."""
     L, E = load.shape
     N, gpn, S = topology.num_nodes, topology.gpus_per_node, topology.slots_per_gpu
     room = gpn * S
@@ -199,7 +165,8 @@ def relaxed(
     relax: Annotated[float, Range(0.0, 1.0)] = 1.0,
     budget: NonNegInt = 10_000,
 ) -> Placement:
-    """Group contract relaxed for ``local_first`` dispatch (module docstring).
+    """Group contract relaxed for ``local_first`` dispatch, ``load: float64[L, E]`` (module
+    docstring).
 
     ``relax`` in [0, 1]: share of the ``P - E`` redundant slots that may hold replicas off
     their group's node (0: the group contract). ``num_groups`` is required. ``budget``: swap

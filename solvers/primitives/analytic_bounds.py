@@ -22,14 +22,16 @@ def average_bound(load: np.ndarray, num_gpus: int) -> np.ndarray:
 
 
 def replica_bound(load: np.ndarray, num_gpus: int, num_slots, *, present=None) -> np.ndarray:
-    """``float64[X]`` smallest possible largest per-replica load (water-filling, cap ``G``)."""
+    """``float64[X]`` smallest possible largest per-replica load of ``load: float[X, E]``
+    (water-filling, cap ``G``; ``present: bool[X, E]`` experts that exist)."""
     counts = waterfill(load, num_slots, num_gpus, present=present)
     per = np.divide(load, counts, out=np.zeros_like(load), where=counts > 0)
     return per.max(1)
 
 
 def single_bound(load: np.ndarray, num_gpus: int, num_slots: int) -> np.ndarray:
-    """``float64[X]`` pigeonhole bound from experts that must stay single (docstring)."""
+    """``float64[X]`` pigeonhole bound of ``load: float[X, E]`` from experts that must stay
+    single (docs/solvers.md, "Lower bounds")."""
     X, E = load.shape
     R = num_slots - E
     if R >= E:
@@ -43,7 +45,8 @@ def single_bound(load: np.ndarray, num_gpus: int, num_slots: int) -> np.ndarray:
 
 
 def flat_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
-    """``float64[X]`` max of the average, largest-replica and single-expert bounds."""
+    """``float64[X]`` max of the average, largest-replica and single-expert bounds of ``load:
+    float[X, E]``."""
     P = num_gpus * slots_per_gpu
     return np.maximum.reduce(
         [
@@ -55,8 +58,9 @@ def flat_bound(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarra
 
 
 def subset_bounds(load: np.ndarray, topology: Topology, num_groups: int, *, weighted=False):
-    """``float64[2**num_groups, X]`` bound of one node holding each subset of groups
-    (``inf`` when the subset does not fit in a node's slots or is empty).
+    """``float64[2**num_groups, X]`` bound of one node holding each subset of groups of
+    ``load: float[X, E]`` (``inf`` when the subset does not fit in a node's slots or is
+    empty).
 
     Only for ``num_groups <= EXACT_GROUPS``.
     """

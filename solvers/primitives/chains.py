@@ -22,9 +22,9 @@ _BIG = 1e18  # assignment cost of a forbidden pair
 def counts_to_target(
     load: np.ndarray, counts: np.ndarray, target: np.ndarray, cap: int, max_steps: int = 256
 ) -> np.ndarray:
-    """``int64[L, E]``: ``counts`` improved one replica at a time (best move per step, no
-    duplicate-forcing moves) until the sorted pairing's max pair of ``load: float[L, E]`` is
-    ``<= target: float[L]`` or no move improves it."""
+    """``int64[L, E]``: ``counts: int64[L, E]`` improved one replica at a time (best move per
+    step, no duplicate-forcing moves) until the sorted pairing's max pair of ``load: float[L,
+    E]`` is ``<= target: float[L]`` or no move improves it."""
     c = counts.copy()
     obj = pairing.pair_objective(load, c)
     for _ in range(max_steps):
@@ -66,7 +66,7 @@ def _repoint(w: np.ndarray, row: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def repair_pairs(w: np.ndarray, live: np.ndarray, counts: np.ndarray, target: float):
     """One layer: ``int64[P]`` re-paired from ``live: int64[P]`` (two slots per GPU) with replica
     counts ``counts: int64[E]`` and every GPU load ``<= target`` for expert loads ``w:
-    float[E]``; None if no such pairing was found (module docstring, steps 2-4)."""
+    float[E]``; None if no such pairing was found (docs/solvers.md, chain repair, steps 2-4)."""
     P = live.size
     G = P // 2
     row = _repoint(w, live, counts)

@@ -117,7 +117,8 @@ def rebalance_hierarchical(
 def rebalance_experts(
     weight, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DeepSeek's API: returns ``phy2log [L, P]``, ``log2phy [L, E, R]`` and ``logcnt [L, E]``.
+    """DeepSeek's API on ``weight: float[L, E]``: returns ``phy2log: int64[L, P]``, ``log2phy:
+    int64[L, E, R]`` and ``logcnt: int64[L, E]``.
 
     Hierarchical when ``num_groups % num_nodes == 0``, else global (one group, one node), as
     DeepSeek's; accepts every input DeepSeek's accepts (a group count the global policy

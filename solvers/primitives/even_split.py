@@ -1,17 +1,6 @@
-"""The even-split greedy pipeline, vectorised over rows (layers, or nodes of layers).
-
-1. Replica counts by water-filling with a cap of ``G`` replicas per expert
-   (`replication.waterfill`): slot-aware, so ``[1000, 1, 1, 1, 1, 1, 1, 1]`` on 4 GPUs x 3
-   slots gives expert 0 four replicas (one per GPU, max load 252) where DeepSeek gives five
-   (401).
-2. LPT with cardinality: replicas heaviest first, each to the lightest GPU with a free slot
-   that does not hold its expert (`packing.lpt`).
-3. Swap local search between the heaviest GPU and the others (`packing.improve`).
-
-With two slots per GPU the packing is solved exactly instead (sorted pairing) and the counts
-are improved by local search from both the water-filling and DeepSeek's own counts
-(`pairing`). `place_even` adds DeepSeek's placements as candidates per layer, so it is never
-worse than ``deepseek`` on any layer.
+"""The even-split greedy pipeline, vectorised over rows (layers, or nodes of layers): capped
+water-filling counts, LPT with cardinality, swap search; exact sorted pairing at two slots per
+GPU. `place_even` adds DeepSeek's placements as candidates per layer. docs/solvers.md, "greedy".
 """
 
 from __future__ import annotations
@@ -114,7 +103,8 @@ def _layout_pairs(load, counts, budget) -> packing.Packed:
 def deepseek_candidates(
     load: np.ndarray, topology, num_groups: int | None, best: np.ndarray | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """DeepSeek's placements as ``[(layers: int64[k], phy2log: int64[k, P]), ...]``: global,
+    """DeepSeek's placements for ``load: float64[L, E]`` as ``[(layers: int64[k], phy2log:
+    int64[k, P]), ...]``: global,
     and hierarchical too when ``num_groups`` makes DeepSeek hierarchical (``num_groups % N ==
     0``). With ``best: float64[L]`` (max GPU loads to beat) the global placement is built only
     for layers where it could be strictly better: its replica counts bound its max GPU load

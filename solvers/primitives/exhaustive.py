@@ -1,12 +1,6 @@
-"""Exact placement of small problems by enumeration (even split, duplicates allowed).
-
-A *table* of ``k`` experts on ``G`` interchangeable GPUs with ``S`` slots each lists the
-experts of every GPU; `tables` enumerates all of them up to GPU order (multisets of GPU
-contents, every expert at least once), which is feasible only for small sizes:
-`num_tables` counts them without enumerating. `best_tables` evaluates every table for many
-rows of loads at once and keeps, per row, the smallest max GPU load (ties: fewest duplicate
-replicas on a GPU, then the first table). Used by ``hierarchical`` to be exact on instances
-small enough to enumerate.
+"""Exact placement of small problems by enumerating every table of ``k`` experts on ``G``
+interchangeable GPUs of ``S`` slots (even split, duplicates allowed): what makes
+``hierarchical`` exact when small. docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations

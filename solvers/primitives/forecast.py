@@ -1,18 +1,6 @@
-"""Forecasting the next window's load from recent windows (primitives; imports no policy).
-
-``windows: float[W, L, E]``, oldest first. Every window is first rescaled per layer to the
-latest window's layer total (`normalise`): placement depends on each expert's share, and a
-busier window should not count more than a quiet one.
-
-`forecast` picks, per layer, the exponential moving average (EMA) that would have predicted
-the history best: for each weight ``alpha`` in `ALPHAS` (weight of the newest window; 1 = the
-last window alone) it replays the EMA over the windows, predicting window ``t`` from windows
-``< t`` (one step ahead, ``f_1 = window 0``, ``f_{t+1} = alpha * window t + (1 - alpha) * f_t``)
-and sums the squared errors; the weight with the smallest error wins (ties: the larger
-weight, i.e. the more recent forecast). A trace whose experts drift gets the last window; a
-stationary one with noise gets a long average. With one or two windows the forecast is the
-last window. ``spread`` is each expert's standard deviation over the normalised windows (0
-for one window), what `robust` gives extra replicas for.
+"""The next window's load from recent windows ``float[W, L, E]`` (``robust``): windows rescaled
+to the latest total, then per layer the exponential moving average that predicted the history
+best one window ahead; ``spread`` per expert. docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -37,7 +25,8 @@ class Forecast:
 
 
 def normalise(windows: np.ndarray) -> np.ndarray:
-    """``float64[W, L, E]``: every window's layer rows rescaled to the latest window's layer
+    """``float64[W, L, E]``: every window of ``windows: float[W, L, E]`` rescaled per layer to
+    the latest window's layer
     total (to the mean total where the latest is empty; empty windows stay 0)."""
     windows = np.asarray(windows, dtype=np.float64)
     tot = windows.sum(-1, keepdims=True)  # [W, L, 1]
@@ -47,8 +36,9 @@ def normalise(windows: np.ndarray) -> np.ndarray:
 
 
 def backtest(windows: np.ndarray, alphas=ALPHAS) -> tuple[np.ndarray, np.ndarray]:
-    """EMA forecasts after the last window ``float64[A, L, E]`` and their one-step-ahead
-    squared errors over the history ``float64[A, L]``, one per weight in ``alphas``."""
+    """EMA forecasts of ``windows: float[W, L, E]`` after the last window ``float64[A, L, E]``
+    and their one-step-ahead squared errors over the history ``float64[A, L]``, one per weight
+    in ``alphas``."""
     a = np.asarray(alphas, dtype=np.float64)[:, None, None]
     f = np.broadcast_to(windows[0], (a.shape[0], *windows.shape[1:])).copy()
     err = np.zeros(f.shape[:2])
@@ -59,7 +49,7 @@ def backtest(windows: np.ndarray, alphas=ALPHAS) -> tuple[np.ndarray, np.ndarray
 
 
 def forecast(windows: np.ndarray, alphas=ALPHAS) -> Forecast:
-    """`Forecast` of the window after ``windows: float[W, L, E]`` (module docstring)."""
+    """`Forecast` of the window after ``windows: float[W, L, E]`` (docs/solvers.md)."""
     h = normalise(windows)
     f, err = backtest(h, alphas)
     scale = np.maximum(err.max(0, initial=0.0), 1.0)

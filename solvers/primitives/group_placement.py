@@ -40,7 +40,8 @@ def _node_bounds(
 
 
 def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
-    """``int64[L, num_groups]`` node of each group: LPT by group load (with room), then the
+    """``int64[L, num_groups]`` node of each group of ``load: float64[L, E]``: LPT by group
+    load (with room), then the
     best move or swap of a group off the node with the largest node bound while it drops."""
     L, E = load.shape
     N = topology.num_nodes
@@ -96,7 +97,8 @@ def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) 
 
 
 def assign_groups(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
-    """``int64[L, num_groups]``: node of each group minimising the largest node bound."""
+    """``int64[L, num_groups]``: node of each group of ``load: float64[L, E]`` minimising the
+    largest node bound."""
     N = topology.num_nodes
     if num_groups <= EXACT_GROUPS:
         f = subset_bounds(load, topology, num_groups)
@@ -122,7 +124,8 @@ EXACT_WORK = 4_000_000  # tables x layers evaluated at most by the exact mode
 def exact_hierarchical(
     load: np.ndarray, topology: Topology, num_groups: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The group-constrained optimum by enumeration, when small enough: ``(phy2log:
+    """The group-constrained optimum of ``load: float64[L, E]`` by enumeration, when small
+    enough: ``(phy2log:
     int64[L, P], group_node: int64[L, num_groups])``, else None.
 
     Every subset of groups that fits on a node gets its exact node optimum
@@ -173,7 +176,8 @@ def exact_hierarchical(
 def place_hierarchical(
     load: np.ndarray, topology: Topology, group_node: np.ndarray, num_groups: int, budget: int
 ) -> tuple[np.ndarray, int]:
-    """``(phy2log: int64[L, P], duplicates)`` from ``group_node: int64[L, num_groups]``."""
+    """``(phy2log: int64[L, P], duplicates)`` for ``load: float64[L, E]`` from ``group_node:
+    int64[L, num_groups]``: the even-split greedy inside each node."""
     L, E = load.shape
     N, gpn, S = topology.num_nodes, topology.gpus_per_node, topology.slots_per_gpu
     M = E // num_groups

@@ -1,43 +1,7 @@
-"""Exact models of one layer for ``ilp`` / ``ilp_weighted``: `LayerProblem` -> `LayerResult`.
-
-Even split (OR-Tools CP-SAT), per layer:
-
-- ``x[e, c]`` boolean: expert ``e`` has ``c`` replicas, for ``c`` in a candidate set ``C_e``
-  (exactly one per expert); every replica of ``e`` then weighs ``w_e / c``;
-- ``y[e, c, g]`` integer in ``0..min(c, S)``: replicas of ``e`` on GPU ``g`` when it has ``c``
-  (boolean with ``duplicates=False``); ``sum_g y[e, c, g] = c x[e, c]``;
-- every GPU holds exactly ``S`` replicas; ``load_g = sum r[e, c] y[e, c, g] <= Z``; minimise
-  ``Z`` (plus the traffic and migration terms below).
-
-The per-replica loads are scaled to integers: exactly when the loads are integers and the
-candidate counts have a small common multiple, else to about `SCALE_TARGET` units and rounded
-down, so the model's bound stays a valid lower bound (reported after dividing the scale back
-out; objectives are always recomputed exactly from the placement). ``C_e`` is sound: an
-optimum's max load is at most its objective, at most the warm start's objective ``U`` (the
-traffic and migration terms are ``>= 0``), so ``w_e / c <= U``, and counts sum to ``P``.
-When the candidate sets are too large (``counts="auto"`` and more than ``max_vars`` ``y``
-variables) the counts are fixed to the warm start's and the model's bound is not used.
-GPUs are interchangeable, so GPU loads are ordered (within nodes when node identity matters)
-to break symmetry.
-
-``hierarchical`` adds ``a[group, node]`` (each group on one node, every node at least one
-group, replicas only on their group's node). ``rdma_weight`` adds ``rdma_weight / G * sum_e
-w_e (1 - sum_n h[e, n] / N)`` with ``h[e, n] <= replicas on n`` (`traffic_cost`).
-``migration_weight`` (tokens per moved replica) and ``migration_budget`` (max moved replicas)
-use ``previous`` (GPU identity then matters: no symmetry breaking; the live placement is an
-incumbent that moves nothing).
-
-Weighted (``weighted=True``, a MIP through OR-Tools' SCIP): integer ``z[e, g]`` replicas,
-continuous tokens ``f[e, g] <= w_e z[e, g]``; one replica of an expert per GPU is enough
-unless a GPU may have to hold fewer distinct experts than slots (fewer experts than slots, or
-groups smaller than a GPU under the group contract); shares are polished by the exact LP
-(`shares.optimal_shares`).
-
-Two slots per GPU, plain even split: the exact pairing method (`pairing_exact.certify`).
-
-A result is ``"optimal"`` only when a proven lower bound meets its exact objective
-(`tolerance.proven`); the bound is the best of the analytic one, the exact model's and the
-pairing certificate, each used only for placements of the class it holds for.
+"""The exact model of one layer for ``ilp`` / ``ilp_weighted``: `LayerProblem` ->
+`solve_layer` -> `LayerResult`. CP-SAT on the even-split problem (with the group contract,
+traffic and migration terms), a MIP through SCIP with shares, or the pairing method at two
+slots per GPU; "optimal" only when a proven bound meets the objective. docs/solvers.md, "ilp".
 """
 
 from __future__ import annotations
@@ -147,7 +111,8 @@ class LayerResult:
 
 # ----------------------------------------------------------------------------- objective
 def gpu_load_row(w: np.ndarray, slots: np.ndarray, S: int, share=None) -> np.ndarray:
-    """``float64[G]`` GPU loads of one layer's ``slots: int64[P]``."""
+    """``float64[G]`` GPU loads of one layer's ``slots: int64[P]`` for ``w: float[E]``
+    (``share: float[P]``, default the even split)."""
     cnt = np.bincount(slots, minlength=w.size)
     per = w[slots] * (1.0 / cnt[slots] if share is None else share)
     return per.reshape(-1, S).sum(1)
@@ -171,7 +136,8 @@ def _moved_row(slots: np.ndarray, prev: np.ndarray | None, S: int, E: int) -> in
 
 
 def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
-    """Exact objective of one layer's slots (max load + traffic + migration terms)."""
+    """Exact objective of one layer's ``slots: int64[P]`` (``share: float[P]`` or even
+    split): max load + traffic + migration terms."""
     val = float(gpu_load_row(pb.w, slots, pb.S, share).max())
     if pb.rdma_weight:
         val += pb.rdma_weight * _rdma_row(pb.w, slots, pb.N) / pb.G
@@ -181,8 +147,8 @@ def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
 
 
 def admissible(pb: LayerProblem, slots: np.ndarray) -> bool:
-    """``slots`` belong to the class the model solves (``duplicates=False``: no two replicas
-    of an expert on one GPU)."""
+    """``slots: int64[P]`` belong to the class the model solves (``duplicates=False``: no two
+    replicas of an expert on one GPU)."""
     if pb.duplicates:
         return True
     e = np.sort(np.asarray(slots).reshape(-1, pb.S), axis=1)
@@ -448,7 +414,7 @@ def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> d
 # ----------------------------------------------------------------------------- one layer
 def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
     """Solve one layer within ``wall`` seconds (None: only ``pb.deterministic_time``); see the
-    module docstring for what is certified."""
+    docs/solvers.md ("ilp") for what is certified."""
     t0 = time.perf_counter()
     w, S = pb.w, pb.S
     warm, warm_share = pb.warm, pb.warm_share

@@ -1,43 +1,7 @@
-"""Incremental rebalancing: repair the live placement instead of solving afresh.
-
-Under a small change of load a fresh greedy solve reshuffles its LPT order and moves most
-replicas (relabeling GPUs recovers little). `repair` starts from the live ``phy2log`` and
-applies single improving moves, all layers at once (one move per layer per step):
-
-- **re-point** one slot from expert ``a`` (``a`` keeps >= 1 replica) to expert ``b`` (not yet
-  on that GPU); every replica of ``a`` then carries ``w_a / (c_a - 1)``, every replica of ``b``
-  ``w_b / (c_b + 1)`` (even split). Two kinds are tried: a slot of the heaviest GPU ``h``
-  re-pointed to any expert, and a slot of any other GPU re-pointed to an expert held by ``h``
-  (a new replica of one of ``h``'s experts relieves ``h``). One slot changes.
-- **swap** a replica of ``h`` with a lighter replica on another GPU (counts unchanged). Two
-  slots change.
-
-A move is *improving* when every GPU whose load it changes ends strictly below the current
-max ``M`` (so the sorted vector of GPU loads decreases lexicographically: the search cannot
-cycle). Its gain is ``M - (largest new load among the GPUs it changes)``, an upper bound
-being used where a GPU holds both ``a`` and ``b``, so a move is never judged better than it is.
-Each step applies, per layer, the move with the largest gain per changed slot (ties: the
-first candidate in the order re-point on ``h``, re-point elsewhere, swap; lowest slot and
-expert index first), never one that creates two replicas of an expert on one GPU, never one
-that takes an expert's last replica, and never one that would make more than
-``budget`` slots differ from the live placement. A layer stops when its max GPU load is
-``<= target`` (if given), or no allowed improving move exists, or after ``max_steps`` steps.
-
-`incremental` wraps it for the ``repair`` policy (options ``tolerance``, ``migration_budget``):
-
-- the target is ``(1 + tolerance) * fresh`` where ``fresh`` is the layer's max GPU load of a
-  fresh greedy solve for the new load (``tolerance`` defaults to 0 when only a budget is
-  given);
-- ``migration_budget`` caps, per layer, the slots whose expert differs from the live placement
-  (``None``: no cap). Replicas moved (`migration.replicas_moved`) never exceed slots changed;
-- a layer that misses the target takes the fresh greedy layer, relabeled against the live one
-  (`migration.relabel`), when the budget is unlimited, or when the relabeled fresh layer
-  changes no more than ``migration_budget`` slots and is better balanced. So with no budget
-  every layer is within ``tolerance`` of fresh greedy (a relative 1e-12 absorbs rounding);
-  with a budget every layer changes at most ``migration_budget`` slots and is never worse
-  balanced than the live placement.
-
-A live placement that already meets the target changes nothing (zero moves). Deterministic.
+"""Incremental rebalancing (``repair``, ``robust`` with ``tolerance``): single improving moves
+(re-point a slot, swap two replicas) on the live placement, all layers at once, until within
+``tolerance`` of a fresh greedy solve or ``migration_budget`` slots changed.
+docs/solvers.md, "Incremental repair" and "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -72,7 +36,8 @@ def repair(
 
     ``target: float64[L]`` stops a layer once its max GPU load is ``<= target`` (default: run
     until no improving move); ``budget``: max slots differing from ``phy2log`` per layer.
-    Returns the repaired ``int64[L, P]`` and the steps run (see module docstring).
+    Returns the repaired ``int64[L, P]`` and the steps run (docs/solvers.md, "How the
+    building blocks work").
     """
     L, E = load.shape
     G, S = topology.num_gpus, topology.slots_per_gpu
@@ -268,8 +233,9 @@ def incremental(
     chains: bool = True,
 ) -> Placement:
     """Repair ``previous`` for ``load: float64[L, E]``, ``fresh`` being the fresh greedy
-    placement of the same load (see module docstring). ``meta["solver"]`` holds ``policy``,
-    ``relabeled`` (True: `solvers.solve` must not relabel again) and ``incremental``
+    placement of the same load (docs/solvers.md, "How the building blocks work").
+    ``meta["solver"]`` holds ``policy``, ``relabeled`` (True: `solvers.solve` must not relabel
+    again) and ``incremental``
     (``tolerance``, ``migration_budget``, ``steps``, ``fresh_layers`` taken from ``fresh``,
     ``chain_layers`` taken from the chain repair).
 

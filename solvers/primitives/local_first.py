@@ -1,26 +1,6 @@
-"""Exact expected GPU loads under ``local_first`` dispatch (SGLang's static table) with
-token sources spread evenly over the GPUs, and a swap search on them.
-
-`eplb.executor.routing.dispatch_table` sends every pick of expert ``e`` from source GPU ``s`` to
-one fixed slot: a replica on ``s`` itself if any, else one on ``s``'s node, else any replica;
-among the candidates of that tier (ascending slot order) source ``s`` takes candidate
-``s % count``. With sources spread evenly (each GPU sends ``load_e / G`` picks of ``e``, the
-traffic model's ``load=`` mode), a replica's expected load is ``load_e / G`` times the number
-of source GPUs mapped to it, which depends on where *all* replicas of the expert sit, not on
-their number alone: the even split ``load_e / count`` is only an approximation.
-
-For one expert with ``k[b]`` replicas on node ``b`` (``n = sum_b k[b]``):
-
-- the sources of a node holding no replica use the *anywhere* tier: source ``g`` takes global
-  candidate ``g % n``; candidates are in slot order, so node by node; `arrivals` counts, per
-  node and node-local replica index, the sources that arrive this way;
-- the ``gpus_per_node`` sources of a node holding replicas stay on it: a source holding a
-  replica serves itself, any other source ``g`` of the node takes node-local candidate
-  ``g % k[b]`` (replicas in ascending GPU order).
-
-So node totals depend only on ``k`` (`node_sources`), and inside a node on which GPUs hold the
-replicas (`row_sources`). Everything here is vectorised over rows (layers, or (layer, node)
-pairs) and agrees exactly with ``dispatch_table`` (tested).
+"""Exact expected GPU loads under ``local_first`` dispatch (SGLang's static table) with token
+sources spread evenly over the GPUs, and the in-node swap search on them (`polish`), as
+``relaxed`` uses. docs/solvers.md, "relaxed" and "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -32,7 +12,7 @@ from eplb.topology import Topology
 
 
 def node_counts(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
-    """``int64[L, N, E]`` replicas of each expert on each node."""
+    """``int64[L, N, E]`` replicas of each expert on each node, ``phy2log: int64[L, P]``."""
     L, P = phy2log.shape
     N = topology.num_nodes
     key = (np.arange(L)[:, None] * N + topology.node_of_slot[None, :]) * num_experts + phy2log
@@ -97,7 +77,8 @@ def _local(mask: np.ndarray, base: np.ndarray, extra: np.ndarray) -> np.ndarray:
 
 
 def slot_sources(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
-    """``int64[L, P]``: source GPUs mapped to each slot by ``local_first`` (as
+    """``int64[L, P]``: source GPUs mapped to each slot of ``phy2log: int64[L, P]`` by
+    ``local_first`` (as
     `eplb.executor.routing.dispatch_table`; sums to ``G`` per expert). With several replicas of
     an expert on one GPU the sources of that GPU's tiers are spread as the table does."""
     L, P = phy2log.shape
@@ -132,13 +113,15 @@ def slot_sources(phy2log: np.ndarray, num_experts: int, topology: Topology) -> n
 
 
 def slot_loads(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.ndarray:
-    """``float64[L, P]`` expected tokens per slot under ``local_first``, sources even."""
+    """``float64[L, P]`` expected tokens per slot of ``phy2log: int64[L, P]`` for ``load:
+    float[L, E]`` under ``local_first``, sources even."""
     src = slot_sources(phy2log, load.shape[1], topology)
     return np.take_along_axis(load, phy2log, 1) / topology.num_gpus * src
 
 
 def gpu_loads(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.ndarray:
-    """``float64[L, G]`` expected tokens per GPU under ``local_first``, sources even (what
+    """``float64[L, G]`` expected tokens per GPU of ``phy2log: int64[L, P]`` for ``load:
+    float[L, E]`` under ``local_first``, sources even (what
     `evaluation.traffic.simulate(..., load=load, policy="local_first")` reports as
     ``gpu_tokens``, up to its tokens-per-pick scale)."""
     L = load.shape[0]
@@ -148,8 +131,9 @@ def gpu_loads(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.n
 def polish(
     load: np.ndarray, phy2log: np.ndarray, topology: Topology, *, budget: int = 1_000
 ) -> tuple[np.ndarray, int]:
-    """Swap replicas between GPUs of one node while the node's largest exact ``local_first``
-    GPU load drops; returns the new ``int64[L, P]`` and the steps run.
+    """Swap replicas of ``phy2log: int64[L, P]`` between GPUs of one node while the node's
+    largest exact ``local_first`` GPU load (``load: float[L, E]``) drops; returns the new
+    ``int64[L, P]`` and the steps run.
 
     Rows are (layer, node) pairs, all searched at once: a step swaps, per row, a replica of the
     heaviest GPU ``h`` with a replica of another GPU of the node (never putting two replicas of

@@ -1,19 +1,6 @@
-"""Packing replicas onto GPUs: LPT with cardinality, then swap local search. Vectorised over rows.
-
-A *row* is one independent packing problem (a layer, or one node of a layer): ``G`` GPUs with
-``S`` slots each receive the replicas of ``E`` experts given by ``counts: int64[X, E]`` (row
-sums ``G * S``), every replica weighing ``load / count`` (even split). Results are slot
-tables ``slot_e: int64[X, G, S]`` (expert in each slot), ``slot_s: float64[X, G, S]`` (its
-per-replica load) and ``gpu: float64[X, G]`` (GPU loads).
-
-- `lpt`: replicas heaviest first (stable by expert index); each goes to the lightest GPU
-  that has a free slot and holds no replica of that expert (lowest index on ties). Optionally a
-  per-GPU penalty steers replicas of one expert to distinct nodes (traffic-aware mode).
-- `repair_duplicates`: if the greedy was cornered into a duplicate, swap it away.
-- `improve`: repeatedly swap one replica of the heaviest GPU with a lighter replica on another
-  GPU when that lowers the pair's maximum below the heaviest load (so the sorted vector of GPU
-  loads decreases lexicographically: it terminates), never creating a duplicate. First only
-  the ``near`` lightest GPUs are tried (cheap), then all of them.
+"""Packing replicas onto GPUs, vectorised over rows (a layer, or a node of a layer): LPT with
+cardinality and no duplicate replica on a GPU (`lpt`), then swap search (`improve`), on slot
+tables ``slot_e: int64[X, G, S]``. docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ from eplb.tolerance import REL_TOL
 
 @dataclass
 class Packed:
-    """Mutable packing state of ``X`` rows (see module docstring for shapes)."""
+    """Mutable packing state of ``X`` rows of ``G`` GPUs with ``S`` slots (shapes below)."""
 
     slot_e: np.ndarray  # int64[X, G, S]
     slot_s: np.ndarray  # float64[X, G, S]
@@ -62,7 +49,8 @@ class Packed:
 
 
 def sorted_items(load: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Replicas of every row, heaviest first: ``item_e: int64[X, P]``, ``item_s: float64[X, P]``.
+    """Replicas of every row of ``load: float[X, E]`` with ``counts: int64[X, E]``, heaviest
+    first: ``item_e: int64[X, P]``, ``item_s: float64[X, P]``.
 
     Rows of ``counts`` must all sum to the same ``P``. Ties keep expert order (stable sort).
     """

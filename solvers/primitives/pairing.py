@@ -1,13 +1,6 @@
-"""Two slots per GPU (``S = 2``, DeepSeek's decode setting): the sorted pairing and the count
-local search used by ``greedy`` (the exact method is `solvers.primitives.pairing_exact`).
-
-With two replicas per GPU and fixed replica counts, pairing the heaviest replica with the
-lightest, the second heaviest with the second lightest, and so on minimises the largest pair
-sum (exchange argument: if ``a >= b`` and ``c >= d`` then ``max(a + d, b + c) <= max(a + c,
-b + d)``). So the whole problem is a choice of counts ``c_e``: minimise over count vectors the
-value ``max_i x_(i) + x_(P+1-i)`` of the sorted per-replica loads ``x``. `improve_counts`
-moves one replica at a time from a start (DeepSeek's or the water-filling counts) while the
-objective drops; `pair_layout` turns counts into GPUs.
+"""Two slots per GPU: the sorted pairing (heaviest replica with the lightest, which minimises
+the largest pair) and `improve_counts`, the count local search ``greedy`` uses; the exact
+method is `solvers.primitives.pairing_exact`. docs/solvers.md, "Two slots per GPU".
 """
 
 from __future__ import annotations
@@ -22,7 +15,8 @@ REBUILD_CELLS = 250_000  # moves x replicas per step up to which `rebuilt_object
 
 
 def pair_objective(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``float64[X]`` largest pair sum of the sorted pairing for ``counts: int64[X, E]``."""
+    """``float64[X]`` largest pair sum of the sorted pairing of ``load: float[X, E]`` with
+    ``counts: int64[X, E]``."""
     X, E = counts.shape
     P = int(counts[0].sum())
     items = np.repeat(per_replica(load, counts).ravel(), counts.ravel()).reshape(X, P)
@@ -52,7 +46,7 @@ def improve_counts(
     large as the critical one (a count test) are dropped, the others' objectives computed
     exactly (`rebuilt_objectives`, or `moved_objectives` for many moves). ``cap``: int or
     ``int[X, 1]`` replica limit; ``present: bool[X, E]`` experts that exist (default all).
-    ``distinct`` (per row with ``bool[X]``): reject moves whose two middle replicas are equal
+    ``distinct: bool | bool[X]`` (per row): reject moves whose two middle replicas are equal
     (the sign that the sorted pairing puts two replicas of one expert on a GPU), for
     placements without duplicates. ``load_id: int[X]``: rows with equal ids have equal
     ``load``, ``cap`` and ``present`` (e.g. the same layer searched with and without
@@ -408,7 +402,8 @@ def _moved_objective(xs, xe, a, b, ca, cb, sa, sb, distinct, chunk: int = 1 << 2
 
 
 def pair_layout(load: np.ndarray, counts: np.ndarray, *, repair: bool = True) -> Packed:
-    """Sorted pairing as a packing: GPU ``g`` holds the ``g``-th heaviest and the ``g``-th
+    """Sorted pairing of ``load: float[X, E]`` with ``counts: int64[X, E]`` as a packing: GPU
+    ``g`` holds the ``g``-th heaviest and the ``g``-th
     lightest replica. Equal-size replicas are interleaved by expert so that a GPU gets two
     replicas of one expert only when unavoidable; with ``repair`` remaining duplicates are
     swapped away when a swap exists (`packing.repair_duplicates`, may raise the max)."""

@@ -1,28 +1,6 @@
-"""Two slots per GPU (``S = 2``): the exact method (`certify`) and the ballot LP bound.
-
-By the sorted-pairing argument (`solvers.primitives.pairing`) the problem is a choice of counts
-``c_e``.
-
-Feasibility of a target ``T`` (Hall's condition for this threshold graph): call a replica of
-size ``s > T/2`` *big* (it needs a partner ``<= T - s``) and the others *small* (position
-``T - s``: the largest big it can partner). ``T`` is reachable iff counts exist with
-``sum c_e <= P`` (surplus slots go to an expert whose replicas are small, which only adds
-partners) such that for every threshold ``u > T/2``::
-
-    #{big replicas >= u}  <=  #{small replicas with position >= u}
-
-Choosing ``c_e`` per expert is a multiple-choice integer program over boolean
-``x[e, c]`` ("expert e has c replicas"); the thresholds are the distinct big sizes and the
-prefix sums chain through one balance variable per threshold, so the model is sparse.
-`certify` searches the target: a fast local search over counts gives an upper bound ``U``,
-the LP relaxation (scipy HiGHS) at ``U (1 - 1e-9)`` often proves it optimal at once,
-otherwise the integer program (OR-Tools CP-SAT, several times faster than a MIP solver on
-it) either finds better counts (local search restarts from them) or proves that nothing
-below ``U (1 - 1e-9)`` exists. The certificate is therefore exact up to
-a relative ``1e-9``; with a time limit the LP bound is reported instead.
-
-`lp_feasible` / `lp_bound` with ``companions = S - 1`` are a valid relaxation for any ``S``
-(`solvers.analysis.bounds` uses them).
+"""Two slots per GPU: the exact method (`certify`: count local search, LP relaxation, then an
+integer program that finds better counts or proves none exist, to a relative 1e-9) and the
+ballot LP bound (`lp_bound`, valid for any ``S``). docs/solvers.md, "Two slots per GPU".
 """
 
 from __future__ import annotations
@@ -125,7 +103,8 @@ def _fill(w: np.ndarray, counts: np.ndarray, P: int, cap: int) -> np.ndarray:
 
 
 def lp_feasible(w: np.ndarray, P: int, T: float, cap: int, companions: int = 1) -> bool:
-    """LP relaxation of the ballot model at ``T``; False proves ``T`` unreachable."""
+    """LP relaxation of the ballot model at ``T`` for one layer ``w: float[E]``; False proves
+    ``T`` unreachable."""
     from scipy.optimize import linprog  # lazy: scipy is heavy; start-up avoids it
 
     m = _model(w, P, T, cap, companions)
@@ -154,11 +133,12 @@ def milp_counts(
     hint: np.ndarray | None = None,
     wall_limit: float | None = None,
 ):
-    """Integer ballot model at ``T`` (OR-Tools CP-SAT, one worker, ``time_limit`` in
+    """Integer ballot model at ``T`` for one layer ``w: float[E]`` (OR-Tools CP-SAT, one
+    worker, ``time_limit`` in
     deterministic seconds, ``wall_limit`` wall seconds; without it a safety net of
     ``5 time_limit + 5``). Returns ``(result, deterministic_seconds)``: ``result`` is counts
     reaching ``T``, ``None`` if ``T`` is proven unreachable, or ``"time_limit"``. ``hint``:
-    counts to start the search from (usually the incumbent, just above ``T``)."""
+    ``int64[E]`` counts to start the search from (usually the incumbent, just above ``T``)."""
     from ortools.sat.python import cp_model  # lazy: OR-Tools is heavy; start-up avoids it
 
     opts = _options(w, P, T, cap)
@@ -211,7 +191,7 @@ def milp_counts(
 
 
 def simple_bound(w: np.ndarray, P: int, cap: int) -> float:
-    """max(total / G, smallest possible largest replica) for one layer."""
+    """max(total / G, smallest possible largest replica) for one layer ``w: float[E]``."""
     c = waterfill(w[None], P, cap)[0]
     return float(max(w.sum() / (P // 2), (w / c).max()))
 
@@ -227,7 +207,8 @@ def lp_bound(
     rel_tol: float = CERT_TOL,
     deadline: float | None = None,
 ) -> float:
-    """Largest target proven unreachable by the LP relaxation in ``[lo, hi]`` (``lo`` a known
+    """Largest target for one layer ``w: float[E]`` proven unreachable by the LP relaxation in
+    ``[lo, hi]`` (``lo`` a known
     bound, ``hi`` a reachable value), to a relative ``rel_tol``; ``lo`` if nothing better.
 
     Gallops down from ``hi`` (the LP is usually tight, so one or two solves suffice), then

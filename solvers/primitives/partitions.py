@@ -12,7 +12,8 @@ import numpy as np
 
 
 def best_partitions(f: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(value: float64[X], masks: int64[X, num_parts])``: the min over partitions of the
+    """For ``f: float[2**n, X]`` (a value per subset of ``n`` items and row), ``(value:
+    float64[X], masks: int64[X, num_parts])``: the min over partitions of the
     max block value (``inf`` where impossible) and the blocks of a best partition (the last
     block holds the lowest item of each remaining set)."""
     size, X = f.shape

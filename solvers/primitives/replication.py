@@ -1,12 +1,6 @@
-"""Replica counts: how many slots each logical expert gets, knowing slots and GPUs.
-
-``waterfill`` hands out slots one at a time to the expert with the largest per-replica load
-(``load / count``), as DeepSeek's ``replicate`` does, but never gives an expert more replicas
-than there are GPUs (``cap``): a second replica on a GPU that already holds one adds nothing
-to balance and wastes a slot. The result minimises the largest per-replica load among count
-vectors with ``1 <= count <= cap`` summing to the slots (the classic water-filling argument:
-each step removes the current maximum, and no count vector of the same total can have a
-smaller maximum).
+"""Replica counts by water-filling, capped at the GPUs: ``waterfill`` gives the next slot to the
+largest ``load / count`` (as DeepSeek's ``replicate``) but never more replicas than ``cap``,
+which minimises the largest per-replica load. docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -30,7 +24,8 @@ def waterfill(
     present: np.ndarray | None = None,
     bonus: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Replica counts ``int64[X, E]`` for ``load: float[X, E]`` and ``num_slots`` per row.
+    """Replica counts ``int64[X, E]`` for ``load: float[X, E]`` and ``num_slots`` (``int`` or
+    ``int[X]``) per row.
 
     Every present expert gets one slot, then each further slot goes to the present expert
     with the largest ``load / count`` (plus ``bonus[x, e, count]`` if given, a float[X, E, K]
@@ -61,5 +56,6 @@ def waterfill(
 
 
 def per_replica(load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``float64[X, E]`` load of one replica (``load / count``; 0 where the count is 0)."""
+    """``float64[X, E]`` load of one replica of ``load: float[X, E]`` with ``counts: int[X,
+    E]`` (``load / count``; 0 where the count is 0)."""
     return np.divide(load, counts, out=np.zeros(np.shape(load)), where=counts > 0)

@@ -1,20 +1,6 @@
-"""A ring of replicated experts over all GPUs, for per-batch dispatch (primitives; no policy).
-
-With ``lp`` dispatch (`eplb.executor.routing`) a batch's picks of an expert held on several
-GPUs are split over them, so load moves between GPUs joined by such an expert. If those joins
-connect every GPU, any GPU can pass load to any other. DeepSeek's LPLB builds such graphs from
-redundant experts (cube, hypercube and torus layouts); with ``R = P - E`` redundant slots a
-placement has ``R`` joins (an expert with ``c`` replicas on ``c`` GPUs joins them with ``c - 1``
-edges), so ``R >= G`` allows a ring through all ``G`` GPUs and no more (a cube over 8 GPUs
-needs 12 joins per 8 GPUs).
-
-`ring_layout`: the experts with two or more replicas (heaviest per replica and lightest
-alternating, so neighbours can absorb each other) take consecutive GPUs along the ring
-``0, 1, ..., G - 1, 0, ...``, each sharing its first GPU with the previous one's last; then the
-single-replica experts fill the free slots by LPT (heaviest first, to the GPU with the smallest
-even-split load). GPUs of one node are consecutive, so most joins stay inside a node. A layer
-whose ring would put more than ``S`` replicas on a GPU, or two replicas of an expert on one
-GPU, is reported in ``ok`` (the caller keeps another layout there).
+"""A ring of replicated experts through all GPUs (``robust``'s ``layout="ring"``), so that
+``lp`` dispatch can move load between any two GPUs; single replicas fill the rest by LPT.
+docs/solvers.md, "robust" and "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -38,8 +24,8 @@ def ring_layout(
     load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(phy2log: int64[L, P], ok: bool[L])`` for ``load: float[L, E]`` and replica counts
-    ``counts: int64[L, E]`` (rows summing to ``G * S``, every count in ``1..G``); see the
-    module docstring. Rows with ``ok`` False hold an incomplete table (use another layout)."""
+    ``counts: int64[L, E]`` (rows summing to ``G * S``, every count in ``1..G``); see
+    docs/solvers.md. Rows with ``ok`` False hold an incomplete table (use another layout)."""
     L, E = load.shape
     G, S = num_gpus, slots_per_gpu
     per = per_replica(load, counts)

@@ -1,17 +1,6 @@
-"""Packing against several load scenarios at once (primitives; imports no policy).
-
-A row (a layer) has ``K`` scenarios ``scen: float[X, K, E]`` (e.g. recent windows) and fixed
-replica counts ``counts: int64[X, E]``; a replica of ``e`` weighs ``scen[k, e] / counts[e]`` in
-scenario ``k``. A packing's GPU loads are ``gpu: [X, G, K]`` and its objective is the mean over
-scenarios of the largest GPU load (``objective="mean"``: the expected step time if the next
-window is one of the scenarios) or the largest over scenarios (``"worst"``: min-max).
-
-- `lpt`: replicas by decreasing mean load, each to the GPU with a free slot (and without that
-  expert, if possible) where it raises the objective least (lightest mean load on ties).
-- `improve`: swap local search. The GPU that is the busiest in the most (weighted) scenarios
-  swaps one replica with any replica of another GPU when that lowers the objective; best swap
-  per step, all rows at once, until no row improves or ``budget`` steps.
-- `objective`: the objective of slot tables ``phy2log: int64[X, P]``.
+"""Packing against several load scenarios at once (``robust``'s ``scenarios``): LPT and swaps
+minimising the mean (or the largest) over the scenarios of the largest GPU load.
+docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -38,7 +27,8 @@ def _per_replica(scen: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def objective(scen: np.ndarray, phy2log: np.ndarray, slots_per_gpu: int, how: str = "mean"):
-    """``float64[X]`` objective of tables ``phy2log: int64[X, P]`` (even split)."""
+    """``float64[X]`` objective of tables ``phy2log: int64[X, P]`` under scenarios ``scen:
+    float[X, K, E]`` (even split)."""
     X, K, E = scen.shape
     cnt = np.zeros((X, E), dtype=np.int64)
     np.add.at(cnt, (np.arange(X)[:, None], phy2log), 1)
@@ -51,7 +41,8 @@ def objective(scen: np.ndarray, phy2log: np.ndarray, slots_per_gpu: int, how: st
 def lpt(
     scen: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int, how: str = "mean"
 ) -> np.ndarray:
-    """Greedy scenario packing; ``slot_e: int64[X, G, S]`` (module docstring)."""
+    """Greedy scenario packing of ``scen: float[X, K, E]`` with ``counts: int64[X, E]``;
+    ``slot_e: int64[X, G, S]`` (docs/solvers.md)."""
     X, K, E = scen.shape
     G, S = num_gpus, slots_per_gpu
     per = _per_replica(scen, counts)  # [X, K, E]
@@ -103,7 +94,8 @@ def _rest_max(gpu: np.ndarray, a: np.ndarray) -> np.ndarray:
 def improve(
     slot_e: np.ndarray, scen: np.ndarray, counts: np.ndarray, how: str = "mean", budget: int = 1000
 ) -> int:
-    """Swap search on ``slot_e: int64[X, G, S]`` in place; returns the steps run."""
+    """Swap search on ``slot_e: int64[X, G, S]`` in place (``scen: float[X, K, E]``,
+    ``counts: int64[X, E]``); returns the steps run."""
     X, G, S = slot_e.shape
     if G < 2:
         return 0
@@ -168,7 +160,8 @@ def pack(
     how: str = "mean",
     budget: int = 1000,
 ) -> np.ndarray:
-    """`lpt` then `improve`: ``phy2log: int64[X, P]``."""
+    """`lpt` then `improve` for ``scen: float[X, K, E]`` and ``counts: int64[X, E]``:
+    ``phy2log: int64[X, P]``."""
     slot_e = lpt(scen, counts, num_gpus, slots_per_gpu, how)
     improve(slot_e, scen, counts, how, budget)
     return slot_e.reshape(slot_e.shape[0], -1)

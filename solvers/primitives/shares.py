@@ -1,22 +1,6 @@
-"""Weighted placements: choose ``replica_share`` as well as slots (primitives of the weighted
-policies ``greedy_weighted`` and ``ilp_weighted``).
-
-A runtime that splits an expert's tokens among its replicas by ``replica_share`` (weighted
-dispatch) can balance far better than an even split, but only if the placement gives it
-room: the GPUs must be linked by split experts. Two parts:
-
-- `optimal_shares`: for a fixed ``phy2log`` the best shares are a small LP per layer
-  (minimise ``T`` with every GPU's load ``<= T``; the shares of an expert's replicas are
-  non-negative and sum to 1; single replicas are fixed). Solved with scipy's HiGHS.
-- `chain_layout`: a structure designed for shares, as in wrap-around scheduling of sorted
-  loads: the ``G - 1`` heaviest experts form a chain, chain expert ``b_g`` is split between
-  GPU ``g - 1`` and GPU ``g`` (every GPU boundary crossed by one split expert), heavy and light
-  chain experts alternate so neighbours can absorb each other, and the remaining experts are
-  packed whole (LPT on remaining room, cardinality ``S - 2`` inside, ``S - 1`` at the ends) to
-  the target ``total / G - (half of each neighbouring chain expert)``. Spare slots take extra
-  replicas of the heaviest experts. With ``P - E >= G - 1`` spare slots this typically reaches
-  ``total / G`` exactly; ``greedy_weighted`` keeps, per layer, the better of the chain and the
-  even-split greedy placement, each with its optimal shares.
+"""Weighted placements: `optimal_shares` (the best ``replica_share`` of a fixed placement, an
+LP per layer) and `chain_layout` (a structure designed for shares: every GPU boundary crossed
+by one split expert). docs/solvers.md, "Weighted shares".
 """
 
 from __future__ import annotations
@@ -88,7 +72,8 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
 
 
 def chain_layout(load: np.ndarray, topology: Topology) -> np.ndarray | None:
-    """``phy2log: int64[L, P]`` of the chain structure (module docstring), or None when the
+    """``phy2log: int64[L, P]`` of the chain structure for ``load: float[L, E]``
+    (docs/solvers.md), or None when the
     topology has too few spare slots (``P - E < G - 1``) or ``S < 3``."""
     L, E = load.shape
     G, S, P = topology.num_gpus, topology.slots_per_gpu, topology.num_slots

@@ -1,25 +1,7 @@
-"""Expected-RDMA proxy used by the traffic-aware policies (``greedy_traffic``, the ``rdma_weight``
-option of ``greedy_weighted``, ``ilp`` and ``ilp_weighted``).
-
-Model: the tokens picking expert ``e`` come from source GPUs spread evenly over the ``N``
-nodes, and dispatch is local-first (a token is served on its own node when the node holds a
-replica of ``e``). A pick crosses RDMA exactly when its source node holds no replica of
-``e``, so the expected number of picks crossing RDMA in a layer is::
-
-    expected_rdma = sum_e load_e * (1 - nodes_holding(e) / N)        [tokens]
-
-It only depends on which nodes hold each expert: an expert with replicas on ``k`` distinct
-nodes keeps ``k / N`` of its picks node-local. (DeepEP sends a token once per remote node
-even when several of its picks land there; the proxy counts picks, an upper estimate. The
-evaluation's traffic model measures the real bytes.)
-
-Objective of the traffic-aware solvers, per layer::
-
-    max GPU load + rdma_weight * expected_rdma / G
-
-Both terms are in tokens per GPU: ``expected_rdma / G`` is the RDMA picks per GPU on
-average, so ``rdma_weight = 1`` prices one RDMA pick per GPU like one token of compute on
-the busiest GPU, and ``rdma_weight = 0`` (the default) is pure balance.
+"""The expected-RDMA proxy of the traffic-aware policies: with sources spread evenly over the
+nodes and local-first dispatch, ``expected_rdma = sum_e load_e * (1 - nodes_holding(e) / N)``
+picks per layer; objective ``max GPU load + rdma_weight * expected_rdma / G``.
+docs/solvers.md, "Traffic-aware".
 """
 
 from __future__ import annotations
@@ -33,7 +15,8 @@ from eplb.topology import Topology
 
 
 def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
-    """``int64[L, E]``: distinct nodes holding a replica of each expert."""
+    """``int64[L, E]``: distinct nodes holding a replica of each expert, ``phy2log: int64[L,
+    P]``."""
     L, P = phy2log.shape
     N = topology.num_nodes
     held = np.zeros((L, num_experts, N), dtype=bool)
@@ -44,7 +27,7 @@ def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> 
 
 
 def expected_rdma(placement_or_phy2log, load, topology: Topology | None = None) -> np.ndarray:
-    """``float64[L]`` expected RDMA picks per layer (see module docstring).
+    """``float64[L]`` expected RDMA picks per layer (docs/solvers.md, "Traffic-aware").
 
     ``placement_or_phy2log``: a `Placement` or ``phy2log: int64[L, P]`` (then ``topology`` is
     required); ``load: float[L, E]`` tokens per expert.
@@ -71,12 +54,14 @@ def expected_rdma(placement_or_phy2log, load, topology: Topology | None = None) 
 
 
 def rdma_from_node_count(node_count: np.ndarray, load: np.ndarray) -> np.ndarray:
-    """``float64[X]`` expected RDMA picks from ``node_count: int[X, E, N]`` replicas per node."""
+    """``float64[X]`` expected RDMA picks of ``load: float[X, E]`` from ``node_count: int[X,
+    E, N]`` replicas per node."""
     N = node_count.shape[2]
     return (load * (1.0 - (node_count > 0).sum(-1) / N)).sum(-1)
 
 
 def traffic_objective(gpu_load: np.ndarray, rdma: np.ndarray, rdma_weight: float) -> np.ndarray:
-    """``float64[L]`` max GPU load + ``rdma_weight * rdma / G`` for ``gpu_load: float[L, G]``."""
+    """``float64[L]`` max GPU load + ``rdma_weight * rdma / G`` for ``gpu_load: float[L, G]``
+    and ``rdma: float[L]``."""
     G = gpu_load.shape[1]
     return gpu_load.max(1) + rdma_weight * rdma / G

@@ -1,11 +1,7 @@
-"""Traffic-aware greedy packing: balance traded against expected RDMA (`traffic_cost`).
-
-Objective per layer: ``max GPU load + rdma_weight * expected_rdma / G`` (both in tokens per
-GPU). Count candidates: water-filling where the next replica of an expert on fewer than
-``N`` nodes also earns ``beta * load_e / N`` priority, for a few ``beta`` multiples of
-``rdma_weight / G``; LPT penalises GPUs on nodes already holding the expert by the
-objective's marginal ``rdma_weight * load_e / (N G)``; swaps score the exact change of the
-objective. The best candidate per layer wins.
+"""Traffic-aware greedy packing: ``max GPU load + rdma_weight * expected_rdma / G`` per layer
+(`traffic_cost`), with counts that reward replicas on new nodes, LPT that spreads an expert
+over nodes and swaps scored by the exact change of the objective; the best candidate per layer
+wins. docs/solvers.md, "Traffic-aware".
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ def pack_traffic(
     load: np.ndarray, topology: Topology, rdma_weight: float, *, budget: int = 10_000
 ) -> tuple[packing.Packed, np.ndarray]:
     """Traffic-aware packing of ``load: float64[L, E]``: the packing and ``float64[L]``
-    objective values (module docstring)."""
+    objective values (docs/solvers.md)."""
     L, E = load.shape
     G, S, N = topology.num_gpus, topology.slots_per_gpu, topology.num_nodes
     gpn = topology.gpus_per_node

@@ -1,14 +1,6 @@
-"""Checking what users pass to solvers: loads, layer ids, groups, seeds and solver options.
-
-Every check raises `InputError` (an `EplbError`) naming the argument, the bad value and what
-is accepted; nothing here raises ``TypeError``, ``OverflowError`` or a bare ``ValueError``.
-
-Solver options are declared by the policy function's keyword signature; their annotations
-say what is accepted, e.g. ``budget: NonNegInt = 10_000`` or ``counts: Literal["auto",
-"free"] = "auto"``. `check_option` enforces them: ``bool`` accepts only booleans, ``int``
-only integers (not booleans, not ``2.0``), ``float`` any finite real number, ``str`` only
-strings, ``Literal`` one of its values, and a `Range` in ``Annotated`` metadata bounds the
-value. Options without an annotation it understands are passed through unchanged.
+"""Checks of what users pass to solvers (loads, layer ids, groups, seeds, options) and the
+option annotations (``NonNegInt``, ``Range``, ...): every check raises an `InputError` naming
+the argument. docs/solvers.md, "How the building blocks work".
 """
 
 from __future__ import annotations
@@ -255,8 +247,9 @@ def check_size(num_layers: int, num_experts: int, topology) -> None:
 
 # --------------------------------------------------------------------------- options
 def check_option(solver: str, key: str, value: Any, hint: Any) -> Any:
-    """``value`` of option ``key`` checked against its annotation ``hint`` (module docstring);
-    returns it normalised (numpy scalars become Python ones)."""
+    """``value`` of option ``key`` checked against its annotation ``hint`` (docs/solvers.md,
+    "How the building blocks work"); returns it normalised (numpy scalars become Python
+    ones)."""
     where = f"{solver}: option {key}"
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
