@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers import packing, pairing
-from eplb.solvers.deepseek_kernels import placement_table, replicate
-from eplb.solvers.even_split import row_caps
-from eplb.solvers.layout import max_load
-from eplb.solvers.pairing import pair_objective
-from eplb.solvers.replication import per_replica, waterfill
+from eplb.solvers.primitives import packing, pairing
+from eplb.solvers.primitives.deepseek_kernels import placement_table, replicate
+from eplb.solvers.primitives.even_split import row_caps
+from eplb.solvers.primitives.layout import max_load
+from eplb.solvers.primitives.pairing import pair_objective
+from eplb.solvers.primitives.replication import per_replica, waterfill
 from eplb.tolerance import better
 
 

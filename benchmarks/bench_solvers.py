@@ -36,11 +36,11 @@ from eplb import (
     solvers,
     traces,
 )
-from eplb.solvers import pairing_exact
-from eplb.solvers.bounds import lower_bound
-from eplb.solvers.even_split import place_even
-from eplb.solvers.replication import waterfill
-from eplb.solvers.traffic_cost import expected_rdma
+from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.primitives import pairing_exact
+from eplb.solvers.primitives.even_split import place_even
+from eplb.solvers.primitives.replication import waterfill
+from eplb.solvers.primitives.traffic_cost import expected_rdma
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -249,7 +249,7 @@ def section_traffic(load: np.ndarray) -> None:
 
 def section_migration(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
     print(f"\n== 5. rebalancing {names[0]} -> {names[1]}: replicas moved per layer ==")
-    from eplb.solvers.migration import replicas_moved
+    from eplb.solvers.analysis.migration import replicas_moved
 
     w = (26, 14, 14)
     print(row(["solver", "no previous", "previous="], w))

@@ -124,7 +124,7 @@ def parse_topologies(text: str | Sequence[str]) -> list[TopologySpec]:
 # over the layers of the scored windows, traffic from `evaluation.traffic` (counts mode)
 SUMMARY_COLUMNS = {
     "max_over_bound_mean": "max GPU load / lower bound, mean over layers (1 = provably optimal; "
-                           "the bound is solvers.bounds.lower_bound)",
+                           "the bound is solvers.analysis.bounds.lower_bound)",
     "max_over_bound_worst": "max GPU load / lower bound, worst layer",
     "step_max_over_mean": "step max/mean GPU load: sum over layers of the max GPU load / sum of "
                           "the mean (layers run one after another, so the slowest GPU of each "

@@ -1,7 +1,7 @@
 """Balance metrics of a placement on a load, per layer over GPUs (and nodes).
 
 balancedness = mean / max GPU load, max/mean, imbalance = (max - mean) / mean, and the ratio to
-`solvers.bounds.lower_bound`; an idle layer counts as perfectly balanced. GPU loads are
+`solvers.analysis.bounds.lower_bound`; an idle layer counts as perfectly balanced. GPU loads are
 ``float64[..., L, G]``. Definitions: docs/evaluation.md, section "Balance: the four ratios".
 """
 
@@ -25,7 +25,7 @@ from eplb.evaluation.align import (
 )
 from eplb.loads import MAX_COUNT, as_real_array, check_load
 from eplb.placement import Placement
-from eplb.solvers.bounds import lower_bound
+from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
 
@@ -104,8 +104,11 @@ def gpu_loads(placement: Placement, counts: ArrayLike, *, chunk: int = 64) -> np
     return out.reshape(*lead, L, G)
 
 
-def layer_bound(load: np.ndarray, topology, num_groups: int | None = None) -> np.ndarray:
-    """``float64[L]`` lower bound on each layer's max GPU load (`solvers.bounds.lower_bound`)."""
+def layer_bound(
+    load: ArrayLike, topology: Topology, num_groups: int | None = None
+) -> np.ndarray:
+    """``float64[L]`` lower bound on each layer's max GPU load for ``load: float[L, E]``
+    (`solvers.analysis.bounds.lower_bound`)."""
     load = check_load(load)
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
@@ -158,8 +161,8 @@ def score(
 
     Columns: ``layer`` (model layer id), ``tokens``, ``gpu_max``/``gpu_mean``/``gpu_min``
     (tokens per GPU), ``balancedness``, ``max_over_mean``, ``imbalance``, ``lower_bound``
-    and ``max_over_bound`` (NaN without `solvers.bounds`, or with ``bound=False``; ``bound``
-    may also be a precomputed ``float[L]`` bound),
+    and ``max_over_bound`` (NaN without `solvers.analysis.bounds`, or with ``bound=False``;
+    ``bound`` may also be a precomputed ``float[L]`` bound),
     ``node_max_over_mean``, ``node_balancedness``, ``replicas_max`` (most replicas of one
     expert), ``replicas_mean`` (``P / E``), ``experts_replicated`` (experts with >= 2
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).

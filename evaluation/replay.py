@@ -21,7 +21,7 @@ from eplb.evaluation.metrics import score_windows, summarize
 from eplb.evaluation.traffic import simulate_trace
 from eplb.executor.routing import check_policy
 from eplb.placement import Placement
-from eplb.solvers.migration import replicas_moved
+from eplb.solvers.analysis.migration import replicas_moved
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 from eplb.traces.model import Trace
 

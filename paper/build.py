@@ -42,8 +42,8 @@ from eplb import (
 from eplb.atomic import atomic_write_text
 from eplb.evaluation import metrics, pareto, plots, replay, traffic
 from eplb.evaluation.tables import markdown
-from eplb.solvers.bounds import lower_bound
-from eplb.solvers.migration import replicas_moved
+from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.analysis.migration import replicas_moved
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -1,14 +1,6 @@
-"""Old option spellings, mapped to today's policies so saved placement metadata and scripts
-keep running with the same results.
-
-- ``greedy`` with ``weighted=True`` (and ``rdma_weight``): ``greedy_weighted``;
-- ``greedy`` with ``rdma_weight > 0``: ``greedy_traffic``; with ``rdma_weight=0``: ``greedy``;
-- ``greedy`` with ``previous=`` and ``tolerance`` / ``migration_budget``: ``repair``; without
-  ``previous`` those two are ignored, as before;
-- ``ilp`` with ``weighted=True``: ``ilp_weighted`` (``duplicates``, ``counts`` and
-  ``max_vars`` had no effect there and are dropped); with ``weighted=False``: ``ilp``.
-
-Values of the old flags are checked like options (`validation.check_option`).
+"""Old option spellings mapped to today's policies, so saved metadata and scripts keep running
+with the same results (``greedy`` with ``weighted`` / ``rdma_weight`` / ``tolerance`` /
+``migration_budget``; ``ilp`` with ``weighted``). docs/solvers.md, "Old spellings".
 """
 
 from __future__ import annotations
@@ -16,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from eplb.errors import InputError
-from eplb.solvers.validation import NonNegFloat, NonNegInt, check_option
+from eplb.solvers.primitives.validation import NonNegFloat, NonNegInt, check_option
 
 LEGACY: dict[str, dict[str, Any]] = {
     "greedy": {

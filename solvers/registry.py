@@ -6,7 +6,7 @@ Placement`` (or an ``int64[L, P]`` ``phy2log`` table). The common arguments are
 function declares (all of them to a function taking ``**kwargs``) and drops the others, so a
 policy declares only what it uses. Every other keyword-only parameter with a default is an
 *option*: `options` lists them, `solve` refuses unknown ones and checks values against the
-annotations (`solvers.validation.check_option`).
+annotations (`solvers.primitives.validation.check_option`).
 
 A policy registered with ``windows=True`` (``@register("robust", windows=True)``) receives
 the load history ``float64[W, L, E]`` instead: `solve` passes a `traces.Trace`'s windows, a
@@ -36,10 +36,11 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.registry import Registry
-from eplb.solvers.failures import expand, solve_surviving
+from eplb.solvers.analysis.failures import expand, solve_surviving
+from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.legacy import LEGACY, route
-from eplb.solvers.migration import relabel, replicas_moved
-from eplb.solvers.validation import (
+from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.validation import (
     check_layer_ids,
     check_num_groups,
     check_option,
@@ -66,12 +67,13 @@ class Spec:
     hints: dict[str, Any]  # option name -> annotation (for checking values)
     open_options: bool  # the function takes **kwargs: any option is passed through
     windows: bool = False  # the function takes float64[W, L, E] windows
+    group_fallback: bool = False  # num_groups need not divide the experts (see register)
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
 
 
-def _spec(fn: SolverFn, windows: bool = False) -> Spec:
+def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -92,21 +94,30 @@ def _spec(fn: SolverFn, windows: bool = False) -> Spec:
     missing = [k for k, v in opts.items() if v is inspect.Parameter.empty]
     if missing:
         raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
-    return Spec(fn, common, opts, {k: hints[k] for k in opts if k in hints}, var_kw, windows)
+    hinted = {k: hints[k] for k in opts if k in hints}
+    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback)
 
 
-def register(name: str, *, windows: bool = False) -> Callable[[SolverFn], SolverFn]:
+def register(
+    name: str, *, windows: bool = False, group_fallback: bool = False
+) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
     ``windows=True``: the policy takes the load history ``float64[W, L, E]``, not ``[L, E]``.
+    ``group_fallback=True``: `solve` passes a ``num_groups`` that does not divide the experts
+    (any integer ``>= 1``); the policy falls back where the groups do not apply (``deepseek``:
+    the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
     if not isinstance(windows, bool):
         raise InputError(f"windows must be True or False, got {windows!r}")
+    if not isinstance(group_fallback, bool):
+        raise InputError(f"group_fallback must be True or False, got {group_fallback!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        _REGISTRY.add(name, _spec(fn, windows), same=lambda old, new: old.fn is new.fn)
+        spec = _spec(fn, windows, group_fallback)
+        _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
     return deco
@@ -185,8 +196,12 @@ def check_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_problem(load, topology: Topology, num_groups: int | None = None) -> np.ndarray:
-    """Validate a solver's inputs; return ``load: float64[L, E]`` (read-only)."""
+def check_problem(
+    load, topology: Topology, num_groups: int | None = None, *, divides: bool = True
+) -> np.ndarray:
+    """Validate a solver's inputs; return ``load: float64[L, E]`` (read-only).
+    ``divides=False``: ``num_groups`` need not divide the experts (`register`'s
+    ``group_fallback``)."""
     load = check_solver_load(load)
     if not isinstance(topology, Topology):
         raise InputError(f"topology must be a Topology, got {type(topology).__name__}")
@@ -196,7 +211,7 @@ def check_problem(load, topology: Topology, num_groups: int | None = None) -> np
             f"{P} slots cannot hold {E} experts; every expert needs a slot, use >= "
             f"{-(-E // topology.num_gpus) * topology.num_gpus} slots"
         )
-    check_num_groups(num_groups, E)
+    check_num_groups(num_groups, E, divides=divides)
     check_size(load.shape[0], E, topology)
     return load
 
@@ -215,10 +230,12 @@ def _problem_ids(load, layer_ids, windows: bool = False) -> tuple[Any, np.ndarra
     return load, layer_ids
 
 
-def check_windows(load, topology: Topology, num_groups: int | None = None) -> np.ndarray:
+def check_windows(
+    load, topology: Topology, num_groups: int | None = None, *, divides: bool = True
+) -> np.ndarray:
     """Validate a windowed policy's inputs; return ``load: float64[W, L, E]`` (read-only)."""
     windows = check_solver_windows(load)
-    check_problem(windows[-1], topology, num_groups)
+    check_problem(windows[-1], topology, num_groups, divides=divides)
     return windows
 
 
@@ -242,9 +259,10 @@ def solve(
     (a trace's windows; an ``[L, E]`` load is one window).
     ``layer_ids``: ``int64[L]`` model layer ids of the rows for an array load (default: those
     of ``previous`` if given, else ``0..L-1``); exports need the model's ids.
-    ``num_groups``: expert groups (must divide the experts) for group-limited routing.
+    ``num_groups``: expert groups (must divide the experts, except for a policy registered
+    with ``group_fallback``: ``deepseek``) for group-limited routing.
     ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
-    (`solvers.migration.relabel`, loads unchanged) to keep its replicas where they were, unless
+    (`solvers.primitives.relabel`, loads unchanged) to keep its replicas where they were, unless
     the policy placed against ``previous`` itself (``meta["solver"]["relabeled"]``: ``repair``,
     ``ilp`` with migration terms); ``meta["solver"]["replicas_moved"]`` (per layer) and
     ``replicas_moved_total`` count the rest.
@@ -254,7 +272,7 @@ def solve(
     (`solvers.legacy`; ``meta["solver"]["legacy"]`` records the call as made).
     ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
     empty (-1); ``previous`` may then be the live placement from before (more) GPUs failed,
-    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.failures`).
+    and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.analysis.failures`).
     """
     requested, given = name, dict(options)
     name, options = (
@@ -262,10 +280,11 @@ def solve(
     )
     spec = _lookup(name)
     load, ids = _problem_ids(load, layer_ids, spec.windows)
+    divides = not spec.group_fallback
     if spec.windows:
-        load = check_windows(load, topology, num_groups)
+        load = check_windows(load, topology, num_groups, divides=divides)
     else:
-        load = check_problem(load, topology, num_groups)
+        load = check_problem(load, topology, num_groups, divides=divides)
     L, E = load.shape[-2:]
     if ids is not None:
         ids = check_layer_ids(ids, L)
@@ -301,7 +320,7 @@ def solve(
         c = {**common, "previous": prev}
         return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
 
-    if topology.failed_gpus:  # place on the survivors, expand below (solvers.failures)
+    if topology.failed_gpus:  # place on the survivors, expand below (solvers.analysis.failures)
         out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
     else:
         out, small = run(load, topology, previous), topology

@@ -17,7 +17,7 @@ import numpy as np
 from eplb import solvers
 from eplb.errors import EplbError, InfeasibleError
 from eplb.placement import Placement
-from eplb.solvers.bounds import lower_bound
+from eplb.solvers.analysis.bounds import lower_bound
 from eplb.testing.asserts import assert_valid_placement
 from eplb.topology import Topology
 

@@ -8,6 +8,7 @@ else in ``../shared/traces`` next to the repository. See docs/data.md for where 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,15 @@ def _checkout_stays_clean():
     yield
     new = sorted(set(os.listdir(REPO)) - before - {".pytest_cache", ".hypothesis"})
     assert not new, f"tests wrote into the checkout: {new}"
+
+
+@pytest.fixture(autouse=True)
+def _solver_registry_unchanged():
+    """A test that registers a policy removes it again (register spies in a fixture that calls
+    `solvers.unregister`): a policy left behind fails the test that left it."""
+    registry = sys.modules.get("eplb.solvers.registry")  # not imported yet: nothing to check
+    before = registry.available() if registry else None
+    yield
+    if before is not None:
+        left = sorted(set(registry.available()) - set(before))
+        assert not left, f"the test left solvers registered: {left}"

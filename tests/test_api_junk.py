@@ -368,11 +368,98 @@ def cases(tmp_path_factory):
 NAMES = list(_cases(__import__("pathlib").Path("/nonexistent")))
 
 
+def _shape(*shape):
+    return lambda r, tmp: isinstance(r, np.ndarray) and r.shape == shape
+
+
+def _frame_of(rows: int, *columns: str):
+    return lambda r, tmp: len(r) == rows and set(columns) <= set(r.columns)
+
+
+def _trace_of(shape):
+    return lambda r, tmp: isinstance(r, traces.Trace) and r.counts.shape == shape
+
+
+# what each baseline call returns (or writes): one fact per call that breaks if it stops working
+EXPECT = {
+    "Topology": lambda r, tmp: r == TOPO,
+    "Topology.parse": lambda r, tmp: (r.num_nodes, r.gpus_per_node, r.num_slots) == (1, 2, 12),
+    "Topology.from_dict": lambda r, tmp: r == TOPO,
+    "Placement": lambda r, tmp: r.equals(PLACEMENT),
+    "Placement.gpu_load": lambda r, tmp: r.shape == (L, 2) and np.allclose(r.sum(1), LOAD.sum(1)),
+    "Placement.node_load": lambda r, tmp: r.shape == (L, 1) and np.allclose(r[:, 0], LOAD.sum(1)),
+    "check_load": lambda r, tmp: np.array_equal(r, LOAD),
+    "io.format_for": lambda r, tmp: r == "native",
+    "io.write_placement": lambda r, tmp: pio.read_placement(tmp / "p.json").equals(PLACEMENT),
+    "io.read_placement": lambda r, tmp: r.equals(PLACEMENT),
+    "io.sglang_map": _shape(8, TOPO.num_slots),
+    "MoELayer": lambda r, tmp: isinstance(r, MoELayer) and r.num_experts == E,
+    "MoELayer.route": lambda r, tmp: r[0].shape == (4, 2) and r[1].shape == (4, 2),
+    "ReferenceExecutor": lambda r, tmp: isinstance(r, ReferenceExecutor),
+    "ReferenceExecutor.forward": lambda r, tmp: r[0].shape == X.shape,
+    "even_token_rank": lambda r, tmp: sorted(r.tolist()) == [0, 0, 1, 1],
+    "routing.route": lambda r, tmp: r.shape == IDS.shape and np.array_equal(PHY[0][r], IDS),
+    "routing.dispatch_table": _shape(TOPO.num_gpus, E),
+    "kernels.dispatch_layout": lambda r, tmp: isinstance(r, kernels.DispatchLayout),
+    "kernels.dispatch": lambda r, tmp: np.array_equal(r[0], X[LAYOUT.recv_token]),
+    "kernels.combine": _shape(*X.shape),
+    "traces.read": lambda r, tmp: np.array_equal(r.counts, TRACE.counts),
+    "traces.write": lambda r, tmp: np.array_equal(traces.read(tmp / "w.npz").counts, TRACE.counts),
+    "Trace": lambda r, tmp: np.array_equal(r.counts, TRACE.counts),
+    "Trace.load": _shape(L, E),
+    "Trace.select": _trace_of((1, 1, E)),
+    "Trace.to_frame": lambda r, tmp: r["count"].sum() == TRACE.counts.sum(),
+    "Trace.summary": _frame_of(L, "layer", "tokens"),
+    "from_frame": lambda r, tmp: np.array_equal(r.counts, TRACE.counts),
+    "synth.zipf": _trace_of((2, 2, 8)),
+    "synth.drift": _trace_of((2, 2, 8)),
+    "synth.bursty": _trace_of((2, 2, 8)),
+    "synth.uniform": _trace_of((2, 2, 8)),
+    "synth.lognormal": _trace_of((2, 2, 8)),
+    "synth.calibrated": lambda r, tmp: isinstance(r, traces.Trace) and r.counts.shape[0] == 1,
+    "synth.cap_shares": lambda r, tmp: r.shape == (2, 8) and np.allclose(r.sum(1), 1),
+    "summary.skew_table": _frame_of(L, "layer", "tokens"),
+    "summary.top_share": _shape(L),
+    "summary.group_cv": _shape(L),
+    "summary.gini": _shape(L),
+    "metrics.score": _frame_of(L, "layer", "gpu_max", "lower_bound"),
+    "metrics.score_windows": _frame_of(3 * L, "window", "layer", "gpu_max"),
+    "metrics.score_trace": _frame_of(2 * L, "window", "layer", "gpu_max"),
+    "metrics.gpu_loads": _shape(3, L, 2),
+    "metrics.balancedness": _shape(L),
+    "metrics.summarize": lambda r, tmp: len(r) > 0,
+    "metrics.layer_bound": _shape(L),
+    "traffic.simulate": lambda r, tmp: isinstance(r, traffic.TrafficReport),
+    "traffic.simulate_tokens": lambda r, tmp: isinstance(r, traffic.TrafficReport),
+    "traffic.simulate_trace": lambda r, tmp: isinstance(r, traffic.TrafficReport),
+    "replay.replay": _frame_of(3, "window", "rebalanced"),
+    "compare.compare": lambda r, tmp: isinstance(r, compare.CompareResult),
+    "compare.parse_topologies": lambda r, tmp: [t.text for t in r] == ["1x2:12", "1x2+4"],
+    "pareto.sweep": lambda r, tmp: len(r) > 0 and "rdma_weight" in r.columns,
+    "pareto.front": _shape(2),
+    "align.align": lambda r, tmp: r.layer_ids.tolist() == [3, 4],
+    "align.with_layers": lambda r, tmp: r.layer_ids.tolist() == [5, 6],
+    "tables.markdown": lambda r, tmp: isinstance(r, str) and r.startswith("|"),
+    "tables.slug": lambda r, tmp: isinstance(r, str) and r and "/" not in r and " " not in r,
+    "plots.layer_balance": lambda r, tmp: (tmp / "b.png").stat().st_size > 0,
+    "plots.gpu_heatmap": lambda r, tmp: (tmp / "h.png").stat().st_size > 0,
+}
+
+
+def test_every_case_has_an_expectation():
+    assert set(EXPECT) == set(NAMES)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_valid_call_works(cases, name):
-    """The baseline arguments are valid: junk, not the baseline, is what fails below."""
-    fn, kwargs = cases[1][name]
-    fn(**kwargs)
+    """The baseline arguments are valid (junk, not the baseline, is what fails below) and the
+    call does what it names (`EXPECT`)."""
+    tmp, calls = cases
+    fn, kwargs = calls[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # matplotlib: glyphs missing from fonts
+        result = fn(**kwargs)
+    assert EXPECT[name](result, tmp), f"{name} returned {result!r}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from eplb import InfeasibleError, InputError, Topology, solvers, traces
-from eplb.solvers.deepseek import rebalance_experts
+from eplb.solvers.primitives.deepseek_kernels import rebalance_experts
 from tests.deepseek_reference import rebalance as reference
 
 README_LOAD = [
@@ -228,6 +228,81 @@ def test_api_preconditions_name_the_value():
         rebalance_experts(np.ones((1, 12)), 15, 4, 2, 8)
     with pytest.raises(InputError, match="8 GPUs do not split evenly over 3 nodes"):
         rebalance_experts(np.ones((1, 12)), 16, 3, 3, 8)
+
+
+def test_group_count_off_the_nodes_falls_back_to_global_like_deepseek():
+    """Issue 19 part 5: DeepSeek's ``rebalance_experts`` (and vLLM's port, whose
+    ``test_parameter_validation`` uses this input) takes the global policy whenever
+    ``num_groups % num_nodes != 0``, also when the groups do not divide the experts."""
+    weight = [[10, 20, 30, 40]]
+    p = solvers.solve("deepseek", weight, Topology(2, 2, 2), num_groups=3)
+    assert p.phy2log.tolist() == [[2, 1, 2, 1, 3, 3, 3, 0]]
+    assert p.meta["solver"]["policy"] == "global"
+    assert p.meta["solver"]["params"]["num_groups"] == 3
+    phy2log, log2phy, logcnt = rebalance_experts(weight, 8, 3, 2, 4)
+    assert phy2log.tolist() == [[2, 1, 2, 1, 3, 3, 3, 0]]
+    assert logcnt.tolist() == [[1, 2, 2, 3]] and log2phy.shape == (1, 4, 3)
+    # the global policy ignores the node count: DeepSeek's does not ask it to divide the GPUs
+    phy2log, _, _ = rebalance_experts(np.arange(12.0)[None], 16, 2, 3, 8)
+    np.testing.assert_array_equal(phy2log, reference(np.arange(12.0)[None], 16, 2, 3, 8))
+    # what DeepSeek's refuses stays refused: slots not a multiple of the GPUs, or a group
+    # count that selects the hierarchical policy but does not divide the experts
+    with pytest.raises(InputError, match="slots 7 is not a multiple of 4 GPUs"):
+        rebalance_experts(weight, 7, 2, 2, 4)
+    with pytest.raises(InputError, match="num_groups 8 does not divide 4 experts"):
+        solvers.solve("deepseek", weight, Topology(2, 2, 2), num_groups=8)
+    with pytest.raises(InputError, match="num_groups must be >= 1 for the hierarchical"):
+        rebalance_experts(weight, 8, 0, 2, 4)
+    # the other policies keep groups that divide the experts
+    with pytest.raises(InputError, match="num_groups 3 does not divide 4 experts"):
+        solvers.solve("greedy", weight, Topology(2, 2, 2), num_groups=3)
+
+
+@st.composite
+def fallback_problems(draw):
+    """(load, topology, num_groups) with ``num_groups % num_nodes != 0``: DeepSeek's global
+    fallback; the group count need not divide the experts."""
+    nodes = draw(st.integers(2, 3))
+    gpn = draw(st.integers(1, 3))
+    E = draw(st.integers(1, 12))
+    G = nodes * gpn
+    S = draw(st.integers(-(-E // G), -(-E // G) + 2))
+    groups = draw(st.integers(1, 16).filter(lambda g: g % nodes))
+    L = draw(st.integers(1, 3))
+    elem = st.one_of(st.integers(0, 6), st.floats(0, 1e4, allow_nan=False))  # ties and not
+    load = np.array(
+        draw(st.lists(st.lists(elem, min_size=E, max_size=E), min_size=L, max_size=L)),
+        dtype=np.float64,
+    )
+    return load, Topology(nodes, gpn, S), groups
+
+
+@given(fallback_problems())
+def test_fallback_equals_the_loop_oracle(problem):
+    load, topo, groups = problem
+    p = solvers.solve("deepseek", load, topo, num_groups=groups)
+    assert p.meta["solver"]["policy"] == "global"
+    want = reference(load, topo.num_slots, groups, topo.num_nodes, topo.num_gpus)
+    np.testing.assert_array_equal(p.phy2log, want)
+
+
+@given(
+    st.integers(1, 10),
+    st.integers(1, 6),
+    st.integers(2, 5),
+    st.integers(1, 16),
+    st.integers(0, 2),
+    st.randoms(use_true_random=False),
+)
+def test_api_fallback_accepts_what_deepseek_accepts(E, gpus, nodes, groups, extra, rnd):
+    """`rebalance_experts` in the global fallback: any node count (it need not divide the
+    GPUs) and any group count that is not a multiple of it, as DeepSeek's."""
+    assume(groups % nodes)
+    P = (-(-E // gpus) + extra) * gpus
+    load = np.array([[float(rnd.randint(0, 5)) for _ in range(E)] for _ in range(2)])
+    phy2log, log2phy, logcnt = rebalance_experts(load, P, groups, nodes, gpus)
+    np.testing.assert_array_equal(phy2log, reference(load, P, groups, nodes, gpus))
+    assert logcnt.sum(1).tolist() == [P, P]
 
 
 def test_unknown_solver_lists_available():

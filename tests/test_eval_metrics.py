@@ -102,7 +102,7 @@ def test_summaries():
 
 
 def test_lower_bound_ratio_when_available():
-    bounds = pytest.importorskip("eplb.solvers.bounds")
+    bounds = pytest.importorskip("eplb.solvers.analysis.bounds")
     from eplb import solvers
     rng = np.random.default_rng(1)
     topo = Topology(2, 4, 3)

@@ -8,18 +8,26 @@ import pytest
 from eplb import InputError, Placement, Topology, TraceError, solvers
 from eplb.evaluation.metrics import score, summarize
 from eplb.evaluation.replay import replay, replay_summary
-from eplb.solvers.migration import replicas_moved
+from eplb.solvers.analysis.migration import replicas_moved
 from eplb.traces import Trace
 
-CALLS: list[dict] = []
 
+@pytest.fixture
+def spy_calls():
+    """Registers ``eval_spy`` for one test (unregistered after it): a policy that records what
+    it was given, then places like deepseek. Yields the list of its calls."""
+    calls: list[dict] = []
 
-@solvers.register("eval_spy")
-def _spy(load, topology, *, num_groups=None, previous=None, seed=0, time_limit=None, **kw):
-    """Records what it was given, then places like deepseek."""
-    CALLS.append({"load": np.array(load), "previous": previous})
-    return solvers.get("deepseek")(load, topology, num_groups=num_groups, previous=None,
-                                   seed=seed, time_limit=time_limit)
+    def spy(load, topology, *, num_groups=None, previous=None, seed=0, time_limit=None, **kw):
+        calls.append({"load": np.array(load), "previous": previous})
+        return solvers.get("deepseek")(load, topology, num_groups=num_groups, previous=None,
+                                       seed=seed, time_limit=time_limit)
+
+    solvers.register("eval_spy")(spy)
+    try:
+        yield calls
+    finally:
+        solvers.unregister("eval_spy")
 
 
 def shifting_trace(T=9, L=3, E=12, seed=0):
@@ -35,14 +43,13 @@ def shifting_trace(T=9, L=3, E=12, seed=0):
 TOPO = Topology(2, 2, 4)  # 16 slots for 12 experts
 
 
-def test_schedule_and_no_peeking_via_solver_inputs():
+def test_schedule_and_no_peeking_via_solver_inputs(spy_calls):
     trace = shifting_trace()
-    CALLS.clear()
     df = replay(trace, TOPO, solver="eval_spy", interval=2, history=3)
     # first call: the uniform initial placement; then one per rebalance at t = 2, 4, 6, 8
-    assert len(CALLS) == 1 + 4
-    np.testing.assert_array_equal(CALLS[0]["load"], np.ones((3, 12)))
-    for call, t in zip(CALLS[1:], (2, 4, 6, 8), strict=True):
+    assert len(spy_calls) == 1 + 4
+    np.testing.assert_array_equal(spy_calls[0]["load"], np.ones((3, 12)))
+    for call, t in zip(spy_calls[1:], (2, 4, 6, 8), strict=True):
         expect = trace.counts[max(0, t - 3) : t].sum(0)  # strictly before window t
         np.testing.assert_array_equal(call["load"], expect)
         assert isinstance(call["previous"], Placement)
@@ -81,11 +88,10 @@ def test_scores_use_the_live_placement():
     assert (oracle["oracle_step_max_over_mean"][1:] < oracle["step_max_over_mean"][1:]).all()
 
 
-def test_ema_and_all_history():
+def test_ema_and_all_history(spy_calls):
     trace = shifting_trace(T=5)
-    CALLS.clear()
     replay(trace, TOPO, solver="eval_spy", interval=4, history=None, ema=0.5)
-    np.testing.assert_allclose(CALLS[1]["load"], trace.load(slice(0, 4), ema=0.5))
+    np.testing.assert_allclose(spy_calls[1]["load"], trace.load(slice(0, 4), ema=0.5))
 
 
 def test_migration_counts():

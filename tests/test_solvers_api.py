@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -165,7 +167,7 @@ def test_plain_function_solvers():
         with pytest.raises(InputError, match="has no option 'x'"):
             solvers.solve("test_round_robin", np.ones((2, 8)), TOPO, x=1)
     finally:
-        solvers.registry.unregister("test_round_robin")
+        solvers.unregister("test_round_robin")
 
 
 def test_register_twice_is_refused():
@@ -177,9 +179,10 @@ def test_register_twice_is_refused():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from eplb.solvers.bounds import lower_bound  # noqa: E402
-from eplb.solvers.migration import relabel, replicas_moved  # noqa: E402
-from eplb.solvers.traffic_cost import expected_rdma  # noqa: E402
+from eplb.solvers.analysis.bounds import lower_bound  # noqa: E402
+from eplb.solvers.analysis.migration import replicas_moved  # noqa: E402
+from eplb.solvers.primitives.relabel import relabel  # noqa: E402
+from eplb.solvers.primitives.traffic_cost import expected_rdma  # noqa: E402
 
 JUNK = st.one_of(
     st.none(),
@@ -201,11 +204,37 @@ JUNK = st.one_of(
 GOOD = {"load": np.ones((1, 8)), "topology": TOPO}
 
 
-def _only_eplb_errors(fn, *args, **kwargs):
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _real(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+# which junk is in fact a valid value of each argument of solve("greedy", ones((1, 8)), TOPO)
+VALID = {
+    "load": lambda v: False,
+    "topology": lambda v: False,
+    "num_groups": lambda v: v is None or (_int(v) and v in (1, 2, 4, 8)),  # divisors of 8
+    "previous": lambda v: v is None,
+    "seed": lambda v: _int(v) and v >= 0,
+    "time_limit": lambda v: v is None or (_real(v) and math.isfinite(v) and v > 0),
+    "layer_ids": lambda v: v is None or (isinstance(v, list) and len(v) == 1 and v[0] >= 0),
+    "budget": lambda v: _int(v) and v >= 0,
+    "name": lambda v: isinstance(v, str) and v in solvers.available(),
+}
+
+
+def _refused_iff_junk(valid: bool, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` raises an `EplbError` exactly when the value under test is not
+    valid: junk accepted fails, a valid value refused fails, any other exception fails."""
     try:
         fn(*args, **kwargs)
-    except EplbError:
-        pass
+    except EplbError as exc:
+        assert not valid, f"a valid value was refused: {exc}"
+    else:
+        assert valid, "junk was accepted"
 
 
 @settings(max_examples=60, deadline=None)
@@ -226,7 +255,8 @@ def _only_eplb_errors(fn, *args, **kwargs):
     ),
 )
 def test_solve_refuses_junk_with_eplb_errors(junk, where):
-    """Issue 13: no TypeError, IndexError, OverflowError... from solve, whatever the input."""
+    """Issue 13: no TypeError, IndexError, OverflowError... from solve, whatever the input;
+    junk is refused with an `EplbError` (issue 19: accepted junk fails this test)."""
     kw = {"num_groups": None, "seed": 0}
     args = dict(GOOD)
     name = "greedy"
@@ -236,7 +266,20 @@ def test_solve_refuses_junk_with_eplb_errors(junk, where):
         name = junk
     else:
         kw[where] = junk
-    _only_eplb_errors(solvers.solve, name, args["load"], args["topology"], **kw)
+    valid = VALID[where](junk)
+    _refused_iff_junk(valid, solvers.solve, name, args["load"], args["topology"], **kw)
+
+
+# which junk is a valid value of lower_bound's arguments (load, topology, num_groups,
+# hierarchical, weighted, lp) with the others as in the baseline
+BOUND_VALID = [
+    lambda v: False,
+    lambda v: False,
+    lambda v: v is None or (_int(v) and v >= 1),  # not hierarchical: need not divide
+    lambda v: v is False,  # hierarchical=True needs num_groups
+    lambda v: isinstance(v, bool),
+    lambda v: isinstance(v, bool) or (isinstance(v, str) and v == "auto"),
+]
 
 
 @settings(max_examples=40, deadline=None)
@@ -245,13 +288,20 @@ def test_bounds_and_helpers_refuse_junk(junk, where):
     args = [np.ones((1, 8)), TOPO, None, False, False, "auto"]
     args[where] = junk
     load, topo, groups, hier, weighted, lp = args
-    _only_eplb_errors(
-        lower_bound, load, topo, num_groups=groups, hierarchical=hier, weighted=weighted, lp=lp
+    _refused_iff_junk(
+        BOUND_VALID[where](junk),
+        lower_bound,
+        load,
+        topo,
+        num_groups=groups,
+        hierarchical=hier,
+        weighted=weighted,
+        lp=lp,
     )
     p = solvers.solve("greedy", np.ones((1, 8)), TOPO)
-    _only_eplb_errors(replicas_moved, p, junk)
-    _only_eplb_errors(relabel, junk, p)
-    _only_eplb_errors(expected_rdma, junk, np.ones((1, 8)), TOPO)
-    _only_eplb_errors(expected_rdma, p, junk)
-    _only_eplb_errors(solvers.options, junk)
-    _only_eplb_errors(solvers.check_options, "greedy", {"budget": junk})
+    _refused_iff_junk(False, replicas_moved, p, junk)
+    _refused_iff_junk(False, relabel, junk, p)
+    _refused_iff_junk(False, expected_rdma, junk, np.ones((1, 8)), TOPO)
+    _refused_iff_junk(False, expected_rdma, p, junk)
+    _refused_iff_junk(VALID["name"](junk), solvers.options, junk)
+    _refused_iff_junk(VALID["budget"](junk), solvers.check_options, "greedy", {"budget": junk})

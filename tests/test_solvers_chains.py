@@ -1,7 +1,7 @@
-"""Chain repair at two slots per GPU (`solvers.chains`, ``repair`` with ``chains=True``): every
-layer it repairs reaches the target, stays a valid placement, moves nothing when nothing
-changed, and never moves more replicas than ``repair`` without chains (no budget). The
-real-data target is measured by ``benchmarks/bench_incremental.py`` and the paper."""
+"""Chain repair at two slots per GPU (`solvers.primitives.chains`, ``repair`` with ``chains=True``):
+every layer it repairs reaches the target, stays a valid placement, moves nothing when nothing
+changed, and never moves more replicas than ``repair`` without chains (no budget). The real-data
+target is measured by ``benchmarks/bench_incremental.py`` and the paper."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import Placement, Topology, solvers
-from eplb.solvers.chains import chain_repair, repair_pairs
-from eplb.solvers.layout import moved, replica_counts
-from eplb.solvers.migration import replicas_moved
+from eplb.solvers.analysis.migration import replicas_moved
+from eplb.solvers.primitives.chains import chain_repair, repair_pairs
+from eplb.solvers.primitives.layout import moved, replica_counts
 from eplb.testing import assert_valid_placement
 
 

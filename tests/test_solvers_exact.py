@@ -13,10 +13,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from eplb import Topology, solvers
-from eplb.solvers import pairing, pairing_exact
-from eplb.solvers.bounds import lower_bound
-from eplb.solvers.replication import waterfill
-from eplb.solvers.shares import optimal_shares
+from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.primitives import pairing, pairing_exact
+from eplb.solvers.primitives.replication import waterfill
+from eplb.solvers.primitives.shares import optimal_shares
 from eplb.tolerance import better
 from tests import brute_force as bf
 
@@ -375,7 +375,7 @@ def test_stacked_searches_equal_separate_ones():
 @given(sizes=tiny_sizes, raw=loads_st, data=st.data())
 def test_cpsat_model_from_a_poor_start_reaches_brute_force(sizes, raw, data):
     """The CP-SAT model itself (no bound shortcut, round-robin start) is exact."""
-    from eplb.solvers.ilp_model import LayerProblem, solve_layer
+    from eplb.solvers.primitives.ilp_model import LayerProblem, solve_layer
 
     E, G, S = sizes
     w = np.array(raw[:E], dtype=float)

@@ -1,5 +1,5 @@
 """Failed GPUs: `Topology.failed_gpus`, placements with empty slots, and every solver placing
-on the surviving GPUs (`solvers.failures`), from `solvers.solve` and the CLI."""
+on the surviving GPUs (`solvers.analysis.failures`), from `solvers.solve` and the CLI."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from eplb import InputError, Placement, Topology, solvers
 from eplb.errors import InfeasibleError, PlacementError, TopologyError
 from eplb.io import read_placement, write_placement
-from eplb.solvers.failures import surviving
+from eplb.solvers.analysis.failures import surviving
 
 REPO = Path(__file__).resolve().parents[1]
 OPTIONS = {"ilp": {"time_limit": 0.5, "workers": 1}}
@@ -186,7 +186,7 @@ def test_bound_and_metrics_count_only_the_survivors(problem):
     there is one on the survivors), never above what a solver reaches; `metrics.score` takes
     means and minima over the surviving GPUs only."""
     from eplb.evaluation import metrics
-    from eplb.solvers.bounds import lower_bound
+    from eplb.solvers.analysis.bounds import lower_bound
 
     load, topo, _ = problem
     small, _ = surviving(topo)

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from eplb import Topology, solvers
-from eplb.solvers.ilp_model import LayerProblem, solve_layer
+from eplb.solvers.primitives.ilp_model import LayerProblem, solve_layer
 from tests import brute_force as bf
 
 LAMBDA = 3.0  # traffic weight of the traffic models
@@ -180,7 +180,7 @@ def _solve_model(model, w, topo, groups, previous):
         warm = np.concatenate(slots)
     share = None
     if o.get("weighted"):
-        from eplb.solvers.shares import optimal_shares
+        from eplb.solvers.primitives.shares import optimal_shares
 
         share = optimal_shares(w[None], warm[None], topo)[0][0]
     pb = LayerProblem(

@@ -1,5 +1,5 @@
-"""Incremental repair of a live placement (`solvers.incremental`, greedy's ``tolerance`` /
-``migration_budget`` with ``previous=``): placement invariants, the migration budget, quality
+"""Incremental repair of a live placement (`solvers.primitives.incremental`, greedy's ``tolerance``
+/ ``migration_budget`` with ``previous=``): placement invariants, the migration budget, quality
 against a fresh greedy solve, zero moves when nothing changed, determinism, every repair step
 lowering the sorted GPU loads; real DeepSeek-V3 counts (skipped when absent); the CLI option."""
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers, traces
 from eplb.cli import main
-from eplb.solvers.incremental import repair, slots_changed
-from eplb.solvers.migration import replicas_moved
+from eplb.solvers.analysis.migration import replicas_moved
+from eplb.solvers.primitives.incremental import repair, slots_changed
 
 FLOAT_SLACK = 1e-9
 

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers
-from eplb.solvers.bounds import lower_bound
-from eplb.solvers.migration import relabel, replicas_moved
-from eplb.solvers.traffic_cost import expected_rdma
+from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.analysis.migration import replicas_moved
+from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.traffic_cost import expected_rdma
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing.strategies import problems
 
@@ -163,7 +164,7 @@ def _order_slots_one_gpu(new_slots, old_slots):
 def test_order_slots_equals_the_per_gpu_loop(rows):
     """Repeated experts and empty slots (-1) included: first free match in order, the rest in
     order."""
-    from eplb.solvers.migration import _order_slots
+    from eplb.solvers.primitives.relabel import _order_slots
 
     new = np.array([r[0] for r in rows])
     old = np.array([r[1] for r in rows])
@@ -194,7 +195,7 @@ def _best_relabel_plain(ov, gpn):
 @given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 2**32 - 1), st.sampled_from([0.2, 0.8]))
 def test_best_relabel_equals_a_solve_per_node_pair(N, gpn, seed, sparsity):
     """Node pairs without overlap (all-zero blocks) share one solve; the rest are solved."""
-    from eplb.solvers.migration import best_relabel
+    from eplb.solvers.primitives.relabel import best_relabel
 
     rng = np.random.default_rng(seed)
     G = N * gpn

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from eplb import Topology, solvers, traces
-from eplb.solvers.bounds import lower_bound
+from eplb.solvers.analysis.bounds import lower_bound
 
 PREFILL = Topology(4, 8, 9)  # 4 nodes x 8 GPUs, 288 slots
 DECODE = Topology(18, 8, 2)  # 18 nodes x 8 GPUs, 288 slots: two slots per GPU

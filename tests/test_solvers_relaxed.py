@@ -1,8 +1,8 @@
 """``relaxed`` (issue 14) and the exact ``local_first`` load model it is built on
-(`solvers.local_first`): the model agrees with the dispatch table and the traffic model; the
-polish never raises a node's max and keeps which nodes hold which experts; the policy passes
-`check_solver`, keeps the group contract at ``relax=0`` (with hierarchical's RDMA), keeps every
-home replica, respects its off-node budget and is never worse than ``hierarchical`` under
+(`solvers.primitives.local_first`): the model agrees with the dispatch table and the traffic model;
+the polish never raises a node's max and keeps which nodes hold which experts; the policy passes
+`check_solver`, keeps the group contract at ``relax=0`` (with hierarchical's RDMA), keeps every home
+replica, respects its off-node budget and is never worse than ``hierarchical`` under
 ``local_first``. The real-data target lives in the paper (``paper/build.py``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from eplb import InputError, Placement, Topology, solvers
 from eplb.errors import InfeasibleError
 from eplb.evaluation.traffic import simulate
 from eplb.executor.routing import dispatch_table
-from eplb.solvers import local_first
+from eplb.solvers.primitives import local_first
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing.strategies import placements, problems, token_routing
 

@@ -11,22 +11,32 @@ from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers
 from eplb.evaluation.replay import replay
-from eplb.solvers.even_split import row_caps
-from eplb.solvers.forecast import ALPHAS, backtest, forecast, normalise
-from eplb.solvers.replication import waterfill
-from eplb.solvers.ring_layout import ring_layout
+from eplb.solvers.primitives.even_split import row_caps
+from eplb.solvers.primitives.forecast import ALPHAS, backtest, forecast, normalise
+from eplb.solvers.primitives.replication import waterfill
+from eplb.solvers.primitives.ring_layout import ring_layout
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.traces import Trace, synth
 
 TOPO = Topology(2, 2, 4)  # 16 slots
-SEEN: list[tuple] = []
 
 
-@solvers.register("eval_window_spy", windows=True)
-def _window_spy(load, topology):
-    """Records the shape it was given, then places the last window with greedy."""
-    SEEN.append(load.shape)
-    return solvers.get("greedy")(load[-1], topology)
+@pytest.fixture
+def window_spy():
+    """Registers ``eval_window_spy`` (``windows=True``) for one test, unregistered after it: a
+    policy that records the shape it was given, then places the last window with greedy.
+    Yields the list of shapes."""
+    seen: list[tuple] = []
+
+    def spy(load, topology):
+        seen.append(load.shape)
+        return solvers.get("greedy")(load[-1], topology)
+
+    solvers.register("eval_window_spy", windows=True)(spy)
+    try:
+        yield seen
+    finally:
+        solvers.unregister("eval_window_spy")
 
 
 # ------------------------------------------------------------------- forecast
@@ -66,14 +76,13 @@ def test_normalise_rescales_to_the_latest_total():
 
 
 # ------------------------------------------------------------------ registry
-def test_windowed_policies_get_windows_and_others_one_load():
-    SEEN.clear()
+def test_windowed_policies_get_windows_and_others_one_load(window_spy):
     counts = np.random.default_rng(2).integers(1, 50, (3, 2, 12)).astype(float)
     trace = Trace(counts, layer_ids=[5, 6])
     p = solvers.solve("eval_window_spy", trace, TOPO)
-    assert SEEN[-1] == (3, 2, 12) and p.layer_ids.tolist() == [5, 6]
+    assert window_spy[-1] == (3, 2, 12) and p.layer_ids.tolist() == [5, 6]
     solvers.solve("eval_window_spy", counts[0], TOPO)  # [L, E] is one window
-    assert SEEN[-1] == (1, 2, 12)
+    assert window_spy[-1] == (1, 2, 12)
     assert solvers.takes_windows("robust") and not solvers.takes_windows("greedy")
     with pytest.raises(InputError, match="windows, layers, experts"):
         solvers.solve("robust", counts[None], TOPO)
@@ -177,12 +186,11 @@ def test_ring_layout_connects_every_gpu_when_spare_slots_allow(seed):
 
 
 # -------------------------------------------------------------------- replay
-def test_replay_passes_history_windows_to_windowed_policies():
+def test_replay_passes_history_windows_to_windowed_policies(window_spy):
     counts = np.random.default_rng(4).integers(1, 50, (6, 2, 12)).astype(float)
     trace = Trace(counts)
-    SEEN.clear()
     replay(trace, TOPO, solver="eval_window_spy", interval=2, history=3)
-    assert SEEN == [(1, 2, 12), (2, 2, 12), (3, 2, 12)]  # initial, t=2 (windows 0-1), t=4
+    assert window_spy == [(1, 2, 12), (2, 2, 12), (3, 2, 12)]  # initial, t=2 (windows 0-1), t=4
     with pytest.raises(InputError, match="ema"):
         replay(trace, TOPO, solver="robust", ema=0.5)
 

@@ -1,14 +1,23 @@
-"""The solvers package's shape (issue 12): primitives import no policy, no import cycles, no
-function-local imports of solver modules, one registered function per policy."""
+"""The rooms of `eplb.solvers`, read from the imports themselves so the layout cannot rot.
+
+- ``policies/``: one module per registered function, named for it; no policy imports another;
+- ``primitives/``: building blocks; import only primitives;
+- ``analysis/``: bounds, migration, failures; import primitives and analysis, no policy;
+- the front (``__init__``, ``registry``, ``legacy``) on top; ``policies/__init__`` imports
+  every policy (which registers them);
+- no import cycles among solver modules, no function-local import of a solver module.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from eplb import solvers
+import pytest
 
-PKG = Path(solvers.__file__).parent
+# read from the checkout, not imported: a broken rule (an import cycle) must fail these tests
+# with its message, not stop the collection
+PKG = Path(__file__).resolve().parents[1] / "solvers"
 POLICIES = {
     "deepseek",
     "greedy",
@@ -16,46 +25,148 @@ POLICIES = {
     "greedy_weighted",
     "hierarchical",
     "ilp",
-    "repair",
+    "ilp_weighted",
     "relaxed",
+    "repair",
     "robust",
+}
+FRONT = {"__init__", "registry", "legacy"}
+# room -> rooms its modules may import (besides the core and the floors below eplb.solvers)
+MAY_IMPORT = {
+    "primitives": {"primitives"},
+    "analysis": {"primitives", "analysis"},
+    "policies": {"primitives", "analysis", "front"},
 }
 
 
-def _imports(path: Path) -> tuple[set[str], set[str]]:
-    """(solver modules imported at module level, solver modules imported inside functions)."""
-    tree = ast.parse(path.read_text())
-    top, local = set(), set()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("solvers"):
-            mod = node.module.split(".")
-            names = [mod[1]] if len(mod) > 1 else [a.name for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] for a in node.names if a.name.startswith("solvers.")]
-        if not names:
-            continue
-        (top if node.col_offset == 0 else local).update(names)
-    return top, local
+def _name(path: Path) -> str:
+    """``policies.greedy``, ``primitives.layout``, ``registry``; a package is its folder
+    name (``policies``), the top package ``__init__``."""
+    parts = list(path.relative_to(PKG).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _room(module: str) -> str:
+    head = module.split(".")[0]
+    return head if head in MAY_IMPORT else "front"
+
+
+def _target(dotted: str) -> str | None:
+    """The solver module a dotted import name refers to (``None`` outside `eplb.solvers`)."""
+    if dotted == "eplb.solvers":
+        return "__init__"
+    if not dotted.startswith("eplb.solvers."):
+        return None
+    rest = dotted[len("eplb.solvers.") :].split(".")
+    while rest and ".".join(rest) not in MODULES:
+        rest.pop()  # eplb.solvers.primitives.layout.duplicates -> primitives.layout
+    assert rest, f"{dotted} names no module of eplb.solvers"
+    return ".".join(rest)
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    """``(solver module, line, function-local)`` for every import in ``path``, including
+    ``importlib.import_module("eplb.solvers...")`` calls."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+
+    def visit(node: ast.AST, local: bool) -> None:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}:{node.lineno}: relative import"
+            base = node.module or ""
+            # a module or a symbol of base (`from eplb import solvers` is eplb.solvers)
+            names = [f"{base}.{a.name}" for a in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            names = [str(node.args[0].value)]
+        for n in names:
+            target = _target(n)
+            if target is not None:
+                found.append((target, node.lineno, local))
+        inner = local or isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+        )
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
 
 
 def _graph() -> dict[str, set[str]]:
-    out = {}
-    for path in PKG.glob("*.py"):
-        if path.stem == "__init__":
-            continue
-        top, local = _imports(path)
-        assert not local, f"{path.name} imports solver modules inside functions: {local}"
-        out[path.stem] = top
+    return {m: {t for t, _, _ in _imports(p) if t != m} for m, p in MODULES.items()}
+
+
+def test_the_rooms_hold_what_they_should():
+    rooms = {m.split(".")[0] for m in MODULES if "." in m}
+    assert rooms == set(MAY_IMPORT), rooms
+    assert {m for m in MODULES if _room(m) == "front"} == FRONT
+    assert {m.split(".", 1)[1] for m in MODULES if m.startswith("policies.")} == POLICIES
+
+
+def _registrations(path: Path) -> list[str]:
+    """Names passed to ``@register(...)`` / ``@solvers.register(...)`` in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for d in node.decorator_list:
+                call = d if isinstance(d, ast.Call) else None
+                fn = call.func if call else d
+                name = getattr(fn, "id", None) or getattr(fn, "attr", None)
+                if name == "register":
+                    arg = call.args[0] if call and call.args else None
+                    out.append(arg.value if isinstance(arg, ast.Constant) else "?")
     return out
 
 
-def test_primitives_import_no_policy():
-    graph = _graph()
-    assert POLICIES <= set(graph)
-    for mod, deps in graph.items():
-        if mod not in POLICIES:
-            assert not deps & POLICIES, f"primitive {mod} imports policies {deps & POLICIES}"
+def test_one_registered_function_per_policy_module():
+    for module, path in MODULES.items():
+        names = _registrations(path)
+        if module.startswith("policies."):
+            stem = module.split(".", 1)[1]
+            assert names == [stem], f"{path.name} registers {names}, not exactly [{stem!r}]"
+        else:
+            assert not names, f"{module} registers {names}: policies live in policies/"
+    # and what the registry holds is exactly those functions (no test spy left behind)
+    from eplb import solvers  # imported here: the static checks above need no import
+
+    assert set(solvers.available()) == POLICIES
+    for name in POLICIES:
+        fn = solvers.registry._REGISTRY[name].fn
+        assert fn.__module__ == f"eplb.solvers.policies.{name}", (name, fn.__module__)
+
+
+@pytest.mark.parametrize("room", sorted(MAY_IMPORT))
+def test_rooms_import_only_the_rooms_below(room):
+    bad = []
+    for module, deps in _graph().items():
+        if _room(module) != room:
+            continue
+        allowed = MAY_IMPORT[room] | ({room} if module == room else set())  # a room's index
+        for dep in sorted(deps):
+            if _room(dep) not in allowed:
+                bad.append(f"{module} ({room}) imports {dep} ({_room(dep)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_policy_imports_another_policy():
+    bad = []
+    for module, deps in _graph().items():
+        if module.startswith("policies."):
+            bad += [f"{module} imports {d}" for d in sorted(deps) if d.startswith("policies")]
+    assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycles():
@@ -64,20 +175,32 @@ def test_no_import_cycles():
 
     def visit(m: str, stack: list[str]) -> None:
         state[m] = 1
-        for d in graph.get(m, ()):
-            assert state.get(d) != 1, f"import cycle: {' -> '.join(stack + [m, d])}"
+        for d in sorted(graph[m]):
+            assert state.get(d) != 1, f"import cycle: {' -> '.join([*stack, m, d])}"
             if d not in state:
-                visit(d, stack + [m])
+                visit(d, [*stack, m])
         state[m] = 2
 
-    for m in graph:
+    for m in sorted(graph):
         if m not in state:
             visit(m, [])
 
 
-def test_one_registered_function_per_policy():
-    registered = {n for n in solvers.available() if not n.startswith(("eval_", "test_"))}
-    assert registered == POLICIES | {"ilp_weighted"}
-    for name in registered:
-        fn = solvers.registry._REGISTRY[name].fn
-        assert fn.__module__.split(".")[1] in POLICIES
+def test_no_function_local_imports_of_solver_modules():
+    bad = [
+        f"{path.relative_to(PKG)}:{line} imports {target} inside a function"
+        for path in MODULES.values()
+        for target, line, local in _imports(path)
+        if local
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_reader_sees_the_imports():
+    """The checks above see real edges: a sample of imports that exist today."""
+    graph = _graph()
+    assert "registry" in graph["policies.greedy"]
+    assert "primitives.even_split" in graph["policies.greedy"]
+    assert "primitives.pairing" in graph["analysis.bounds"]  # from ...primitives import pairing
+    assert "policies" in graph["__init__"]  # from eplb.solvers import policies
+    assert "policies.ilp_weighted" in graph["policies"]

@@ -125,4 +125,4 @@ def test_docs_example_runs():
     finally:
         for name in list(solvers.available()):
             if name == "mine":
-                solvers.registry.unregister(name)
+                solvers.unregister(name)

@@ -1,0 +1,505 @@
+"""The exact model of one layer for ``ilp`` / ``ilp_weighted``: `LayerProblem` ->
+`solve_layer` -> `LayerResult`. CP-SAT on the even-split problem (with the group contract,
+traffic and migration terms), a MIP through SCIP with shares, or the pairing method at two
+slots per GPU; "optimal" only when a proven bound meets the objective. docs/solvers.md, "ilp".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from eplb.solvers.primitives import pairing, pairing_exact
+from eplb.solvers.primitives.shares import optimal_shares
+from eplb.tolerance import REL_TOL, better, proven
+from eplb.topology import Topology
+
+SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
+EXACT_SCALE_LIMIT = 1e13  # largest scaled load for the exact integer scale
+DEFAULT_DETERMINISTIC = 10.0  # CP-SAT deterministic seconds per layer without a wall limit
+CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
+
+
+@dataclass(frozen=True, eq=False)
+class LayerProblem:
+    """One layer of the ilp. Arrays: ``w: float64[E]`` tokens per expert, ``warm: int64[P]`` a
+    valid start (``warm_share: float64[P]`` its shares when weighted), ``previous: int64[P]``
+    the live slots (migration terms only). ``bound``: a proven lower bound on the objective.
+    ``deterministic_time``: CP-SAT deterministic seconds (reproducible); the wall limit is
+    given to `solve_layer`."""
+
+    w: np.ndarray
+    topology: Topology
+    warm: np.ndarray
+    warm_share: np.ndarray | None = None
+    bound: float = 0.0
+    hierarchical: bool = False
+    num_groups: int | None = None
+    weighted: bool = False
+    rdma_weight: float = 0.0
+    duplicates: bool = True
+    counts: Literal["auto", "free", "fixed"] = "auto"
+    max_vars: int = 40_000
+    migration_weight: float = 0.0
+    migration_budget: int | None = None
+    previous: np.ndarray | None = None
+    pairing: bool = False
+    deterministic_time: float | None = DEFAULT_DETERMINISTIC
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "w", np.asarray(self.w, dtype=np.float64))
+        object.__setattr__(self, "warm", np.asarray(self.warm, dtype=np.int64))
+        if self.previous is not None:
+            object.__setattr__(self, "previous", np.asarray(self.previous, dtype=np.int64))
+
+    @property
+    def E(self) -> int:
+        return self.w.size
+
+    @property
+    def G(self) -> int:
+        return self.topology.num_gpus
+
+    @property
+    def S(self) -> int:
+        return self.topology.slots_per_gpu
+
+    @property
+    def N(self) -> int:
+        return self.topology.num_nodes
+
+    @property
+    def gpn(self) -> int:
+        return self.topology.gpus_per_node
+
+    @property
+    def P(self) -> int:
+        return self.topology.num_slots
+
+    @property
+    def migration(self) -> bool:
+        """The objective or constraints price moves against ``previous``."""
+        return self.previous is not None and (
+            bool(self.migration_weight) or self.migration_budget is not None
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class LayerResult:
+    """``slots: int64[P]``, ``share: float64[P] | None``; ``objective`` exact, ``bound``
+    proven, ``gap = 1 - bound / objective``; ``status`` ``"optimal"`` or ``"feasible"``;
+    ``method``: ``bound`` (the start met the bound), ``pairing``, ``cpsat``, ``mip`` or
+    ``skipped`` (no time left); ``stopped``: ``"wall"`` when the wall limit cut the search
+    (the result then depends on machine speed), else None."""
+
+    slots: np.ndarray
+    share: np.ndarray | None
+    objective: float
+    bound: float
+    gap: float
+    status: str
+    method: str
+    seconds: float
+    stopped: str | None = None
+
+
+# ----------------------------------------------------------------------------- objective
+def gpu_load_row(w: np.ndarray, slots: np.ndarray, S: int, share=None) -> np.ndarray:
+    """``float64[G]`` GPU loads of one layer's ``slots: int64[P]`` for ``w: float[E]``
+    (``share: float[P]``, default the even split)."""
+    cnt = np.bincount(slots, minlength=w.size)
+    per = w[slots] * (1.0 / cnt[slots] if share is None else share)
+    return per.reshape(-1, S).sum(1)
+
+
+def _rdma_row(w: np.ndarray, slots: np.ndarray, N: int) -> float:
+    node = np.repeat(np.arange(N), slots.size // N)
+    held = np.zeros((w.size, N), dtype=bool)
+    held[slots, node] = True
+    return float((w * (1 - held.sum(1) / N)).sum())
+
+
+def _moved_row(slots: np.ndarray, prev: np.ndarray | None, S: int, E: int) -> int:
+    if prev is None:
+        return 0
+    G = slots.size // S
+    key = np.arange(slots.size) // S * E
+    a = np.bincount(key + prev, minlength=G * E)
+    b = np.bincount(key + slots, minlength=G * E)
+    return int(np.maximum(b - a, 0).sum())
+
+
+def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
+    """Exact objective of one layer's ``slots: int64[P]`` (``share: float[P]`` or even
+    split): max load + traffic + migration terms."""
+    val = float(gpu_load_row(pb.w, slots, pb.S, share).max())
+    if pb.rdma_weight:
+        val += pb.rdma_weight * _rdma_row(pb.w, slots, pb.N) / pb.G
+    if pb.migration_weight:
+        val += pb.migration_weight * _moved_row(slots, pb.previous, pb.S, pb.E)
+    return val
+
+
+def admissible(pb: LayerProblem, slots: np.ndarray) -> bool:
+    """``slots: int64[P]`` belong to the class the model solves (``duplicates=False``: no two
+    replicas of an expert on one GPU)."""
+    if pb.duplicates:
+        return True
+    e = np.sort(np.asarray(slots).reshape(-1, pb.S), axis=1)
+    return not (e[:, 1:] == e[:, :-1]).any()
+
+
+# ----------------------------------------------------------------------------- CP-SAT
+def _candidates(pb: LayerProblem, warm: np.ndarray, upper: float):
+    """Count candidates per expert and whether they are complete (sound)."""
+    w, P, E = pb.w, pb.P, pb.E
+    cap = P - E + 1 if pb.duplicates else min(pb.G, P - E + 1)
+    if pb.hierarchical:
+        cap = min(cap, pb.gpn * pb.S if pb.duplicates else pb.gpn)
+    warm_c = np.bincount(warm, minlength=E)
+    if pb.counts == "fixed":
+        return [[int(c)] for c in warm_c], False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo = np.where(upper > 0, np.ceil(w / upper * (1 - REL_TOL)), 1)
+    lo = np.clip(lo, 1, cap).astype(np.int64)
+    lo = np.minimum(lo, warm_c)  # keep the warm start feasible under round-off
+    F = P - int(lo.sum())
+    hi = np.minimum(cap, lo + F)
+    size = int((hi - lo + 1).sum()) * pb.G
+    if pb.counts == "auto" and size > pb.max_vars:
+        return [[int(c)] for c in warm_c], False
+    return [list(range(int(a), int(b) + 1)) for a, b in zip(lo, hi, strict=True)], True
+
+
+def _scale(w: np.ndarray, cands: list[list[int]], max_load: float) -> float:
+    """Integer scale of the per-replica loads: exact (every ``scale * w_e / c`` an integer,
+    so the model's optimum and bound are the true ones) for integer loads whose candidate
+    counts have a small common multiple; else ``SCALE_TARGET / max_load`` (rounded down:
+    the model's bound stays a valid lower bound, within ``S / SCALE_TARGET`` relative)."""
+    if np.all(w == np.round(w)):
+        lcm = 1
+        for c in {c for cs in cands for c in cs}:
+            lcm = math.lcm(lcm, c)
+        if lcm * float(w.max(initial=0.0)) * max(len(cands), 1) <= EXACT_SCALE_LIMIT:
+            return float(lcm)
+    return SCALE_TARGET / max_load if max_load > 0 else 1.0
+
+
+def _limits(params, pb: LayerProblem, wall: float | None) -> None:
+    """CP-SAT limits: deterministic time (reproducible) and/or wall seconds; without a wall
+    limit a safety net of ``5 deterministic + 5`` seconds."""
+    dt = pb.deterministic_time
+    if dt is not None:
+        params.max_deterministic_time = dt
+        net = 5 * dt + 5
+        params.max_time_in_seconds = net if wall is None else min(net, wall)
+    elif wall is not None:
+        params.max_time_in_seconds = wall
+
+
+def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
+    from ortools.sat.python import cp_model  # lazy: OR-Tools is heavy; start-up avoids it
+
+    w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
+    E = pb.E
+    upper = objective(pb, warm)
+    cands, exact = _candidates(pb, warm, upper)
+    scale = _scale(w, cands, float(gpu_load_row(w, warm, S).max()))
+    m = cp_model.CpModel()
+    warm_c = np.bincount(warm, minlength=E)
+    warm_y = np.bincount(np.arange(P) // S * E + warm, minlength=G * E).reshape(G, E)
+    gpu_terms = [[] for _ in range(G)]
+    gpu_count = [[] for _ in range(G)]
+    per_node = [[[] for _ in range(N)] for _ in range(E)]
+    exp_gpu = [[[] for _ in range(G)] for _ in range(E)]
+    hints = []
+    group = None
+    if pb.hierarchical:
+        ng = pb.num_groups
+        group = np.arange(E) // (E // ng)
+        a = [[m.NewBoolVar(f"a{k}_{n}") for n in range(N)] for k in range(ng)]
+        for k in range(ng):
+            m.AddExactlyOne(a[k])
+        for n in range(N):
+            m.AddBoolOr([a[k][n] for k in range(ng)])
+            m.Add(sum((E // ng) * a[k][n] for k in range(ng)) <= gpn * S)
+        warm_node = warm.reshape(N, -1)
+        for k in range(ng):
+            node_k = int(np.nonzero((group[warm_node] == k).any(1))[0][0])
+            for n in range(N):
+                hints.append((a[k][n], int(n == node_k)))
+    for e in range(E):
+        cs = cands[e]
+        xs = {}
+        for c in cs:
+            xs[c] = m.NewConstant(1) if len(cs) == 1 else m.NewBoolVar(f"x{e}_{c}")
+            if len(cs) > 1:
+                hints.append((xs[c], int(c == warm_c[e])))
+        if len(cs) > 1:
+            m.AddExactlyOne(list(xs.values()))
+        for c in cs:
+            r = int(math.floor(scale * w[e] / c))
+            ub = min(c, S) if pb.duplicates else 1
+            ys = []
+            for g in range(G):
+                y = m.NewIntVar(0, ub, f"y{e}_{c}_{g}") if ub > 1 else m.NewBoolVar(f"y{e}_{c}_{g}")
+                ys.append(y)
+                gpu_terms[g].append((r, y))
+                gpu_count[g].append(y)
+                per_node[e][g // gpn].append(y)
+                exp_gpu[e][g].append(y)
+                hints.append((y, int(warm_y[g, e]) if c == warm_c[e] else 0))
+                if group is not None:
+                    host = a[int(group[e])][g // gpn]
+                    if ub > 1:
+                        m.Add(y <= ub * host)
+                    else:
+                        m.AddImplication(y, host)
+            m.Add(sum(ys) == c * xs[c])
+    loads = []
+    zmax = int(math.floor(scale * w.sum())) + 1
+    for g in range(G):
+        m.Add(sum(gpu_count[g]) == S)
+        lg = m.NewIntVar(0, zmax, f"load{g}")
+        m.Add(lg == sum(r * y for r, y in gpu_terms[g]))
+        loads.append(lg)
+    z = m.NewIntVar(0, zmax, "z")
+    for lg in loads:
+        m.Add(z >= lg)
+    if not pb.migration:  # symmetry: GPUs ordered by load (inside each node if nodes matter)
+        global_sym = not (pb.hierarchical or pb.rdma_weight)
+        for g in range(G - 1):
+            if global_sym or (g + 1) % gpn:
+                m.Add(loads[g] >= loads[g + 1])
+    terms = [z]
+    if pb.rdma_weight:
+        lam = pb.rdma_weight
+        for e in range(E):
+            coef = int(math.ceil(scale * lam * w[e] / (G * N)))
+            if coef == 0:
+                continue
+            for n in range(N):
+                h = m.NewBoolVar(f"h{e}_{n}")
+                m.Add(h <= sum(per_node[e][n]))
+                terms.append(-coef * h)
+                hints.append((h, int((warm.reshape(N, -1)[n] == e).any())))
+    if pb.migration:
+        old = np.bincount(np.arange(P) // S * E + pb.previous, minlength=G * E).reshape(G, E)
+        moved_terms = []
+        for e in range(E):
+            for g in range(G):
+                tot = sum(exp_gpu[e][g])
+                if old[g, e] == 0:
+                    moved_terms.append(tot)
+                else:
+                    mv = m.NewIntVar(0, S, f"mv{e}_{g}")
+                    m.Add(mv >= tot - int(old[g, e]))
+                    moved_terms.append(mv)
+                    hints.append((mv, max(0, int(warm_y[g, e]) - int(old[g, e]))))
+        if pb.migration_budget is not None:
+            m.Add(sum(moved_terms) <= int(pb.migration_budget))
+        if pb.migration_weight:
+            terms.append(int(math.floor(scale * pb.migration_weight)) * sum(moved_terms))
+    m.Minimize(sum(terms))
+    for g in range(G):  # hint: loads of the warm start (already ordered by the caller)
+        held = np.nonzero(warm_y[g])[0]
+        val = sum(int(math.floor(scale * w[e] / warm_c[e])) * int(warm_y[g, e]) for e in held)
+        hints.append((loads[g], val))
+    for var, val in hints:
+        m.AddHint(var, val)
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers = pb.threads
+    p.random_seed = pb.seed
+    _limits(p, pb, wall)
+    status = solver.Solve(m)
+    out = {"exact_model": exact, "cp_status": solver.StatusName(status)}
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    if found:
+        ys = np.zeros((G, E), dtype=np.int64)
+        for e in range(E):
+            for g in range(G):
+                ys[g, e] = sum(solver.Value(v) for v in exp_gpu[e][g])
+        out["slots"] = np.concatenate([np.repeat(np.arange(E), ys[g]) for g in range(G)])
+    const = pb.rdma_weight * float(w.sum()) / G if pb.rdma_weight else 0.0
+    out["cp_bound"] = solver.BestObjectiveBound() / scale + const if found else None
+    out["stopped"] = _stopped(
+        status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), solver.WallTime(), wall, pb
+    )
+    return out
+
+
+def _stopped(done: bool, wall_used: float, wall: float | None, pb: LayerProblem) -> str | None:
+    """``"wall"`` when the search ended by the wall limit (not proven, limit reached)."""
+    if done or wall is None:
+        return None
+    return "wall" if wall_used >= 0.95 * wall else None
+
+
+# ----------------------------------------------------------------------------- MIP (shares)
+def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
+    from ortools.linear_solver import pywraplp  # lazy: OR-Tools is heavy; start-up avoids it
+
+    w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
+    E = pb.E
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    inf = solver.infinity()
+    # one replica per GPU suffices when every GPU can be filled with distinct experts (a
+    # duplicate merges into its twin, and the freed slot takes any absent expert with share
+    # 0); a node of the group contract holds only its groups' experts, so with groups smaller
+    # than S a GPU may need two replicas of one expert
+    small = E < S or (pb.hierarchical and E // pb.num_groups < S)
+    zmax = S if small else 1
+    z = [[solver.IntVar(0, zmax, f"z{e}_{g}") for g in range(G)] for e in range(E)]
+    f = [[solver.NumVar(0, float(w[e]), f"f{e}_{g}") for g in range(G)] for e in range(E)]
+    t = solver.NumVar(0, inf, "T")
+    for e in range(E):
+        solver.Add(sum(z[e]) >= 1)
+        solver.Add(sum(f[e]) == float(w[e]))
+        for g in range(G):
+            solver.Add(f[e][g] <= float(w[e]) * z[e][g])
+    for g in range(G):
+        solver.Add(sum(z[e][g] for e in range(E)) == S)
+        solver.Add(sum(f[e][g] for e in range(E)) <= t)
+    obj = t
+    const = 0.0
+    if pb.rdma_weight:
+        lam = pb.rdma_weight
+        const = lam * float(w.sum()) / G
+        for e in range(E):
+            for n in range(N):
+                h = solver.BoolVar(f"h{e}_{n}")
+                solver.Add(h <= sum(z[e][g] for g in range(n * gpn, (n + 1) * gpn)))
+                obj = obj - lam * float(w[e]) / (G * N) * h
+    if pb.hierarchical:
+        ng = pb.num_groups
+        M = E // ng
+        a = [[solver.BoolVar(f"a{k}_{n}") for n in range(N)] for k in range(ng)]
+        for k in range(ng):
+            solver.Add(sum(a[k]) == 1)
+        for n in range(N):
+            solver.Add(sum(a[k][n] for k in range(ng)) >= 1)
+        for e in range(E):
+            for g in range(G):
+                solver.Add(z[e][g] <= zmax * a[e // M][g // gpn])
+    solver.Minimize(obj)
+    warm_y = np.bincount(np.arange(P) // S * E + warm, minlength=G * E).reshape(G, E)
+    hint_vars = [z[e][g] for e in range(E) for g in range(G)]
+    hint_vals = [float(min(warm_y[g, e], zmax)) for e in range(E) for g in range(G)]
+    solver.SetHint(hint_vars, hint_vals)
+    limit = wall if wall is not None else (pb.deterministic_time or DEFAULT_DETERMINISTIC)
+    solver.SetTimeLimit(max(1, int(1000 * limit)))
+    solver.SetNumThreads(pb.threads)
+    t0 = time.perf_counter()
+    status = solver.Solve()
+    used = time.perf_counter() - t0
+    out = {"exact_model": True, "cp_status": {0: "OPTIMAL", 1: "FEASIBLE"}.get(status, str(status))}
+    out["stopped"] = _stopped(status == pywraplp.Solver.OPTIMAL, used, wall, pb)
+    if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        zs = np.array([[round(z[e][g].solution_value()) for e in range(E)] for g in range(G)])
+        if (zs.sum(1) == S).all() and (zs.sum(0) >= 1).all():
+            out["slots"] = np.concatenate([np.repeat(np.arange(E), zs[g]) for g in range(G)])
+        out["cp_bound"] = solver.Objective().BestBound() + const
+    else:
+        out["cp_bound"] = None
+    return out
+
+
+# ----------------------------------------------------------------------------- one layer
+def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
+    """Solve one layer within ``wall`` seconds (None: only ``pb.deterministic_time``); see the
+    docs/solvers.md ("ilp") for what is certified."""
+    t0 = time.perf_counter()
+    w, S = pb.w, pb.S
+    warm, warm_share = pb.warm, pb.warm_share
+    fallback = (warm, warm_share)
+    best_slots, best_share = warm, warm_share
+    best = objective(pb, warm, warm_share) if admissible(pb, warm) else np.inf
+    if pb.migration:
+        # the live placement itself moves nothing: an incumbent that always meets the budget
+        if (
+            pb.migration_budget is not None
+            and _moved_row(warm, pb.previous, S, pb.E) > pb.migration_budget
+        ):
+            best = np.inf
+        val = objective(pb, pb.previous) if admissible(pb, pb.previous) else np.inf
+        if val < best:
+            best_slots, best_share, best = pb.previous, None, val
+        warm, warm_share = best_slots, best_share
+    bound = pb.bound
+    method, stopped = "cpsat", None
+    if np.isfinite(best) and not better(bound, best):
+        method = "bound"
+    elif wall is not None and wall <= 0:
+        method, stopped = "skipped", "wall"
+    elif pb.pairing:
+        method = "pairing"
+        start = np.bincount(warm, minlength=pb.E)
+        cert = pairing_exact.certify(
+            w, pb.P, start, time_limit=pb.deterministic_time, wall_limit=wall
+        )
+        stopped = cert.stopped
+        bound = max(bound, cert.bound)
+        if better(cert.objective, best):
+            packed = pairing.pair_layout(w[None], cert.counts[None], repair=False)
+            slots = packed.slot_e.reshape(-1)
+            val = objective(pb, slots)
+            if better(val, best):
+                best_slots, best = slots, val
+    else:
+        ordered = _order_warm(pb, warm)
+        res = (_solve_weighted if pb.weighted else _solve_cpsat)(pb, ordered, wall)
+        method = "mip" if pb.weighted else "cpsat"
+        stopped = res["stopped"]
+        if "slots" in res:
+            slots = res["slots"]
+            share = None
+            if pb.weighted:
+                share = optimal_shares(w[None], slots[None], pb.topology)[0][0]
+            val = objective(pb, slots, share)
+            if better(val, best) and admissible(pb, slots):
+                best_slots, best_share, best = slots, share, val
+        if res["exact_model"] and res["cp_bound"] is not None:
+            bound = max(bound, float(res["cp_bound"]))
+    if not np.isfinite(best):  # nothing of the requested class found: the start, uncertified
+        best_slots, best_share = fallback
+        best = objective(pb, best_slots, best_share)
+        bound = pb.bound
+    status = "optimal" if proven(bound, best) else "feasible"
+    bound = min(bound, best)
+    return LayerResult(
+        slots=np.asarray(best_slots, dtype=np.int64),
+        share=best_share,
+        objective=best,
+        bound=bound,
+        gap=0.0 if best <= 0 else max(0.0, 1 - bound / best),
+        status=status,
+        method=method,
+        seconds=time.perf_counter() - t0,
+        stopped=stopped,
+    )
+
+
+def _order_warm(pb: LayerProblem, slots: np.ndarray) -> np.ndarray:
+    """Reorder the warm start's GPUs to satisfy the symmetry-breaking constraints."""
+    if pb.migration:
+        return slots
+    S, gpn, w = pb.S, pb.gpn, pb.w
+    gpus = slots.reshape(-1, S)
+    cands, _ = _candidates(pb, slots, objective(pb, slots))
+    scale = _scale(w, cands, float(gpu_load_row(w, slots, S).max()))
+    cnt = np.bincount(slots, minlength=w.size)
+    r = np.floor(scale * w / np.maximum(cnt, 1))
+    key = r[gpus].sum(1)  # the model's (rounded) loads
+    if pb.hierarchical or pb.rdma_weight:
+        blocks = gpus.reshape(-1, gpn, S)
+        kb = key.reshape(-1, gpn)
+        order = np.argsort(-kb, axis=1, kind="stable")
+        return np.take_along_axis(blocks, order[:, :, None], 1).reshape(-1)
+    return gpus[np.argsort(-key, kind="stable")].reshape(-1)

@@ -1,0 +1,356 @@
+"""Packing replicas onto GPUs, vectorised over rows (a layer, or a node of a layer): LPT with
+cardinality and no duplicate replica on a GPU (`lpt`), then swap search (`improve`), on slot
+tables ``slot_e: int64[X, G, S]``. docs/solvers.md, "How the building blocks work".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.replication import per_replica
+from eplb.tolerance import REL_TOL
+
+
+@dataclass
+class Packed:
+    """Mutable packing state of ``X`` rows of ``G`` GPUs with ``S`` slots (shapes below)."""
+
+    slot_e: np.ndarray  # int64[X, G, S]
+    slot_s: np.ndarray  # float64[X, G, S]
+    gpu: np.ndarray  # float64[X, G]
+    holds: np.ndarray  # int16[X, E, G] replicas of each expert on each GPU
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.slot_e.shape
+
+    def duplicates(self) -> np.ndarray:
+        """``int64[X]``: surplus replicas sharing a GPU with another replica of their expert."""
+        X, G, S = self.slot_e.shape
+        return duplicates(self.slot_e.reshape(X, G * S), S)
+
+    def phy2log(self) -> np.ndarray:
+        """``int64[X, G * S]`` the slot table."""
+        X, G, S = self.slot_e.shape
+        return self.slot_e.reshape(X, G * S)
+
+    def rows(self, idx: np.ndarray) -> Packed:
+        """A copy of rows ``idx``."""
+        return Packed(self.slot_e[idx], self.slot_s[idx], self.gpu[idx], self.holds[idx])
+
+    def assign(self, src: Packed, take: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """``self[rows[take]] = src[take]`` for every array (``rows`` default: all rows)."""
+        idx = np.nonzero(take)[0] if rows is None else rows[take]
+        for name in ("slot_e", "slot_s", "gpu", "holds"):
+            getattr(self, name)[idx] = getattr(src, name)[take]
+
+
+def sorted_items(load: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Replicas of every row of ``load: float[X, E]`` with ``counts: int64[X, E]``, heaviest
+    first: ``item_e: int64[X, P]``, ``item_s: float64[X, P]``.
+
+    Rows of ``counts`` must all sum to the same ``P``. Ties keep expert order (stable sort).
+    """
+    X, E = counts.shape
+    P = int(counts[0].sum())
+    experts = np.broadcast_to(np.arange(E, dtype=np.int64), (X, E)).ravel()
+    item_e = np.repeat(experts, counts.ravel()).reshape(X, P)
+    item_s = np.take_along_axis(per_replica(load, counts), item_e, axis=1)
+    order = np.argsort(-item_s, axis=1, kind="stable")
+    return np.take_along_axis(item_e, order, 1), np.take_along_axis(item_s, order, 1)
+
+
+def lpt(
+    load: np.ndarray,
+    counts: np.ndarray,
+    num_gpus: int,
+    slots_per_gpu: int,
+    *,
+    node_penalty: np.ndarray | None = None,
+    gpus_per_node: int | None = None,
+) -> Packed:
+    """LPT with cardinality ``slots_per_gpu`` and no duplicate replica on a GPU if avoidable.
+
+    ``load: float[X, E]``, ``counts: int64[X, E]`` (row sums ``num_gpus * slots_per_gpu``).
+    ``node_penalty: float[X, E]`` (traffic mode): added to a GPU's score when its node already
+    holds a replica of the expert (with ``gpus_per_node``), spreading replicas over nodes.
+    """
+    X, E = counts.shape
+    G, S = num_gpus, slots_per_gpu
+    item_e, item_s = sorted_items(load, counts)
+    P = item_e.shape[1]
+    rows = np.arange(X)
+    gpu = np.zeros((X, G))
+    fill = np.zeros((X, G), dtype=np.int64)
+    holds = np.zeros((X, E, G), dtype=np.int16)
+    slot_e = np.zeros((X, G, S), dtype=np.int64)
+    slot_s = np.zeros((X, G, S))
+    avail = np.zeros((X, G))  # GPU load, inf once the GPU is full
+    for j in range(P):
+        e, s_j = item_e[:, j], item_s[:, j]
+        held = holds[rows, e]  # [X, G] replicas of this item's expert per GPU
+        score = avail
+        if node_penalty is not None:
+            h = held.reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
+            score = avail + np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
+        free = np.where(held > 0, np.inf, score)
+        g = free.argmin(1)
+        stuck = ~np.isfinite(free[rows, g])
+        if stuck.any():  # every GPU with room holds this expert: accept a duplicate, repair later
+            g[stuck] = score[stuck].argmin(1)
+        k = fill[rows, g]
+        slot_e[rows, g, k] = e
+        slot_s[rows, g, k] = s_j
+        gpu[rows, g] += s_j
+        fill[rows, g] = k + 1
+        avail[rows, g] = np.where(k + 1 >= S, np.inf, gpu[rows, g])
+        holds[rows, e, g] += 1
+    packed = Packed(slot_e, slot_s, gpu, holds)
+    if packed.duplicates().any():
+        repair_duplicates(packed)
+    return packed
+
+
+def _swap(p: Packed, lay, g1, k1, g2, k2) -> None:
+    """Exchange slot ``(g1, k1)`` with ``(g2, k2)`` in rows ``lay`` (arrays of equal length)."""
+    e1, e2 = p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2]
+    s1, s2 = p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2]
+    p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2] = e2, e1
+    p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2] = s2, s1
+    p.gpu[lay, g1] += s2 - s1
+    p.gpu[lay, g2] += s1 - s2
+    np.subtract.at(p.holds, (lay, e1, g1), 1)
+    np.subtract.at(p.holds, (lay, e2, g2), 1)
+    np.add.at(p.holds, (lay, e1, g2), 1)
+    np.add.at(p.holds, (lay, e2, g1), 1)
+
+
+def repair_duplicates(p: Packed) -> None:
+    """Swap away duplicate replicas (two of one expert on one GPU) where a swap exists.
+
+    Each duplicate is exchanged with the replica, on a GPU without its expert, whose expert is
+    not on the duplicate's GPU, that keeps the larger of the two GPU loads smallest.
+    """
+    X, G, S = p.shape
+    for x in np.nonzero(p.duplicates())[0]:
+        for _ in range(G * S):
+            dup = np.argwhere(p.holds[x] > 1)
+            if not len(dup):
+                break
+            e, g = (int(v) for v in dup[0])
+            k = int(np.nonzero(p.slot_e[x, g] == e)[0][0])
+            s = p.slot_s[x, g, k]
+            other_e, other_s = p.slot_e[x], p.slot_s[x]  # [G, S]
+            ok = (p.holds[x, e][:, None] == 0) & (p.holds[x][other_e, g] == 0)
+            ok[g] = False
+            worst = np.maximum(p.gpu[x, g] - s + other_s, p.gpu[x][:, None] - other_s + s)
+            worst = np.where(ok, worst, np.inf)
+            flat = int(worst.argmin())
+            if not np.isfinite(worst.flat[flat]):
+                break
+            g2, k2 = divmod(flat, S)
+            _swap(p, np.array([x]), np.array([g]), np.array([k]), np.array([g2]), np.array([k2]))
+
+
+@dataclass
+class TrafficTerm:
+    """Traffic-aware swap scoring: objective ``max GPU load + weight * expected_rdma``.
+
+    ``node_count: int64[X, E, N]`` replicas of each expert per node (kept up to date),
+    ``load: float[X, E]`` expert loads, ``weight`` = ``rdma_weight / G`` (see traffic_cost).
+    """
+
+    node_count: np.ndarray
+    load: np.ndarray
+    weight: float
+    gpus_per_node: int
+
+
+def improve(
+    p: Packed,
+    *,
+    budget: int = 10_000,
+    near: int | None = 8,
+    polish: int = 8,
+    allow_duplicates: bool = False,
+    traffic: TrafficTerm | None = None,
+) -> int:
+    """Swap local search on the heaviest GPUs of every row; returns the iterations run.
+
+    Phases, each until no row improves (or ``budget`` iterations in total):
+
+    1. without a traffic term and with 16+ GPUs, the 4 heaviest GPUs swap at once, each with
+       its own 2 light partners (disjoint pools; each swap lowers its pair below the heavy
+       GPU's load, so the sorted load vector still decreases and the search terminates);
+    2. the heaviest GPU with the ``near`` lightest GPUs as partners;
+    3. the heaviest GPU with every GPU, at most ``polish`` iterations.
+
+    ``near=None`` runs only phase 3 (without the ``polish`` cap).
+    """
+    G = p.shape[1]
+    if G < 2:  # one GPU: nothing to swap with
+        return 0
+    if not near:
+        return _improve_phase(p, budget, None, allow_duplicates, traffic)
+    iters = 0
+    if traffic is None and G >= 16:
+        iters += _multi_phase(p, budget, 4, 2, allow_duplicates)
+    iters += _improve_phase(p, budget - iters, near, allow_duplicates, traffic)
+    if near < G - 1:
+        iters += _improve_phase(p, min(polish, budget - iters), None, allow_duplicates, traffic)
+    return iters
+
+
+def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates) -> int:
+    """Swaps on the ``width`` heaviest GPUs at once, partner pools interleaved and disjoint."""
+    X, G, S = p.shape
+    m = width
+    k = min(near, (G - m) // m)
+    active = np.arange(X)
+    it = 0
+    while active.size and it < budget:
+        it += 1
+        n = active.size
+        ld = p.gpu[active]
+        order = np.argsort(ld, axis=1, kind="stable")
+        h = order[:, ::-1][:, :m]  # [n, m] heaviest first
+        lh = np.take_along_axis(ld, h, 1)
+        cand = order[:, : m * k].reshape(n, k, m).transpose(0, 2, 1)  # [n, m, k] disjoint
+        rows = active[:, None]
+        a_s, a_e = p.slot_s[rows, h], p.slot_e[rows, h]  # [n, m, S]
+        b_s = p.slot_s[rows[:, :, None], cand].reshape(n, m, k * S)
+        b_e = p.slot_e[rows[:, :, None], cand].reshape(n, m, k * S)
+        bg = np.repeat(cand, S, axis=2)  # [n, m, kS]
+        gl = np.take_along_axis(ld[:, None, :], bg, 2)
+        d = a_s[..., :, None] - b_s[..., None, :]  # [n, m, S, kS]
+        pair = lh[..., None, None] - d
+        np.maximum(pair, gl[..., None, :] + d, out=pair)
+        ok = (d > 0) & (pair < lh[..., None, None] * (1 - REL_TOL))
+        if not allow_duplicates:
+            ok &= _no_duplicate(p, active[:, None], a_e, b_e, h, cand).reshape(ok.shape)
+        score = np.where(ok, pair, np.inf).reshape(n, m, -1)
+        best = score.argmin(2)  # [n, m]
+        good = np.isfinite(np.take_along_axis(score, best[..., None], 2)[..., 0])
+        if not good.any():
+            break
+        ri, ji = np.nonzero(good)
+        ia, ib = np.divmod(best[ri, ji], k * S)
+        _swap(p, active[ri], h[ri, ji], ia, bg[ri, ji, ib], ib % S)
+        active = active[good.any(1)]
+    return it
+
+
+def _no_duplicate(p: Packed, rows, a_e, b_e, h, cand) -> np.ndarray:
+    """``bool[..., S, k, S]``: swapping slot ``i`` of heavy GPU ``h`` with slot ``j`` of partner
+    ``cand[c]`` creates no duplicate (neither expert is already on the other GPU).
+
+    ``rows``: layer rows broadcastable to ``h``; ``h: [...]``, ``a_e: [..., S]`` experts on
+    ``h``, ``cand: [..., k]`` partner GPUs, ``b_e: [..., k*S]`` their experts (partner-major).
+    The checks are gathered at ``[..., S, k]`` and ``[..., k, S]`` and broadcast, instead of
+    one gather per (slot, partner slot) pair.
+    """
+    k = cand.shape[-1]
+    S = a_e.shape[-1]
+    a_on = np.take_along_axis(p.holds[rows[..., None], a_e], cand[..., None, :], -1)  # [.., S, k]
+    b_on = p.holds[rows[..., None], b_e, h[..., None]]  # [..., k*S]
+    b_free = (b_on == 0).reshape(*b_on.shape[:-1], k, S)
+    return (a_on == 0)[..., :, :, None] & b_free[..., None, :, :]
+
+
+def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> int:
+    X, G, S = p.shape
+    active = np.arange(X)
+    k = G - 1 if near is None or near >= G - 1 else near
+    it = 0
+    while active.size and it < budget:
+        it += 1
+        n = active.size
+        r = np.arange(n)
+        ld = p.gpu[active]
+        order = np.argsort(ld, axis=1, kind="stable")
+        h = order[:, -1]
+        lh = ld[r, h]
+        cand = order[:, :k]  # [n, k] partner GPUs, lightest first
+        a_s = p.slot_s[active, h]  # [n, S]
+        a_e = p.slot_e[active, h]
+        b_s = p.slot_s[active[:, None], cand].reshape(n, k * S)
+        b_e = p.slot_e[active[:, None], cand].reshape(n, k * S)
+        bg = np.repeat(cand, S, axis=1)  # [n, kS]
+        gl = np.take_along_axis(ld, bg, 1)
+        d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
+        pair = lh[:, None, None] - d
+        np.maximum(pair, gl[:, None, :] + d, out=pair)
+        ok = d > 0
+        if not allow_duplicates:
+            ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
+        if traffic is None:
+            ok &= pair < lh[:, None, None] * (1 - REL_TOL)
+            score = np.where(ok, pair, np.inf).reshape(n, -1)
+        else:
+            score = _traffic_score(p, traffic, active, order, h, lh, a_e, b_e, bg, pair, ok)
+        best = score.argmin(1)
+        good = np.isfinite(score[r, best])
+        if not good.any():
+            break
+        ia, ib = np.divmod(best[good], k * S)
+        gb = bg[r[good], ib]
+        kb = ib % S
+        lay = active[good]
+        hh = h[good]
+        if traffic is not None:
+            _update_nodes(p, traffic, lay, hh, ia, gb, kb)
+        _swap(p, lay, hh, ia, gb, kb)
+        active = lay
+    return it
+
+
+def _traffic_score(p, t: TrafficTerm, active, order, h, lh, a_e, b_e, bg, pair, ok):
+    """Score swaps by the change of ``max load + weight * rdma``; inf where not improving."""
+    n = active.size
+    r = np.arange(n)
+    gpn = t.gpus_per_node
+    N = t.node_count.shape[2]
+    ld = p.gpu[active]
+    # max load over GPUs other than h and the partner
+    second = ld[r, order[:, -2]]
+    third = ld[r, order[:, -3]] if ld.shape[1] > 2 else np.full(n, -np.inf)
+    rest = np.where(bg == order[:, -2][:, None], third[:, None], second[:, None])  # [n, kS]
+    nh = h // gpn
+    nb = bg // gpn  # [n, kS]
+    nc = t.node_count[active]  # [n, E, N]
+    wa = t.load[active[:, None], a_e]  # [n, S]
+    wb = t.load[active[:, None], b_e]  # [n, kS]
+    cross = nb[:, None, :] != nh[:, None, None]
+    a_leave = (nc[r[:, None], a_e, nh[:, None]] == 1)[:, :, None]
+    a_enter = (
+        np.take_along_axis(nc[r[:, None], a_e], np.broadcast_to(nb[:, None, :], pair.shape), 2) == 0
+    )
+    b_leave = (np.take_along_axis(nc[r[:, None], b_e], nb[:, :, None], 2)[:, :, 0] == 1)[:, None, :]
+    b_enter = (nc[r[:, None], b_e, nh[:, None]] == 0)[:, None, :]
+    dn_a = a_enter.astype(float) - a_leave
+    dn_b = b_enter.astype(float) - b_leave
+    d_rdma = -(wa[:, :, None] * dn_a + wb[:, None, :] * dn_b) / N * cross
+    new_max = np.maximum(rest[:, None, :], pair)
+    obj = new_max + t.weight * d_rdma
+    lex = (pair < lh[:, None, None] * (1 - REL_TOL)) & (d_rdma <= 0)
+    better = obj < lh[:, None, None] * (1 - REL_TOL)
+    ok = ok & (lex | better)
+    return np.where(ok, obj + 1e-9 * pair, np.inf).reshape(n, -1)
+
+
+def _update_nodes(p, t: TrafficTerm, lay, hh, ia, gb, kb) -> None:
+    gpn = t.gpus_per_node
+    ea, eb = p.slot_e[lay, hh, ia], p.slot_e[lay, gb, kb]
+    np.subtract.at(t.node_count, (lay, ea, hh // gpn), 1)
+    np.add.at(t.node_count, (lay, ea, gb // gpn), 1)
+    np.subtract.at(t.node_count, (lay, eb, gb // gpn), 1)
+    np.add.at(t.node_count, (lay, eb, hh // gpn), 1)
+
+
+def node_counts(p: Packed, gpus_per_node: int) -> np.ndarray:
+    """``int64[X, E, N]`` replicas of each expert per node."""
+    X, E, G = p.holds.shape
+    return p.holds.reshape(X, E, G // gpus_per_node, gpus_per_node).sum(-1)
