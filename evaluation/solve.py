@@ -19,7 +19,7 @@ from eplb.errors import InputError
 from eplb.evaluation.align import check_trace
 from eplb.evaluation.metrics import balancedness, max_over_mean, score, summarize
 from eplb.placement import Placement
-from eplb.solvers.bounds import lower_bound
+from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
 from eplb.traces.windows import parse_windows
