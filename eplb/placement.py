@@ -17,9 +17,8 @@ from numpy.typing import ArrayLike
 
 from eplb.errors import PlacementError
 from eplb.loads import as_real_array, check_load
+from eplb.tolerance import SHARE_TOL
 from eplb.topology import Topology
-
-SHARE_TOL = 1e-9
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -255,7 +254,7 @@ class Placement:
             raise PlacementError(f"replica_share[{layer}, {slot}] of an empty slot must be 0")
         flat = (np.maximum(self.phy2log, 0) + (np.arange(L) * E)[:, None]).ravel()
         sums = np.bincount(flat, weights=share.ravel(), minlength=L * E).reshape(L, E)
-        off = np.abs(sums - 1.0) > SHARE_TOL * 10
+        off = np.abs(sums - 1.0) > SHARE_TOL
         if off.any():
             layer, expert = (int(i) for i in np.argwhere(off)[0])
             raise PlacementError(

@@ -1,6 +1,6 @@
-"""The toolkit's solver tolerances, defined once: ``REL_TOL`` (float noise, `better`) and
-``PROOF_TOL`` (gap accepted as a proof of optimality, `proven`). See docs/core.md, section
-"Tolerances".
+"""The toolkit's tolerances, defined once: ``REL_TOL`` (float noise, `better`), ``PROOF_TOL``
+(gap accepted as a proof of optimality, `proven`), ``SUM_TOL`` and ``SHARE_TOL`` (sums that
+must agree). All relative. See docs/core.md, section "Tolerances".
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # for annotations only: the module needs no numpy at run time
 
 REL_TOL = 1e-12  # relative float noise: loads summed in another order differ by about this
 PROOF_TOL = 1e-9  # relative gap accepted as a proof of optimality (the exact S = 2 method's)
+SUM_TOL = 1e-9  # relative: two sums of the same values over many terms (per rank vs total)
+SHARE_TOL = 1e-8  # an expert's replica shares sum to 1 within this
 
 
 def better(value: ArrayLike, other: ArrayLike) -> bool | np.ndarray:

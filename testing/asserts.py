@@ -7,6 +7,7 @@ from numpy.typing import ArrayLike
 
 from eplb.errors import EplbError
 from eplb.placement import Placement
+from eplb.tolerance import SUM_TOL
 
 
 def assert_valid_placement(
@@ -39,7 +40,7 @@ def assert_valid_placement(
             raise AssertionError(f"placement is for [{L}, {E}] but load has shape {load.shape}")
         gpu = p.gpu_load(load)
         total = load.sum(1)
-        bad = ~np.isclose(gpu.sum(1), total, rtol=1e-9, atol=1e-9)
+        bad = ~np.isclose(gpu.sum(1), total, rtol=SUM_TOL, atol=0)
         if bad.any():
             layer = int(np.argmax(bad))
             raise AssertionError(
