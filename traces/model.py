@@ -80,9 +80,9 @@ class Trace:
                     f"source_counts has shape {src.shape}, expected [{T}, {L}, G_src, {E}]"
                 )
             total = src.sum(axis=2)
-            if not np.allclose(total, counts, rtol=SUM_TOL, atol=1e-6):
+            if not np.allclose(total, counts, rtol=SUM_TOL, atol=0):
                 w, lyr, e = (int(i) for i in np.argwhere(
-                    ~np.isclose(total, counts, rtol=SUM_TOL, atol=1e-6))[0])
+                    ~np.isclose(total, counts, rtol=SUM_TOL, atol=0))[0])
                 raise TraceError(
                     f"source_counts summed over ranks is {total[w, lyr, e]} at window {w}, "
                     f"layer row {lyr}, expert {e} but counts is {counts[w, lyr, e]}; counts must "
