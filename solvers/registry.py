@@ -1,24 +1,6 @@
-"""Registry of placement policies and the one entry point, `solve`.
-
-A policy is a function ``fn(load, topology, *, <common arguments it uses>, <options>) ->
-Placement`` (or an ``int64[L, P]`` ``phy2log`` table). The common arguments are
-``num_groups``, ``previous``, ``seed`` and ``time_limit``: `solve` passes each one the
-function declares (all of them to a function taking ``**kwargs``) and drops the others, so a
-policy declares only what it uses. Every other keyword-only parameter with a default is an
-*option*: `options` lists them, `solve` refuses unknown ones and checks values against the
-annotations (`solvers.primitives.validation.check_option`).
-
-A policy registered with ``windows=True`` (``@register("robust", windows=True)``) receives
-the load history ``float64[W, L, E]`` instead: `solve` passes a `traces.Trace`'s windows, a
-``[W, L, E]`` array as given and an ``[L, E]`` load as one window; `takes_windows` says which
-policies do (`evaluation.replay` passes them the history windows). Every other policy keeps
-receiving ``float64[L, E]``.
-
-`solve` checks the input, times the call, validates the output, relabels against
-``previous`` (unless the policy placed against it itself and says so with
-``meta["solver"]["relabeled"] = True``), sets the model ``layer_ids`` and records
-``meta["solver"] = {"name", "params", "seconds", ...}`` (a policy may pre-fill more keys
-such as ``objective``, ``bound``, ``gap`` or ``policy``).
+"""Registry of placement policies and the one entry point, `solve`: checks the input, passes
+each policy the common arguments it declares and its options, validates and relabels the
+result, records ``meta["solver"]``. See docs/solvers.md, section "The registry and `solve`".
 """
 
 from __future__ import annotations
