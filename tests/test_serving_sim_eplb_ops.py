@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,18 @@ def test_eplb_options_round_trip_and_checks(tmp_path):
     ):
         with pytest.raises(InputError, match=match):
             small_config(eplb=EplbConfig(**bad))
+
+
+def test_documented_eplb_comparison_shows_an_effect():
+    """The comparison in docs/serving.md ("EPLB in a comparison"), run as written."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text("utf-8")
+    block = doc.split("<!-- doc-eplb-compare:begin -->")[1].split("<!-- doc-eplb-compare:end")[0]
+    code = block.strip().removeprefix("```python").removesuffix("```")
+    namespace: dict = {}
+    exec(compile(code, "docs/serving.md", "exec"), namespace)
+    frame = namespace["frame"].set_index("config")
+    static, deepseek = frame.loc["static"], frame.loc["deepseek"]
+    assert static["rebalances"] == 0 and deepseek["rebalances"] >= 2
+    balance = "decode_gpu_load_max_over_mean"
+    assert deepseek[balance] < 0.95 * static[balance]
+    assert deepseek["r_tpot_p50_s"] < 0 and deepseek["d_tpot_p50_s"] < 0
