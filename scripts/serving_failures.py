@@ -70,7 +70,7 @@ def table(results: list[dict], rate: float, fail_at: float, wall: float) -> str:
         "",
         "| emergency | phase | orphaned (expert-layers) | emergency: moved | stall (s) | "
         f"balance after | scheduled rebalance at {interval:.0f} s: moved | "
-        "balance before -> after |",
+        "kind, gain, balance before -> after |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -86,7 +86,7 @@ def table(results: list[dict], rate: float, fail_at: float, wall: float) -> str:
             if len(nxt):
                 n = nxt.iloc[0]
                 later = (f"{int(n['replicas_moved']):,} ({n['replicas_moved'] / total:.1%})",
-                         f"{n['predicted_gain']:+.3f} gain: "
+                         f"{n['kind']}, predicted gain {n['predicted_gain']:+.2%}: "
                          f"{n['expected_balance_before']:.3f} -> {n['expected_balance_after']:.3f}")
             else:
                 later = ("-", "-")

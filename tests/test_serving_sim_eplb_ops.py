@@ -181,13 +181,14 @@ def test_skipped_rebalances_move_nothing():
 
 
 def test_no_rebalance_at_the_end_and_plots_stop_there(monkeypatch, tmp_path):
-    cfg = small_config()  # rebalances every 30 s
-    res = serving.simulate(cfg, small_workload(n=260, rate=4.0, seed=23), seed=0,
-                           duration_s=60.0, progress=False)
+    cfg = small_config()
+    cfg = cfg.replace(eplb=replace(cfg.eplb, rebalance_interval_s=20.0, history_s=20.0))
+    res = serving.simulate(cfg, small_workload(n=200, rate=4.5, seed=23), seed=0,
+                           duration_s=40.0, progress=False)
     rb = res.rebalances
-    assert (rb["time_s"] < 60.0).all() and len(rb) == 2  # t = 30 on both units, not t = 60
+    assert (rb["time_s"] < 40.0).all() and len(rb) == 2  # t = 20 on both units, not t = 40
     assert res.summary()["rebalances"] == 2
-    assert res.utilisation["decode0"].index.max() >= 60.0  # a step ran past the end
+    assert res.utilisation["decode0"].index.max() >= 40.0  # a step ran past the end
     figs = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
     plots.utilisation(res, tmp_path / "u.png")
@@ -195,7 +196,7 @@ def test_no_rebalance_at_the_end_and_plots_stop_there(monkeypatch, tmp_path):
     for fig in figs:
         for ax in fig.axes:
             if ax.get_label() != "<colorbar>":
-                assert ax.get_xlim()[1] <= 60.0 + 1e-9
+                assert ax.get_xlim()[1] <= 40.0 + 1e-9
 
 
 def test_eplb_options_round_trip_and_checks(tmp_path):

@@ -165,7 +165,8 @@ class Faults:
         """The failed GPUs' slots empty at once (surviving replicas take their tokens); experts
         left without a replica (``row["orphaned_experts"]``, in (layer, expert) pairs) force an
         emergency placement (a ``rebalances`` row of kind ``emergency``), and the unit stalls
-        until it is copied in. The next scheduled rebalance is never skipped."""
+        until it is copied in. After a ``patch`` (or a failure that orphaned nothing) the next
+        scheduled rebalance is never skipped."""
         if unit.placement is None:  # balanced routing: spread over the GPUs left
             return
         sim = self.sim
@@ -175,11 +176,13 @@ class Faults:
         degraded = emptied(unit.placement, topo)
         orphans = int((degraded.logcnt == 0).sum())
         row["orphaned_experts"] = orphans
-        unit.rebalance_due = True
+        eplb = sim.cfg.eplb
+        # a patched placement (the emptied one, or the orphans re-homed) is re-balanced at the
+        # next scheduled rebalance whatever its predicted gain
+        unit.rebalance_due = not orphans or eplb.emergency == "patch"
         if not orphans:
             unit.set_placement(degraded)
             return
-        eplb = sim.cfg.eplb
         load = unit.recorder.load(t - eplb.history_s, t) if unit.recorder is not None else None
         if load is None or not load.sum() > 0:
             load = sim.popularity[unit.phase].mean(t - eplb.history_s, t)
