@@ -43,7 +43,10 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
     if idx.size == 0:
         return share, float(fixed.max())
     n = idx.size
-    # variables: tokens f_i of free slot idx[i], then T
+    # the LP in units of the largest load: HiGHS' tolerances are absolute (1e-7), so raw loads
+    # of 1e-9 would all be "feasible" anywhere and loads of 1e12 would carry noise
+    unit = float(w.max())
+    # variables: tokens f_i of free slot idx[i] (in units), then T
     rows_g = gpu[idx]
     a_ub = coo_matrix(
         (
@@ -57,13 +60,19 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
     cost = np.zeros(n + 1)
     cost[n] = 1.0
     res = linprog(
-        cost, A_ub=a_ub, b_ub=-fixed, A_eq=a_eq, b_eq=w[experts], bounds=(0, None), method="highs"
+        cost,
+        A_ub=a_ub,
+        b_ub=-fixed / unit,
+        A_eq=a_eq,
+        b_eq=w[experts] / unit,
+        bounds=(0, None),
+        method="highs",
     )
     if res.status != 0:  # cannot happen for a consistent input; keep the even split
         return share, float(
             (fixed + np.bincount(rows_g, weights=(w[slots] * even)[idx], minlength=G)).max()
         )
-    f = np.maximum(res.x[:n], 0.0)
+    f = np.maximum(res.x[:n], 0.0)  # in units: only the ratios below are used
     tot = np.bincount(col, weights=f, minlength=experts.size)
     ok = tot[col] > 0  # loads below the LP's tolerance may come back as zero flow: even split
     share[idx[ok]] = f[ok] / tot[col][ok]  # renormalise away solver round-off
