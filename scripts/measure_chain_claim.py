@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from math import comb
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,8 @@ def cases(rng: np.random.Generator, n: int):
         if G < 2 or P - (G - 1) < 2:
             continue
         E = int(rng.integers(2, P - (G - 1) + 1))
-        if E > 5 or bf.tables(E, N, gpn, S).shape[0] > 3000:
+        K = comb(E + S - 1, S)  # GPU contents; tables enumerated: comb(K + gpn - 1, gpn) ** N
+        if E > 5 or comb(K + gpn - 1, gpn) ** N > 20_000:
             continue
         kind = rng.integers(3)
         if kind == 0:
