@@ -11,7 +11,7 @@ imports this package."""
 
 from eplb.evaluation.serving import balancers, workload
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
-from eplb.evaluation.serving.capacity import capacity, capacity_mix
+from eplb.evaluation.serving.capacity import capacity, capacity_mix, capacity_table
 from eplb.evaluation.serving.compare import compare, paired_table
 from eplb.evaluation.serving.config import (
     ClusterConfig,
@@ -62,6 +62,7 @@ __all__ = [
     "balancers",
     "capacity",
     "capacity_mix",
+    "capacity_table",
     "ci_table",
     "compare",
     "deepseek_v3",

@@ -21,7 +21,7 @@ from eplb.evaluation.serving.simulator.loop import check_args, simulate
 from eplb.evaluation.serving.workload.model import Workload
 from eplb.evaluation.serving.workload.synth import rescale
 
-__all__ = ["capacity", "capacity_mix", "mean_rate"]
+__all__ = ["capacity", "capacity_mix", "capacity_table", "mean_rate"]
 
 MAX_BRACKET = 16  # doublings (or halvings) tried before giving up
 
@@ -201,3 +201,19 @@ def capacity_mix(
                      "rate": res["rate"], "lo": res["interval"][0], "hi": res["interval"][1],
                      "goodput": res["goodput"], "rate_per_node": res["rate"] / used})
     return pd.DataFrame(rows).sort_values("rate", ascending=False, ignore_index=True)
+
+
+def capacity_table(
+    configs: Mapping[str, ClusterConfig], workload: Workload, **kw: Any
+) -> pd.DataFrame:
+    """`capacity` of each config (``kw`` go to it): one row per config with ``rate``, ``lo``,
+    ``hi`` (req/s: the target holds at ``lo``, fails at ``hi``), ``goodput`` and
+    ``goodput_hi`` at them, ``target`` and ``runs`` (rates simulated)."""
+    rows = []
+    for name, cfg in configs.items():
+        res = capacity(cfg, workload, **kw)
+        lo, hi = res["interval"]
+        rows.append({"config": name, "rate": res["rate"], "lo": lo, "hi": hi,
+                     "goodput": res["goodput"], "goodput_hi": res["goodput_hi"],
+                     "target": res["target"], "runs": len(res["runs"])})
+    return pd.DataFrame(rows)
