@@ -57,6 +57,15 @@ def test_twice_the_units_twice_the_capacity(one, wl):
     assert lo2 / hi1 <= 2 * 1.15 and hi2 / lo1 >= 2 / 1.15
 
 
+def test_per_seed_interval(wl):
+    res = capacity(tiny(1), wl.head(200), seeds=(0, 1), rel_tol=0.3, per_seed=True,
+                   progress=False)
+    c_lo, c_hi = res["ci"]
+    assert len(res["seed_intervals"]) == 2
+    assert c_lo <= min(s[0] for s in res["seed_intervals"])
+    assert c_hi >= max(s[1] for s in res["seed_intervals"])
+
+
 def test_slo_override_and_bad_input(wl):
     with pytest.raises(InputError, match="goodput"):
         capacity(tiny(), wl, goodput=1.5)

@@ -17,6 +17,7 @@ from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving import metrics
 from eplb.evaluation.serving.config import ClusterConfig, SLOConfig, UnitConfig
+from eplb.evaluation.serving.intervals import mean_ci
 from eplb.evaluation.serving.simulator.loop import check_args, simulate
 from eplb.evaluation.serving.workload.model import Workload
 from eplb.evaluation.serving.workload.synth import rescale
@@ -65,6 +66,7 @@ def capacity(
     rel_tol: float = 0.05,
     start_rate: float | None = None,
     duration_s: float | None = None,
+    per_seed: bool = False,
     workers: int = 1,
     scheduler: Any = None,
     progress: bool = True,
@@ -80,6 +82,9 @@ def capacity(
     hi)`` (held at ``lo``, failed at ``hi``: the search's bracket, assuming goodput falls with
     rate), ``goodput`` / ``goodput_hi`` (mean goodput at ``lo`` / ``hi``), ``target``,
     ``seeds``, ``runs`` (every rate tried with its per-seed goodputs) and ``wall_s``.
+    ``per_seed=True`` (two seeds or more) also searches each seed alone: ``seed_intervals``
+    (each seed's bracket) and ``ci``: from the lower 95% Student-t bound of the seeds' ``lo``
+    to the upper bound of their ``hi`` (sampling spread and search resolution together).
     """
     if isinstance(goodput, bool) or not isinstance(goodput, (int, float)) or not (
         0 < goodput <= 1
@@ -146,7 +151,16 @@ def capacity(
             lo, g_lo = mid, g
         else:
             hi, g_hi = mid, g
+    extra: dict[str, Any] = {}
+    if per_seed and len(seeds) > 1:
+        kw = dict(slo=None, goodput=goodput, rel_tol=rel_tol, start_rate=lo,
+                  duration_s=duration_s, workers=workers, scheduler=scheduler,
+                  progress=progress)
+        found = [capacity(config, workload, seeds=(s,), **kw)["interval"] for s in seeds]
+        los, his = [f[0] for f in found], [f[1] for f in found]
+        extra = {"seed_intervals": found, "ci": (mean_ci(los)[1], mean_ci(his)[2])}
     return {
+        **extra,
         "rate": lo,
         "interval": (lo, hi),
         "goodput": g_lo,
