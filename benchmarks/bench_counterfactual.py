@@ -10,6 +10,7 @@ baseline plus three replays. Prints the table (mean and 95% interval over seeds,
 difference to ``trivial``) and the wall time.
 
     python benchmarks/bench_counterfactual.py [--minutes 5] [--workers 2] [--seeds 0,1,2]
+        [--biased]   # also ROCm ATOM's biased baseline
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--biased", action="store_true",
+                    help="add the biased policy (top-K fully replicated, solved on history)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     base = serving.ClusterConfig.deepseek_day6()
@@ -47,6 +50,10 @@ def main() -> None:
         "deepseek": base.replace(name="deepseek"),
         "balanced": base.replace(eplb=EplbConfig(solver="balanced"), name="balanced"),
     }
+    if args.biased:
+        cfgs["biased"] = base.replace(
+            eplb=EplbConfig(solver="biased", rebalance_interval_s=600.0, history_s=600.0),
+            name="biased")
     start = time.perf_counter()
     frame = serving.compare(cfgs, wl, seeds, mode="counterfactual", duration_s=span,
                             workers=args.workers, progress=True)
