@@ -52,7 +52,8 @@ def main() -> None:
     }
     if args.biased:
         cfgs["biased"] = base.replace(
-            eplb=EplbConfig(solver="biased", rebalance_interval_s=600.0, history_s=600.0),
+            eplb=EplbConfig(solver="biased", rebalance_interval_s=600.0, history_s=600.0,
+                            initial="history"),
             name="biased")
     start = time.perf_counter()
     frame = serving.compare(cfgs, wl, seeds, mode="counterfactual", duration_s=span,
