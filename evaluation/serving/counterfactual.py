@@ -33,7 +33,7 @@ from eplb.evaluation.serving.simulator.loop import Simulation, build_units, chec
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.evaluation.serving.workload.model import Workload
 
-__all__ = ["DELTA", "STEP_KEYS", "counterfactual", "replay", "step_log"]
+__all__ = ["DELTA", "STEP_KEYS", "StepFrame", "counterfactual", "replay", "step_log"]
 
 # per-step columns of a replay beside phase / unit / step / start_s / tokens
 STEP_KEYS = ("step_s", "stall_s", *(f"{k}_s" for k in BREAKDOWN), "gpu_load_max_over_mean")
@@ -41,6 +41,14 @@ STEP_KEYS = ("step_s", "stall_s", *(f"{k}_s" for k in BREAKDOWN), "gpu_load_max_
 DELTA = ("step_s", "ep_wait_s", "comm_exposed_s", "moe_s", "stall_s", "dp_wait_s")
 # the fields every config of a counterfactual comparison must share (the step sequence's)
 SHARED = ("model", "hardware", "prefill", "decode", "routing", "kv", "faults")
+
+
+class StepFrame(pd.DataFrame):
+    """The replayed steps (a plain `pandas.DataFrame` otherwise): pandas deep-copies ``attrs``
+    into every frame derived from the comparison, so this one is shared instead of copied."""
+
+    def __deepcopy__(self, memo=None):
+        return self
 
 
 def step_log(config: ClusterConfig, workload: Workload, seed: int, duration_s=None) -> dict:
@@ -268,6 +276,6 @@ def counterfactual(
     joined = steps[key].merge(bsteps, on=key, how="left", validate="many_to_one")
     for m in DELTA:
         steps[f"d_{m}"] = steps[m].to_numpy() - joined[m].to_numpy()
-    frame.attrs.update(baseline=base, driver=driver, steps=steps,
+    frame.attrs.update(baseline=base, driver=driver, steps=StepFrame(steps),
                        wall_s=time.perf_counter() - start, mode="counterfactual")
     return frame
