@@ -3,6 +3,8 @@ the units serve about twice the rate; the unit-mix search over a node budget."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from eplb.errors import InputError
@@ -10,6 +12,8 @@ from eplb.evaluation import serving
 from eplb.evaluation.serving import workload as W
 from eplb.evaluation.serving.capacity import _mixes, capacity
 from eplb.evaluation.serving.config import EplbConfig, SLOConfig, UnitConfig
+
+C = sys.modules["eplb.evaluation.serving.capacity"]  # the module (serving.capacity: the function)
 
 BASE = serving.ClusterConfig.deepseek_day6()
 
@@ -58,7 +62,7 @@ def test_twice_the_units_twice_the_capacity(one, wl):
 
 
 def test_per_seed_interval(wl):
-    res = capacity(tiny(1), wl.head(200), seeds=(0, 1), rel_tol=0.3, per_seed=True,
+    res = capacity(tiny(1), wl.head(120), seeds=(0, 1), rel_tol=0.3, per_seed=True,
                    progress=False)
     c_lo, c_hi = res["ci"]
     assert len(res["seed_intervals"]) == 2
@@ -66,11 +70,12 @@ def test_per_seed_interval(wl):
     assert c_hi >= max(s[1] for s in res["seed_intervals"])
 
 
-def test_slo_override_and_bad_input(wl):
+def test_slo_override_and_bad_input(wl, monkeypatch):
     with pytest.raises(InputError, match="goodput"):
         capacity(tiny(), wl, goodput=1.5)
     with pytest.raises(InputError, match="slo takes"):
         capacity(tiny(), wl, slo={"ttft": 1.0})
+    monkeypatch.setattr(C, "MAX_BRACKET", 2)  # two halvings are enough to give up here
     with pytest.raises(InputError, match="out of reach"):
         capacity(tiny(), wl.head(20), slo={"ttft_s": 1e-4}, progress=False)
 
