@@ -1,10 +1,16 @@
 """``eplb simulate``: run the serving simulator on a cluster config and a workload.
 
-Writes an output folder all at once (built in a hidden temporary folder beside it, renamed at
-the end): ``summary.json`` (summary and run metadata), ``requests.parquet``, ``steps.parquet``,
-``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``, ``config.toml`` (the config as
-run) and ``plots/`` (TTFT/TPOT CDFs, tokens/s per node over time, per-rank utilisation,
-step-time breakdown).
+One config and one seed: writes an output folder all at once (built in a hidden temporary
+folder beside it, renamed at the end): ``summary.json`` (summary and run metadata),
+``requests.parquet``, ``steps.parquet``, ``rebalances.csv``, ``faults.csv``,
+``utilisation.parquet``, ``config.toml`` (the config as run) and ``plots/`` (TTFT/TPOT CDFs,
+tokens/s per node over time, per-rank utilisation, step-time breakdown).
+
+Several configs, ``--variant`` override sets or ``--seeds``: one comparison table
+(`serving.compare`, ``--mode closed_loop`` or ``counterfactual``); ``--rates``: a rate sweep
+(`sweep.rate_sweep`); ``--capacity``: the largest rate within the goodput target
+(`serving.capacity`); ``--print-config PRESET``: the preset as TOML. ``-o`` is optional for
+these and gets ``results.csv``, ``table.txt`` (and the sweep's ``rate_sweep.png``).
 """
 
 from __future__ import annotations
@@ -34,11 +40,66 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "config",
         metavar="CONFIG",
-        help="cluster config TOML file (ClusterConfig), or a preset name: " + ", ".join(PRESETS),
+        nargs="*",
+        help="cluster config TOML file(s) (ClusterConfig), or preset names: "
+        + ", ".join(PRESETS) + "; several are compared",
     )
     p.add_argument(
+        "--print-config",
+        metavar="PRESET",
+        help="print the preset (or config file) as TOML, to start a config from, and exit",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field for every config, e.g. --set eplb.solver=greedy "
+        "--set decode.count=2 (repeatable; values read as TOML)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="compare the (first) config with these overrides, named NAME, e.g. "
+        "'greedy:eplb.solver=greedy' (repeatable)",
+    )
+    p.add_argument(
+        "--seeds",
+        metavar="S1,S2,...",
+        help="paired seeds of a comparison (e.g. 0,1,2; overrides --seed)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("closed_loop", "counterfactual"),
+        default="closed_loop",
+        help="comparison mode: closed_loop (each config its own run; default) or "
+        "counterfactual (one step sequence replayed under each placement policy)",
+    )
+    p.add_argument("--baseline", metavar="NAME", help="config the deltas are against "
+                   "(default the first)")
+    p.add_argument(
+        "--rates",
+        metavar="R1,R2,...",
+        help="rate sweep: replay the workload at each offered rate (req/s)",
+    )
+    p.add_argument(
+        "--capacity",
+        action="store_true",
+        help="search the largest rate (req/s) at which --goodput of requests meet the SLO",
+    )
+    p.add_argument("--goodput", type=float, default=0.9, metavar="F",
+                   help="goodput target of --capacity (default 0.9)")
+    p.add_argument("--rel-tol", type=float, default=0.05, metavar="F",
+                   help="--capacity stops when hi / lo <= 1 + F (default 0.05)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes for comparisons and sweeps (default 1)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="a Dask scheduler address for comparisons and sweeps")
+    p.add_argument(
         "--workload",
-        required=True,
         metavar="PATH|synth:KEY=VALUE,...",
         help="a workload file (Mooncake .jsonl, Azure .csv, .csv/.parquet) or a synthetic "
         "spec 'synth:n=N,rate=R,...' with the keys of `eplb workload synth`",
@@ -63,7 +124,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="T0:T1",
         help="summarise over simulated seconds [T0, T1) (default: the whole run)",
     )
-    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder")
+    p.add_argument("-o", "--output", metavar="OUTDIR",
+                   help="output folder (required for a single run)")
     p.add_argument("--force", action="store_true", help="replace OUTDIR if it exists (atomically)")
     p.add_argument("--no-plots", action="store_true", help="skip the plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -109,13 +171,125 @@ def _check_output(out: Path, force: bool) -> None:
         raise InputError(f"cannot write {out}: folder {parent} does not exist")
 
 
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{what} {text!r} is not whole numbers separated by commas") from None
+    if not out or min(out) < 0:
+        raise InputError(f"{what} {text!r} needs whole numbers >= 0 (e.g. 0,1,2)")
+    return out
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{what} {text!r} is not numbers separated by commas") from None
+    if not out or not all(x > 0 and math.isfinite(x) for x in out):
+        raise InputError(f"{what} {text!r} needs numbers > 0 (req/s, e.g. 10,20,40)")
+    return out
+
+
+def _configs(args: argparse.Namespace) -> dict:
+    """``{name: ClusterConfig}``: each CONFIG with --set applied, then each --variant."""
+    from eplb.evaluation.serving import ClusterConfig  # lazy: keeps --help fast
+    from eplb.evaluation.serving.config import overrides  # lazy: keeps --help fast
+
+    if not args.config:
+        raise InputError("give a CONFIG (a TOML file or a preset: " + ", ".join(PRESETS) + ")")
+    named: dict = {}
+    for text in args.config:
+        cfg = overrides.apply(ClusterConfig.load(text), args.overrides)
+        name, k = cfg.name, 2
+        while name in named:
+            name, k = f"{cfg.name}#{k}", k + 1
+        named[name] = cfg
+    first = next(iter(named.values()))
+    for text in args.variant:
+        name, items = overrides.parse_variant(text)
+        if name in named:
+            raise InputError(f"--variant {name!r}: a config of that name exists already")
+        named[name] = overrides.apply(first, items).replace(name=name)
+    if args.baseline is not None:
+        if args.baseline not in named:
+            raise InputError(f"--baseline {args.baseline!r} is not one of: {', '.join(named)}")
+        named = {args.baseline: named[args.baseline],
+                 **{k: v for k, v in named.items() if k != args.baseline}}
+    return named
+
+
 def run(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import ClusterConfig, simulate  # lazy: keeps --help fast
+    if args.print_config is not None:
+        from eplb.evaluation.serving import ClusterConfig  # lazy: keeps --help fast
+        from eplb.evaluation.serving.config import overrides  # lazy: keeps --help fast
+
+        cfg = overrides.apply(ClusterConfig.load(args.print_config), args.overrides)
+        print(cfg.to_toml(), end="")
+        return 0
+    if args.workload is None:
+        raise InputError("--workload is required (a file or synth:KEY=VALUE,...)")
+    named = _configs(args)
+    seeds = _ints(args.seeds, "--seeds") if args.seeds is not None else [args.seed]
+    many = len(named) > 1 or len(seeds) > 1 or args.mode == "counterfactual"
+    if args.capacity or args.rates is not None or many:
+        return _study(args, named, seeds)
+    if args.output is None:
+        raise InputError("-o OUTDIR is required for a single run")
+    args.config = next(iter(named.values()))
+    return _single(args)
+
+
+def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
+    """A comparison, a rate sweep or a capacity search: one table, optionally -o OUTDIR."""
+    from eplb.evaluation import serving  # lazy: keeps --help fast
+    from eplb.evaluation.serving import sweep  # lazy: keeps --help fast
+
+    out = Path(args.output) if args.output is not None else None
+    if out is not None:
+        _check_output(out, args.force)
+    if args.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
+    if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
+        raise InputError(f"--duration must be seconds > 0, got {args.duration}")
+    window = _window(args.window)
+    first = next(iter(named.values()))
+    workload = load_workload(args, first.kv.block_size)
+    run_kw = dict(workers=args.workers, scheduler=args.scheduler,
+                  progress=not args.no_progress)
+    plot = None
+    if args.capacity:
+        frame = serving.capacity_table(named, workload, goodput=args.goodput, seeds=seeds,
+                                       rel_tol=args.rel_tol, duration_s=args.duration, **run_kw)
+        text = sweep.frame_text(frame)
+    elif args.rates is not None:
+        rates = _floats(args.rates, "--rates")
+        frame = sweep.rate_sweep(named, workload, rates, seeds, duration_s=args.duration,
+                                 window=window, **run_kw)
+        text = sweep.sweep_table(frame)
+        plot = sweep.plot_rate_sweep
+    else:
+        frame = serving.compare(named, workload, seeds, duration_s=args.duration,
+                                window=window, mode=args.mode, **run_kw)
+        text = sweep.comparison_text(frame, sweep.compared_columns(frame), next(iter(named)))
+    print(text)
+    if out is not None:
+        with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
+            frame.to_csv(tmp / "results.csv", index=False)
+            (tmp / "table.txt").write_text(text + "\n", encoding="utf-8")
+            if plot is not None and not args.no_plots:
+                plot(frame, tmp / "rate_sweep.png")
+        print(f"\nwrote {out}/")
+    return 0
+
+
+def _single(args: argparse.Namespace) -> int:
+    from eplb.evaluation.serving import simulate  # lazy: keeps --help fast
 
     out = Path(args.output)
     _check_output(out, args.force)
     window = _window(args.window)
-    config = ClusterConfig.load(args.config)
+    config = args.config
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
         raise InputError(f"--duration must be seconds > 0, got {args.duration}")
     workload = load_workload(args, config.kv.block_size)

@@ -19,6 +19,7 @@ import pytest
 # with its message, not stop the collection
 PKG = Path(__file__).resolve().parents[1] / "solvers"
 POLICIES = {
+    "biased",
     "deepseek",
     "greedy",
     "greedy_traffic",

@@ -3,12 +3,15 @@
 Wings: `workload` (request frames, readers, generators, the Day-6 mix), `kvcache` (prefix KV
 store), `balancers` (DP balancers), `config` (`ClusterConfig`; cited hardware, model and
 cluster presets), `steptime` (`StepModel`), `simulator` (`simulate`), `results` (`SimResult`,
-plots, `steady_state`) and `compare` (paired runs over seeds); their public names are here.
+plots, `steady_state`), `compare` (paired runs over seeds, closed-loop or counterfactual),
+`capacity` (the largest rate within a goodput target) and `intervals` (confidence intervals);
+their public names are here.
 docs/serving.md and docs/serving-calibration.md explain them; of the library, only the CLI
 imports this package."""
 
 from eplb.evaluation.serving import balancers, workload
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
+from eplb.evaluation.serving.capacity import capacity, capacity_mix, capacity_table
 from eplb.evaluation.serving.compare import compare, paired_table
 from eplb.evaluation.serving.config import (
     ClusterConfig,
@@ -28,6 +31,7 @@ from eplb.evaluation.serving.config.hardware import (
     h800,
 )
 from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3, get_model
+from eplb.evaluation.serving.intervals import ci_table, mean_ci
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches
 from eplb.evaluation.serving.results.result import SimResult
 from eplb.evaluation.serving.results.steady import steady_state
@@ -56,6 +60,10 @@ __all__ = [
     "UnitConfig",
     "Workload",
     "balancers",
+    "capacity",
+    "capacity_mix",
+    "capacity_table",
+    "ci_table",
     "compare",
     "deepseek_v3",
     "get_hardware",
@@ -63,6 +71,7 @@ __all__ = [
     "h100",
     "h200",
     "h800",
+    "mean_ci",
     "paired_table",
     "rescale",
     "simulate",

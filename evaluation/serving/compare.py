@@ -15,6 +15,7 @@ import pandas as pd
 from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import ClusterConfig
+from eplb.evaluation.serving.counterfactual import counterfactual
 from eplb.evaluation.serving.simulator.loop import check_args, simulate
 from eplb.evaluation.serving.workload.model import Workload
 
@@ -81,9 +82,16 @@ def compare(
     workers: int = 1,
     scheduler: Any = None,
     progress: bool = True,
+    mode: str = "closed_loop",
+    driver: str | None = None,
 ) -> pd.DataFrame:
     """Simulate every config on ``workload`` with every seed (paired: the same arrivals,
     popularity and noise banks per seed).
+
+    ``mode="closed_loop"`` (default): every config runs its own simulation, queues free to
+    diverge (what a deployment would see). ``mode="counterfactual"``: one step sequence (that
+    of ``driver``, default the first config) replayed under each config's placement policy
+    (the expert effect alone; `counterfactual.counterfactual`, docs/serving.md).
 
     ``configs``: ``{name: ClusterConfig}`` or a list (named by ``config.name``; the first is
     the baseline of the ``d_`` / ``r_`` columns). ``duration_s``: as in `simulate`.
@@ -91,6 +99,8 @@ def compare(
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
     named = _named(configs)
+    if mode not in ("closed_loop", "counterfactual"):
+        raise InputError(f"mode must be 'closed_loop' or 'counterfactual', got {mode!r}")
     if not isinstance(workload, Workload):
         raise InputError(f"workload must be a Workload, got {type(workload).__name__}")
     seeds = list(seeds)
@@ -101,6 +111,12 @@ def compare(
             raise InputError(f"seeds must be whole numbers >= 0, got {s!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"workers must be a positive integer, got {workers!r}")
+    if mode == "counterfactual":
+        return counterfactual(named, workload, seeds, duration_s=duration_s, window=window,
+                              driver=driver,
+                              workers=workers, scheduler=scheduler, progress=progress)
+    if driver is not None:
+        raise InputError("driver= is for mode='counterfactual' only")
     for cfg in named.values():
         check_args(cfg, workload, 0, duration_s, 1.0)
     tasks = [

@@ -1,0 +1,175 @@
+"""Sweeps and comparison tables: `rate_sweep` (every config at every offered rate and seed, as
+``bench_serving --request-rate`` sweeps: latency percentiles, goodput and served fraction
+against offered rate), `sweep_table`, `plot_rate_sweep`, and `comparison_text` (a compared
+frame as mean, 95% interval and paired difference per metric). docs/serving.md, "Sweeps"."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from eplb import runners
+from eplb.errors import InputError
+from eplb.evaluation.serving import metrics
+from eplb.evaluation.serving.compare import _named, run_task
+from eplb.evaluation.serving.config import ClusterConfig
+from eplb.evaluation.serving.intervals import ci_table
+from eplb.evaluation.serving.results.result import SUMMARY_UNITS
+from eplb.evaluation.serving.simulator.loop import check_args
+from eplb.evaluation.serving.workload.model import Workload
+from eplb.evaluation.serving.workload.synth import rescale
+from eplb.format import text_table
+
+__all__ = [
+    "comparison_text",
+    "compared_columns",
+    "frame_text",
+    "plot_rate_sweep",
+    "rate_sweep",
+    "sweep_table",
+]
+
+# the per-phase columns of a counterfactual comparison that its table shows
+COUNTERFACTUAL = tuple(
+    f"{ph}_{k}"
+    for ph in ("prefill", "decode")
+    for k in ("step_s", "ep_wait_s", "comm_exposed_s", "moe_s", "stall_s", "busy_s")
+)
+
+UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s"}
+
+
+def _rates(rates: Sequence[float]) -> list[float]:
+    out = []
+    for r in rates:
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (
+            r > 0 and math.isfinite(r)
+        ):
+            raise InputError(f"rates must be req/s > 0, got {r!r}")
+        out.append(float(r))
+    if not out:
+        raise InputError("a rate sweep needs at least one rate")
+    return out
+
+
+def rate_sweep(
+    configs: Mapping[str, ClusterConfig] | Sequence[ClusterConfig],
+    workload: Workload,
+    rates: Sequence[float],
+    seeds: Sequence[int] = (0,),
+    *,
+    duration_s: float | None = None,
+    window: tuple[float, float] | None = None,
+    workers: int = 1,
+    scheduler: Any = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Simulate every config with ``workload`` rescaled to every offered rate (req/s; order
+    within sessions kept) and every seed: one row per ``(config, offered_rate, seed)`` with
+    the comparison metrics (`metrics.SOURCE`) and ``wall_s``. Runs on `eplb.runners`
+    (``workers`` processes or a Dask ``scheduler``), with a progress bar."""
+    named = _named(configs)
+    rates = _rates(rates)
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise InputError("a rate sweep needs at least one seed")
+    for cfg in named.values():
+        check_args(cfg, workload, 0, duration_s, 1.0)
+    scaled = {r: rescale(workload, rate=r) for r in rates}
+    tasks, keys = [], []
+    for name, cfg in named.items():
+        for r in rates:
+            for s in seeds:
+                tasks.append({"name": name, "config": cfg, "workload": scaled[r], "seed": s,
+                              "duration_s": duration_s, "window": window})
+                keys.append((name, r, s))
+    out = runners.run(run_task, tasks, workers=workers, scheduler=scheduler,
+                      progress=progress, desc="rate sweep", unit="run")
+    rows = [{"config": n, "offered_rate": r, "seed": s, **metrics.row(res),
+             "wall_s": res["wall_s"]} for (n, r, s), res in zip(keys, out, strict=True)]
+    frame = pd.DataFrame(rows)
+    frame.attrs["baseline"] = next(iter(named))
+    return frame
+
+
+def sweep_table(frame: pd.DataFrame, columns: Sequence[str] = metrics.SWEEP) -> str:
+    """The sweep as text: per config and offered rate, the mean over seeds of ``columns``
+    (units in the header)."""
+    g = frame.groupby(["config", "offered_rate"], sort=False)[list(columns)].mean()
+    header = ["config", "offered (req/s)", *(f"{c} ({UNITS.get(c, '')})" for c in columns)]
+    rows = [(name, f"{rate:.4g}", *(_fmt(v) for v in vals))
+            for (name, rate), vals in zip(g.index, g.to_numpy(), strict=True)]
+    return text_table(rows, header=header)
+
+
+def plot_rate_sweep(frame: pd.DataFrame, path: str | Path) -> Path:
+    """TTFT / TPOT p50 and p99, goodput and served fraction against offered rate, one line per
+    config (means over seeds), as a PNG at ``path``."""
+    import matplotlib  # lazy: plots only when asked for
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: plots only when asked for
+
+    panels = (("ttft_p50_s", "ttft_p99_s", "TTFT (s)"), ("tpot_p50_s", "tpot_p99_s", "TPOT (s)"),
+              ("goodput", "served_fraction", "fraction"))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    g = frame.groupby(["config", "offered_rate"], sort=False).mean(numeric_only=True)
+    for ax, (a, b, label) in zip(axes, panels, strict=True):
+        for name in dict.fromkeys(frame["config"]):
+            part = g.loc[name]
+            ax.plot(part.index, part[a], marker="o", label=f"{name} {a}")
+            ax.plot(part.index, part[b], marker="x", linestyle="--", label=f"{name} {b}")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def comparison_text(
+    frame: pd.DataFrame, columns: Sequence[str], baseline: str | None = None
+) -> str:
+    """A compared frame (`compare`, either mode) as text: per metric and config the mean over
+    seeds with its 95% interval, and the paired difference to ``baseline`` with its interval."""
+    table = ci_table(frame, columns, baseline)
+    base = table.attrs["baseline"]
+    rows = []
+    for m in columns:
+        unit = UNITS.get(m, "s" if m.endswith("_s") else "")
+        for name in table.index:
+            r = table.loc[name, m]
+            rows.append((m, unit, name, _fmt(r["mean"]), f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]",
+                         _fmt(r["d_mean"], True),
+                         f"[{_fmt(r['d_lo'], True)}, {_fmt(r['d_hi'], True)}]"))
+    return text_table(rows, header=("metric", "unit", "config", "mean", "95% CI",
+                                    f"d vs {base}", "95% CI of d"))
+
+
+def compared_columns(frame: pd.DataFrame) -> list[str]:
+    """The metric columns a comparison table shows for ``frame`` (`compare`, either mode):
+    those present with at least one value."""
+    if frame.attrs.get("mode") == "counterfactual":
+        cols = list(COUNTERFACTUAL)
+    else:
+        cols = [c for c in metrics.SOURCE if c not in ("requests", "requests_finished")]
+    return [c for c in cols if c in frame and frame[c].notna().any()]
+
+
+def frame_text(frame: pd.DataFrame) -> str:
+    """A small frame as an aligned text table (numbers to 4 significant digits)."""
+    rows = [tuple(_fmt(v) if isinstance(v, float) else str(v) for v in rec)
+            for rec in frame.itertuples(index=False)]
+    return text_table(rows, header=[str(c) for c in frame.columns])
+
+
+def _fmt(x: float, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:+.4g}" if sign else f"{x:.4g}"

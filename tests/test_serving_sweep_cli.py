@@ -1,0 +1,120 @@
+"""`eplb simulate` comparisons, sweeps, capacity and --print-config; config overrides; the
+rate sweep's rows."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from eplb.cli.main import main
+from eplb.errors import InputError
+from eplb.evaluation import serving
+from eplb.evaluation.serving import sweep
+from eplb.evaluation.serving.config import overrides
+from tests.test_serving_capacity import tiny
+
+
+def eplb(*args) -> SimpleNamespace:
+    """The CLI in this process (its subprocess start-up is tested in test_serving_sim_cli)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+SYNTH = "synth:n=40,rate=8,input_mean=1500,output_mean=12,hit_rate=0.3,open_sessions=16,seed=3"
+
+
+@pytest.fixture(scope="module")
+def toml(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cfg") / "tiny.toml"
+    tiny().write_toml(path)
+    return path
+
+
+def test_overrides_apply_and_fail_clearly():
+    cfg = tiny()
+    out = overrides.apply(cfg, ["eplb.solver=greedy", "decode.count=2", "slo.ttft_s=1.5",
+                                "name=x"])
+    assert (out.eplb.solver, out.decode.count, out.slo.ttft_s, out.name) == (
+        "greedy", 2, 1.5, "x")
+    assert overrides.apply(cfg, []) is cfg
+    with pytest.raises(InputError, match="eplb.solverr"):
+        overrides.apply(cfg, ["eplb.solverr=greedy"])
+    with pytest.raises(InputError, match="not KEY=VALUE"):
+        overrides.apply(cfg, ["eplb.solver"])
+    assert overrides.parse_variant("g:eplb.solver=greedy,eplb.options={a = 1, b = 2}") == (
+        "g", ["eplb.solver=greedy", "eplb.options={a = 1, b = 2}"])
+
+
+def test_rate_sweep_rows_and_served_fraction():
+    wl = serving.workload.synthesize(30, rate=8.0, input_mean=1500, output_mean=12,
+                                     hit_rate=0.3, open_sessions=16, seed=3)
+    frame = sweep.rate_sweep([tiny()], wl, [4.0, 40.0], seeds=[0], progress=False)
+    assert list(frame["offered_rate"]) == [4.0, 40.0]
+    assert frame["served_fraction"].between(0, 1).all()
+    assert frame["goodput"].iloc[0] >= frame["goodput"].iloc[1]
+    assert "offered (req/s)" in sweep.sweep_table(frame)
+
+
+def test_print_config_round_trips(tmp_path):
+    r = eplb("simulate", "--print-config", "deepseek_day6", "--set", "decode.count=3")
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / "c.toml"
+    path.write_text(r.stdout)
+    cfg = serving.ClusterConfig.load(path)
+    assert cfg == serving.ClusterConfig.deepseek_day6().replace(
+        decode=cfg.decode) and cfg.decode.count == 3
+
+
+def test_compare_table_with_variants_and_seeds(toml, tmp_path):
+    out = tmp_path / "cmp"
+    r = eplb("simulate", toml, "--workload", SYNTH, "--variant",
+             "trivial:eplb.solver=static,eplb.initial=trivial", "--variant",
+             "bal:eplb.solver=balanced", "--seeds", "0,1", "--mode", "counterfactual",
+             "--baseline", "trivial", "--no-progress", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "95% CI" in r.stdout and "d vs trivial" in r.stdout
+    frame = pd.read_csv(out / "results.csv")
+    assert list(dict.fromkeys(frame["config"])) == ["trivial", "tiny", "bal"]
+    assert (frame.loc[frame["config"] == "bal", "d_decode_step_s"] < 0).all()
+
+
+def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
+    out = tmp_path / "sw"
+    r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4,40", "--no-progress",
+             "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / "rate_sweep.png").stat().st_size > 0
+    assert len(pd.read_csv(out / "results.csv")) == 2
+    r = eplb("simulate", toml, "--workload", SYNTH, "--capacity", "--rel-tol", "0.3",
+             "--set", "slo.ttft_s=1.0",
+             "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "goodput_hi" in r.stdout
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--set", "eplb.nope=1"], "eplb.nope"),
+    (["--variant", "x"], "NAME:KEY=VALUE"),
+    (["--rates", "1,x"], "--rates"),
+    (["--seeds", "0,-1"], "--seeds"),
+    (["--baseline", "zz", "--seeds", "0,1"], "--baseline"),
+])
+def test_bad_study_input_is_one_error_line(toml, args, match):
+    r = eplb("simulate", toml, "--workload", SYNTH, *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("eplb: error:") and match in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_no_folder_left_on_failure(toml, tmp_path):
+    out = tmp_path / "never"
+    r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4", "--set",
+             "slo.ttft_s=-1", "-o", out)
+    assert r.returncode == 2 and not out.exists()
