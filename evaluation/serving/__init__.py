@@ -15,6 +15,7 @@ from eplb.evaluation.serving.config import (
     EplbConfig,
     KVConfig,
     RoutingConfig,
+    SchedulerConfig,
     SLOConfig,
     UnitConfig,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "RankState",
     "RequestBatch",
     "RoutingConfig",
+    "SchedulerConfig",
     "SLOConfig",
     "SimResult",
     "StepModel",

@@ -101,7 +101,10 @@ class PrefillUnit(Unit):
         g0 = self.index * G
         att = 0.0
         rows, new, pairs = [], [], []
+        p_start = sim.records.prefill_start_s
         for r, e, n in chunks:
+            if e[2] == 0 and p_start[e[0]] != p_start[e[0]]:  # NaN: its first chunk starts
+                p_start[e[0]] = t
             # the chunk leaves its rank's queue (the balancer fills the next step) ...
             a = n * (e[3] + e[2]) + n * n / 2
             rows.append(g0 + r)
