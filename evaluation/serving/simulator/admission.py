@@ -17,6 +17,7 @@ from eplb.evaluation.serving.kvcache import KVStore, RankCaches
 from eplb.evaluation.serving.simulator.events import ARRIVE, D_WAKE
 
 OFFER_CAP = 256  # waiting requests offered to a balancer at once (head of the queue)
+_FCFS_RUNS = 6  # balancer runs per offer at most under fcfs / lpm (`Admission._assign`)
 _BALANCE_P, _BALANCE_D = 3, 4  # rng purposes (popularity = 1, step noise = 2: expert_loads)
 
 
@@ -133,21 +134,41 @@ class Admission:
             self.route_prefill(t, fresh)
 
     # ------------------------------------------------------------------ order
-    def _order(self, ranks: np.ndarray) -> np.ndarray:
-        """``fcfs`` / ``lpm``: nothing after the first request that found no rank is placed
-        (the head blocks the queue); ``first_fit``: as the balancer placed them."""
-        if self.policy != "first_fit":
-            miss = np.flatnonzero(ranks < 0)
-            if miss.size:
-                ranks = ranks.copy()
-                ranks[miss[0]:] = -1
-        return ranks
-
     def _assign(self, name, batch, state, rng, options) -> np.ndarray:
-        ranks = balancers.assign(name, batch, state, seed=rng, commit=False, **options)
-        ranks = self._order(ranks)
-        state.add(batch, ranks)
-        return ranks
+        """The balancer's ranks for ``batch`` (committed to ``state``). ``first_fit``: as the
+        balancer placed them (a newer request that fits may overtake an older one that does
+        not). ``fcfs`` / ``lpm``: only a prefix of the queue is placed, up to the first
+        request that fits no rank; the balancer (which may place largest first) is re-run on
+        the shortened prefix until its every request is placed or the prefix's last one is
+        what does not fit (at most a few runs; the prefix shrinks each time)."""
+        if self.policy == "first_fit":
+            ranks = balancers.assign(name, batch, state, seed=rng, commit=False, **options)
+            state.add(batch, ranks)
+            return ranks
+        n = m = len(batch)
+        sub = batch
+        for _ in range(_FCFS_RUNS):
+            ranks = balancers.assign(name, sub, state, seed=rng, commit=False, **options)
+            miss = np.flatnonzero(ranks < 0)
+            if not miss.size:
+                break
+            j0 = int(miss[0])
+            if j0 == m - 1:
+                break
+            m = j0 + 1
+            sub = batch.take(np.arange(m))
+        miss = np.flatnonzero(ranks < 0)
+        if miss.size and miss[0] == 0 and m > 1:  # the head alone, so it never starves
+            m = 1
+            ranks = balancers.assign(
+                name, batch.take(np.arange(1)), state, seed=rng, commit=False, **options
+            )
+            miss = np.flatnonzero(ranks < 0)
+        out = np.full(n, -1, dtype=np.int64)
+        k = int(miss[0]) if miss.size else m
+        out[:k] = ranks[:k]
+        state.add(batch, out)
+        return out
 
     # ------------------------------------------------------------------ decode reservation
     def _reservation(self, idx: np.ndarray) -> np.ndarray:
