@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from eplb.evaluation.serving.simulator.events import D_END, D_WAKE
+from eplb.evaluation.serving.simulator.records import COL_OUTPUT
 from eplb.evaluation.serving.simulator.units import Unit
 from eplb.evaluation.serving.steptime import RankBatch
 
@@ -132,6 +133,17 @@ class DecodeUnit(Unit):
             & (req.d_unit[idx] == self.index)
             & (req.d_k0[idx] + req.d_steps[idx] - 1 == k)
         )
+
+    def settle(self, i: int, sim) -> int:
+        """Request ``i`` leaves mid-way (retracted, or its rank failed): the whole tokens it
+        emitted so far (`emitted_so_far`); the recorded steps, which counted ``1 + x`` per
+        step for it, are corrected to that (so recorded output tokens stay exact)."""
+        req = sim.req
+        made = self.emitted_so_far(i, req)
+        frac = (self.k - int(req.d_k0[i])) * self.e - made
+        if frac and self.row >= 0:
+            sim.records.patch_step(self.row, COL_OUTPUT, -frac)
+        return made
 
     # ------------------------------------------------------------------ handlers
     def admit(self, sim, t: float) -> None:
@@ -259,7 +271,7 @@ class DecodeUnit(Unit):
                 self.kv[r] -= ctx
                 self.n[r] -= 1
                 need -= ctx
-                req.gen[i] += self.emitted_so_far(i, req)
+                req.gen[i] += self.settle(i, sim)
                 req.d_phase[i] = 0
                 self.gone += 1
                 out.append(i)

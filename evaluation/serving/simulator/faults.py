@@ -127,7 +127,7 @@ class Faults:
             if not unit.finish_at[kf]:
                 del unit.finish_at[kf]
             for i in mine:
-                req.gen[i] += unit.emitted_so_far(i, req)
+                req.gen[i] += unit.settle(i, sim)
                 req.d_phase[i] = 0
                 lost.append(i)
                 if unit.busy:  # what the running step would have emitted for it
