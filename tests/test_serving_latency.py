@@ -239,14 +239,14 @@ def test_reservation_before_prefill_holds_prompts_back():
 @pytest.fixture(scope="module")
 def tight():
     """A decode rank with room for a few requests and a small reservation: retraction."""
-    cap = 12_000
+    cap = 20_000
     cfg = small_config(
         eplb=STATIC,
         decode=_decode(kv_capacity_tokens=cap, max_running_requests=64),
         scheduler=SchedulerConfig(reserved_decode_tokens=32),
     )
     wl = small_workload(n=120, rate=6.0, seed=9, input_mean=1200, output_mean=600,
-                        hit_rate=None)
+                        input_sigma=0.3, output_sigma=0.3, hit_rate=None)
     checks = []
     orig = DecodeUnit.start
 
@@ -291,11 +291,11 @@ def test_retraction_conserves_requests_and_tokens(tight):
 def test_whole_output_reserved_never_retracts():
     cfg = small_config(
         eplb=STATIC,
-        decode=_decode(kv_capacity_tokens=12_000),
+        decode=_decode(kv_capacity_tokens=20_000),
         scheduler=SchedulerConfig(reserved_decode_tokens=None),
     )
     wl = small_workload(n=60, rate=6.0, seed=9, input_mean=1200, output_mean=600,
-                        hit_rate=None)
+                        input_sigma=0.3, output_sigma=0.3, hit_rate=None)
     r = serving.simulate(cfg, wl, seed=0, progress=False).requests
     assert r["retractions"].sum() == 0 and r["finish_s"].notna().all()
 

@@ -21,6 +21,7 @@ INITIAL_PLACEMENTS = ("trivial", "history")
 DECODE_RESERVATION = ("before_prefill", "after_prefill")
 SCHEDULE_POLICIES = ("fcfs", "lpm", "first_fit")
 MTP_SAMPLING = ("per_step", "mean")
+PREFILL_CHUNKING = ("attention", "tokens")
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
 
 
@@ -276,18 +277,23 @@ class SchedulerConfig:
     prompt (SGLang's ``DEFAULT_RESERVED_DECODE_TOKENS``, 512); a decode rank whose KV then runs
     out retracts its newest requests (they prefill again); None reserves the whole output (no
     retraction can happen). ``mtp_sampling``: ``per_step`` draws each request's accepted MTP
-    drafts per step (seeded), ``mean`` emits the mean acceptance every step."""
+    drafts per step (seeded), ``mean`` emits the mean acceptance every step.
+    ``prefill_chunking``: ``attention`` caps a rank's step work (linear tokens plus core
+    attention in token equivalents) at what ``token_budget`` costs at 4,096-token prompts, so
+    a chunk deep in a long context is shorter; ``tokens`` caps the tokens only."""
 
     decode_reservation: str = "before_prefill"
     policy: str = "fcfs"
     reserved_decode_tokens: int | None = 512
     mtp_sampling: str = "per_step"
+    prefill_chunking: str = "attention"
 
     def check(self) -> None:
         _choice("scheduler.decode_reservation", self.decode_reservation, DECODE_RESERVATION)
         _choice("scheduler.policy", self.policy, SCHEDULE_POLICIES)
         _int("scheduler.reserved_decode_tokens", self.reserved_decode_tokens, optional=True)
         _choice("scheduler.mtp_sampling", self.mtp_sampling, MTP_SAMPLING)
+        _choice("scheduler.prefill_chunking", self.prefill_chunking, PREFILL_CHUNKING)
 
 
 BLOCKS = {

@@ -127,7 +127,10 @@ def censored_percentiles(
     both = np.concatenate([exact, censored])
     vals = [_pct(both, q) for q in qs]
     low = float(censored.min()) if censored.size else math.inf
-    return vals, [bool(v >= low) for v in vals]
+    # exact when both order statistics the interpolation uses lie below every censored value
+    upper = [float(np.percentile(both, q, method="higher")) if both.size else math.nan
+             for q in qs]
+    return vals, [bool(u >= low) for u in upper]
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=QUANTILES) -> list[float]:

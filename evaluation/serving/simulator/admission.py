@@ -137,37 +137,36 @@ class Admission:
     def _assign(self, name, batch, state, rng, options) -> np.ndarray:
         """The balancer's ranks for ``batch`` (committed to ``state``). ``first_fit``: as the
         balancer placed them (a newer request that fits may overtake an older one that does
-        not). ``fcfs`` / ``lpm``: only a prefix of the queue is placed, up to the first
-        request that fits no rank; the balancer (which may place largest first) is re-run on
-        the shortened prefix until its every request is placed or the prefix's last one is
-        what does not fit (at most a few runs; the prefix shrinks each time)."""
+        not). ``fcfs`` / ``lpm``: only a prefix of the queue is placed: the balancer's
+        placements before the first request it left out are kept (valid: dropping the later
+        ones only lowers loads), then the rest is offered again, its head alone if it does
+        not fit beside the others, until the head fits nowhere (at most ``_FCFS_RUNS``
+        runs)."""
         if self.policy == "first_fit":
             ranks = balancers.assign(name, batch, state, seed=rng, commit=False, **options)
             state.add(batch, ranks)
             return ranks
-        n = m = len(batch)
-        sub = batch
+        n = len(batch)
+        out = np.full(n, -1, dtype=np.int64)
+        pos = 0
         for _ in range(_FCFS_RUNS):
+            sub = batch if pos == 0 else batch.take(np.arange(pos, n))
             ranks = balancers.assign(name, sub, state, seed=rng, commit=False, **options)
             miss = np.flatnonzero(ranks < 0)
-            if not miss.size:
+            k = int(miss[0]) if miss.size else ranks.size
+            if k == 0:  # the head did not fit beside the others: alone, so it never starves
+                ranks = balancers.assign(
+                    name, batch.take(np.arange(pos, pos + 1)), state, seed=rng, commit=False,
+                    **options,
+                )
+                k = 1 if ranks[0] >= 0 else 0
+                if not k:
+                    break
+            out[pos:pos + k] = ranks[:k]
+            state.add(batch.take(np.arange(pos, pos + k)), ranks[:k])
+            pos += k
+            if pos >= n or not miss.size:
                 break
-            j0 = int(miss[0])
-            if j0 == m - 1:
-                break
-            m = j0 + 1
-            sub = batch.take(np.arange(m))
-        miss = np.flatnonzero(ranks < 0)
-        if miss.size and miss[0] == 0 and m > 1:  # the head alone, so it never starves
-            m = 1
-            ranks = balancers.assign(
-                name, batch.take(np.arange(1)), state, seed=rng, commit=False, **options
-            )
-            miss = np.flatnonzero(ranks < 0)
-        out = np.full(n, -1, dtype=np.int64)
-        k = int(miss[0]) if miss.size else m
-        out[:k] = ranks[:k]
-        state.add(batch, out)
         return out
 
     # ------------------------------------------------------------------ decode reservation
@@ -210,27 +209,30 @@ class Admission:
     def route_reserve(self, t: float, fresh=()) -> None:
         """``before_prefill``: reserve decode KV for the head of the reservation queue and the
         ``fresh`` arrivals (the decode balancer picks the rank); the reserved ones go on to
-        the prefill balancer. One-token outputs need no decode and go on at once."""
+        the prefill balancer. One-token outputs need no decode KV: they pass, in their turn
+        (under ``fcfs`` not past a request still waiting)."""
         req = self.req
-        fresh = list(fresh)
-        direct = []
-        if fresh:
-            one = (req.out[fresh] - req.gen[fresh]) <= 1
-            if one.any():
-                direct = [i for i, o in zip(fresh, one.tolist(), strict=True) if o]
-                fresh = [i for i, o in zip(fresh, one.tolist(), strict=True) if not o]
         changed = self.d_version != self.r_offered
         offer, old, skipped = self._offer_head(self.r_wait, changed, fresh, OFFER_CAP * 4)
         if self.r_wait and changed:
             self.r_offered = self.d_version
-        placed_late, placed_fresh = [], list(direct)
         if offer:
             idx = np.fromiter(offer, dtype=np.int64, count=len(offer))
-            ranks = self._place_decode(idx)
+            one = (req.out[idx] - req.gen[idx]) <= 1
+            ranks = np.zeros(idx.size, dtype=np.int64)  # one-token ones: placed (0)
+            multi = np.flatnonzero(~one)
+            if multi.size:
+                ranks[multi] = self._place_decode(idx[multi])
+                if self.policy != "first_fit":
+                    miss = multi[ranks[multi] < 0]
+                    if miss.size:
+                        later = one & (np.arange(idx.size) > miss[0])
+                        ranks[later] = -1
             self._requeue(self.r_wait, offer, old, ranks)
-            for j, i in enumerate(offer):
-                if ranks[j] >= 0:
-                    (placed_fresh if j >= old else placed_late).append(i)
+            placed_late = [i for j, i in enumerate(offer) if j < old and ranks[j] >= 0]
+            placed_fresh = [i for j, i in enumerate(offer) if j >= old and ranks[j] >= 0]
+        else:
+            placed_late = placed_fresh = []
         self.r_wait.extend(skipped)
         if placed_late or placed_fresh:
             self.route_prefill(t, placed_fresh, placed_late)

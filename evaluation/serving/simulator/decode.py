@@ -209,8 +209,8 @@ class DecodeUnit(Unit):
         if fin:  # a request's last step emits what it still needs (exact sums over a life)
             req = sim.req
             idx = np.array(fin, dtype=np.int64)
-            if self.gone:
-                idx = idx[self.live(idx, self.k, req)]
+            if self.gone:  # (a request may sit twice in a list: once stale, once live)
+                idx = np.unique(idx[self.live(idx, self.k, req)])
             over = req.d_steps[idx] * self.e - req.d_need[idx]
             out_tokens -= float(over.sum())
         self.busy = True
@@ -234,9 +234,9 @@ class DecodeUnit(Unit):
         if fin:
             idx = np.array(fin, dtype=np.int64)
             if self.gone:
-                live = self.live(idx, k, req)
-                self.gone -= int((~live).sum())
-                idx = idx[live]
+                live = np.unique(idx[self.live(idx, k, req)])
+                self.gone -= idx.size - live.size
+                idx = live
         if fin and idx.size:
             r = req.d_rank[idx]
             G = self.G
