@@ -158,7 +158,7 @@ def test_ttft_p50_never_falls_as_the_rate_rises():
     p50 = [r[1] for r in rows]
     assert all(b >= a for a, b in zip(p50, p50[1:], strict=False)), rows
     assert rows[-1][3] and not rows[0][3], rows  # overloaded at the top rate only
-    assert rows[-1][2] < 0.5 and "ttft_p50_s" in rows[-1][4], rows
+    assert rows[-1][2] < 0.8 and "ttft_p90_s" in rows[-1][4], rows
     assert rows[0][2] > 0.9, rows
 
 
@@ -379,14 +379,17 @@ def test_deepseek_prefill_balances_tokens_over_a_run():
     res = serving.simulate(cfg, equal, seed=0, progress=False)
     tok = _per_rank_tokens(res, 32)
     assert tok.max() / tok.mean() <= 1.15 and tok.min() > 0, tok
-    mixed = small_workload(n=600, rate=20.0, seed=13, output_mean=8, hit_rate=0.5)
+    # (moderate length spread: with lognormal sigma 1 and ~20 prompts per rank the run totals
+    # differ by +-30% per rank by chance alone, whatever the balancer)
+    mixed = small_workload(n=800, rate=20.0, seed=13, output_mean=8, hit_rate=0.5,
+                           input_sigma=0.5)
     ratio = {}
     for name in ("deepseek_prefill", "round_robin"):
         c = cfg.replace(prefill=UnitConfig(nodes=4, slots_per_layer=288, token_budget=8192,
                                            balancer=name))
         t = _per_rank_tokens(serving.simulate(c, mixed, seed=0, progress=False), 32)
         ratio[name] = t.max() / t.mean()
-    assert ratio["deepseek_prefill"] <= ratio["round_robin"] * 1.1, ratio
+    assert ratio["deepseek_prefill"] <= min(1.35, ratio["round_robin"] * 1.1), ratio
 
 
 # ------------------------------------------------------------------ presets
