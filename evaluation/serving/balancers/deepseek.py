@@ -23,10 +23,11 @@ def _mean_after(current: np.ndarray, added: np.ndarray, alive: np.ndarray) -> fl
 def argmin_from(x: np.ndarray, cursor: int) -> int:
     """The first minimum of ``x: float[R]`` at or after ``cursor``, cyclically (ties rotate
     over the ranks instead of always going to rank 0)."""
-    r = int(x[cursor:].argmin()) + cursor
-    if cursor and x[:cursor].min() < x[r]:
-        r = int(x[:cursor].argmin())
-    return r
+    r = int(x.argmin())
+    if r >= cursor:  # the first minimum overall lies at or after the cursor
+        return r
+    j = int(x[cursor:].argmin()) + cursor
+    return j if x[j] == x[r] else r
 
 
 def _greedy(

@@ -489,17 +489,35 @@ class Admission:
         state, bs = self.d_state, self.bs
         g = np.atleast_1d(np.asarray(g, dtype=np.int64))
         kv = np.atleast_1d(np.asarray(kv, dtype=np.float64))
-        one = np.ones(g.size)
-        blocks = -(-kv // bs)
+        if g.size == 1:
+            r, k = int(g[0]), float(kv[0])
+            b = -(-k // bs)
+            for arr, d in (
+                (state.num_requests, 1.0),
+                (state.running_tokens, k),
+                (state.kv_blocks_used, b),
+                (state.attention_cost, k),
+                (self.d_res_blocks, b),
+            ):
+                arr[r] = max(arr[r] - d, 0.0)
+            return
+        lo = int(g.min())
+        n = int(g.max()) - lo + 1
+        gl = g - lo
+        sl = slice(lo, lo + n)
+        count = np.bincount(gl, minlength=n)
+        toks = np.bincount(gl, kv, n)
+        blocks = np.bincount(gl, -(-kv // bs), n)
         for arr, d in (
-            (state.num_requests, one),
-            (state.running_tokens, kv),
+            (state.num_requests, count),
+            (state.running_tokens, toks),
             (state.kv_blocks_used, blocks),
-            (state.attention_cost, kv),
+            (state.attention_cost, toks),
             (self.d_res_blocks, blocks),
         ):
-            np.subtract.at(arr, g, d)
-            np.maximum(arr, 0.0, out=arr)
+            part = arr[sl]
+            part -= d
+            np.maximum(part, 0.0, out=part)
 
     def release(self, i: int) -> None:
         """Request ``i`` gives up its decode reservation (it is not running)."""

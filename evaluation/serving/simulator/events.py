@@ -9,9 +9,6 @@ ARRIVE, P_END, D_END, P_WAKE, D_WAKE, REBAL, LIVE, FAULT, END = range(9)
 # events before which the requests that arrived by then are routed (only prefill events
 # change what the router reads)
 PREFILL_EVENTS = (ARRIVE, P_END, P_WAKE, FAULT, END)
-# with decode KV reserved before prefill the router also reads the decode ranks, which decode
-# step ends change
-RESERVE_EVENTS = (*PREFILL_EVENTS, D_END)
 
 
 class EventQueue:

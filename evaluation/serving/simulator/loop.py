@@ -29,7 +29,6 @@ from eplb.evaluation.serving.simulator.events import (
     P_WAKE,
     PREFILL_EVENTS,
     REBAL,
-    RESERVE_EVENTS,
     EventQueue,
 )
 from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
@@ -187,9 +186,8 @@ class Simulation:
 
     def run(self) -> SimResult:
         """The event loop: every event goes to the entity it concerns; requests that arrived
-        by an event that changes what the router reads (prefill events; with
-        ``before_prefill`` reservations decode step ends too) are routed before it
-        (`Admission.flush`)."""
+        by a prefill event are routed before it (`Admission.flush`; with ``before_prefill``
+        their decode reservation is decided then too)."""
         adm, req, queue = self.admission, self.req, self.events
         prefill, decode = self.units["prefill"], self.units["decode"]
         handlers = {  # event kind -> handler(arg, t) of the entity it changes
@@ -208,7 +206,7 @@ class Simulation:
             queue.push(self.end_time, END)
         adm.maybe_arrival_event()
         heap, pop, end_time = queue.heap, heapq.heappop, self.end_time
-        routing_events = RESERVE_EVENTS if adm.before else PREFILL_EVENTS
+        routing_events = PREFILL_EVENTS
         bar = _Progress(self) if self.progress else None
         try:
             while heap:
