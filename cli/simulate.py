@@ -124,6 +124,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="T0:T1",
         help="summarise over simulated seconds [T0, T1) (default: the whole run)",
     )
+    p.add_argument(
+        "--measure-from",
+        type=float,
+        metavar="S",
+        help="leave the first S simulated seconds out of the summary (warm-up)",
+    )
     p.add_argument("-o", "--output", metavar="OUTDIR",
                    help="output folder (required for a single run)")
     p.add_argument("--force", action="store_true", help="replace OUTDIR if it exists (atomically)")
@@ -289,6 +295,9 @@ def _single(args: argparse.Namespace) -> int:
     out = Path(args.output)
     _check_output(out, args.force)
     window = _window(args.window)
+    mfrom = args.measure_from
+    if mfrom is not None and not (mfrom >= 0 and math.isfinite(mfrom)):
+        raise InputError(f"--measure-from must be seconds >= 0, got {mfrom}")
     config = args.config
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
         raise InputError(f"--duration must be seconds > 0, got {args.duration}")
@@ -301,8 +310,8 @@ def _single(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
-        result.save(tmp, config, window=window, plots=not args.no_plots)
-    print(result.summary_table(window))
+        result.save(tmp, config, window=window, plots=not args.no_plots, measure_from_s=mfrom)
+    print(result.summary_table(window, measure_from_s=mfrom))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
         f"{len(result.rebalances)} rebalance rows: scheduled, skipped and emergency)"

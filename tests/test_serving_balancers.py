@@ -285,18 +285,22 @@ def test_deepseek_decode_balances_kv_and_requests_better_than_round_robin(seed):
 
 
 # ------------------------------------------------------------------ DeepSeek greedy vs reference
-def _reference_greedy(led, a, da, A, b, db, B_, w):
-    """The DeepSeek balancers' greedy written plainly: every rank scored per request."""
+def _reference_greedy(led, a, da, A, b, db, B_, w, cursor):
+    """The DeepSeek balancers' greedy written plainly: every rank scored per request; ties to
+    the first tied rank at or after the cursor (cyclic), which moves past each placement."""
     out = np.full(da.size, -1, dtype=np.int64)
     wb = w / B_
+    R = a.size
     for i in np.argsort(-np.maximum(da / A, wb * db), kind="stable"):
         ok = led.fits(i)
         if ok.any():
             x, y = (a + da[i]) / A, wb * (b + db[i])
-            score = np.maximum(x, y) + 1e-9 * (x + y)
-            r = int(np.where(ok, score, np.inf).argmin())
+            score = np.where(ok, np.maximum(x, y) + 1e-9 * (x + y), np.inf)
+            order = [(cursor + j) % R for j in range(R)]
+            r = min(order, key=lambda q: score[q])  # first minimum in cyclic order
             out[i] = r
             led.place(i, r)
+            cursor = (r + 1) % R
     return out
 
 
@@ -308,11 +312,13 @@ def _reference(name, batch, state, w):
     if name == "deepseek_prefill":
         A = _mean_after(led.att, led.datt, state.alive)
         T = _mean_after(led.tokens, led.dtok, state.alive)
-        return _reference_greedy(led, led.att, led.datt, A, led.tokens, led.dtok, T, w)
+        return _reference_greedy(
+            led, led.att, led.datt, A, led.tokens, led.dtok, T, w, state.cursor
+        )
     ones = np.ones(len(batch))
     K = _mean_after(led.kv, led.dkv, state.alive)
     N = _mean_after(led.n, ones, state.alive)
-    return _reference_greedy(led, led.kv, led.dkv, K, led.n, ones, N, w)
+    return _reference_greedy(led, led.kv, led.dkv, K, led.n, ones, N, w, state.cursor)
 
 
 @st.composite
@@ -353,6 +359,7 @@ def crowded(draw):
         kv_blocks_used=rng.integers(0, 4, size=R),
         attention_cost=load(1e6),
         block_size=512,
+        cursor=int(rng.integers(0, R)),
     )
     return batch, state, draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
 

@@ -155,7 +155,7 @@ def _oracle_cached(req: pd.DataFrame, hashes: list, block: int) -> np.ndarray:
     KVStore."""
     events = []
     for i, r in enumerate(req.itertuples()):
-        events.append((r.first_token_s, 1, i))  # insert
+        events.append((r.prefill_end_s, 1, i))  # insert (its prefill finished)
         late = r.routed_s > r.arrival_s
         events.append((r.routed_s, 2 if late else 0, i))  # lookup after/before inserts
     events.sort(key=lambda e: (e[0], e[1]))

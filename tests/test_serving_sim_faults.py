@@ -11,6 +11,7 @@ from eplb.evaluation.serving.config import EplbConfig
 from tests.test_serving_sim import small_config, small_workload
 
 T_FAIL = 25.0
+DEAD = 3  # the decode GPU that fails
 
 
 def _check_conserved(res) -> None:
@@ -19,13 +20,19 @@ def _check_conserved(res) -> None:
     dec = res.steps[res.steps["phase"] == "decode"]
     # every output token once: prefills emit one each (a retry's re-prefill too), decode the rest
     prefills = req["prefills"]
-    assert dec["output_tokens"].sum() + prefills.sum() == req["output_tokens"].sum()
+    # (decode steps count the expected 1 + x tokens per request per step, corrected to whole
+    # tokens when a request finishes or leaves: exact up to float rounding)
+    assert dec["output_tokens"].sum() + prefills.sum() == pytest.approx(
+        req["output_tokens"].sum(), rel=1e-9
+    )
     assert (prefills >= 1).all()
 
 
 @pytest.fixture(scope="module")
 def decode_failure():
-    cfg = small_config(faults=[serving.GpuFailure(T_FAIL, ("decode", 0), gpu=5)])
+    # (GPU 3 runs two requests at T_FAIL under this seed; GPU 5 happens to run none since the
+    # DeepSeek balancers rotate ties)
+    cfg = small_config(faults=[serving.GpuFailure(T_FAIL, ("decode", 0), gpu=DEAD)])
     wl = small_workload(n=600, rate=10.0, seed=11, output_mean=150)
     return cfg, wl, serving.simulate(cfg, wl, seed=0, progress=False)
 
@@ -35,12 +42,12 @@ def test_decode_failure_loses_no_request(decode_failure):
     _check_conserved(res)
     req = res.requests
     f = res.faults.iloc[0]
-    assert (f["phase"], f["unit"], f["gpu"]) == ("decode", 0, 5)
+    assert (f["phase"], f["unit"], f["gpu"]) == ("decode", 0, DEAD)
     assert f["requests_requeued"] > 0 and req["retries"].sum() >= f["requests_requeued"]
     assert res.summary()["retries"] == req["retries"].sum()
     # nobody decodes on the dead rank afterwards
     after = req["decode_start_s"] > T_FAIL
-    assert not (after & (req["decode_rank"] == 5)).any()
+    assert not (after & (req["decode_rank"] == DEAD)).any()
     # a retried request kept its first token time and finished after the failure
     retried = req[req["retries"] > 0]
     assert (retried["first_token_s"] <= T_FAIL).all() and (retried["finish_s"] > T_FAIL).all()

@@ -18,6 +18,7 @@ from eplb.evaluation.serving.config import (
     EplbConfig,
     KVConfig,
     RoutingConfig,
+    SchedulerConfig,
     SLOConfig,
     UnitConfig,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RankState",
     "RequestBatch",
     "RoutingConfig",
+    "SchedulerConfig",
     "SLOConfig",
     "SimResult",
     "StepModel",

@@ -20,6 +20,16 @@ def _mean_after(current: np.ndarray, added: np.ndarray, alive: np.ndarray) -> fl
     return m if m > 0 else 1.0
 
 
+def argmin_from(x: np.ndarray, cursor: int) -> int:
+    """The first minimum of ``x: float[R]`` at or after ``cursor``, cyclically (ties rotate
+    over the ranks instead of always going to rank 0)."""
+    r = int(x.argmin())
+    if r >= cursor:  # the first minimum overall lies at or after the cursor
+        return r
+    j = int(x[cursor:].argmin()) + cursor
+    return j if x[j] == x[r] else r
+
+
 def _greedy(
     led: Ledger,
     a: np.ndarray,
@@ -29,10 +39,13 @@ def _greedy(
     db: np.ndarray,
     B: float,
     w: float,
+    cursor: int = 0,
 ) -> np.ndarray:
     """Largest first onto the fitting rank minimising ``max((a + da) / A, w * (b + db) / B)``;
     ``a``, ``b: float64[R]`` are the ledger's live load arrays, ``da``, ``db: float64[n]`` the
-    requests' increments; returns ``int64[n]`` ranks (``-1``: waits).
+    requests' increments; returns ``int64[n]`` ranks (``-1``: waits). Ties go to the first
+    tied rank at or after ``cursor`` (cyclic; it moves past each placed request), so equal
+    ranks share the work over a run (at light load every rank is empty between steps).
 
     The decisions of scoring every rank with ``Ledger.fits`` per request (the reference in
     tests/test_serving_balancers.py), in fewer array operations: each score is computed with
@@ -127,11 +140,12 @@ def _greedy(
         add(X, S, X)
         if mask is not None:
             putmask(X, mask, inf)
-            r = int(X.argmin())
+            r = argmin_from(X, cursor)
             if mask[r] and mask[mask.argmin()]:  # every rank is full for it: it waits
                 continue
         else:
-            r = int(X.argmin())
+            r = argmin_from(X, cursor)
+        cursor = r + 1 if r + 1 < R else 0
         out[i] = r
         place(i, r)
         if req:
@@ -159,7 +173,9 @@ def deepseek_prefill(
     led = Ledger(state, requests)
     A = _mean_after(led.att, led.datt, state.alive)
     T = _mean_after(led.tokens, led.dtok, state.alive)
-    return _greedy(led, led.att, led.datt, A, led.tokens, led.dtok, T, token_weight)
+    return _greedy(
+        led, led.att, led.datt, A, led.tokens, led.dtok, T, token_weight, state.cursor
+    )
 
 
 @register("deepseek_decode")
@@ -173,4 +189,4 @@ def deepseek_decode(
     ones = np.ones(len(requests))
     K = _mean_after(led.kv, led.dkv, state.alive)
     N = _mean_after(led.n, ones, state.alive)
-    return _greedy(led, led.kv, led.dkv, K, led.n, ones, N, request_weight)
+    return _greedy(led, led.kv, led.dkv, K, led.n, ones, N, request_weight, state.cursor)

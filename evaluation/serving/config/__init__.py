@@ -10,6 +10,7 @@ from eplb.evaluation.serving.config.schema import (
     EplbConfig,
     KVConfig,
     RoutingConfig,
+    SchedulerConfig,
     SLOConfig,
     UnitConfig,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "GpuFailure",
     "KVConfig",
     "RoutingConfig",
+    "SchedulerConfig",
     "SLOConfig",
     "UnitConfig",
     "kv_capacity_tokens",

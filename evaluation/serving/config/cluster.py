@@ -23,6 +23,7 @@ from eplb.evaluation.serving.config.schema import (
     EplbConfig,
     KVConfig,
     RoutingConfig,
+    SchedulerConfig,
     SLOConfig,
     UnitConfig,
     _choice,
@@ -37,8 +38,8 @@ class ClusterConfig:
     """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
     ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`; ``lp_overhead_s``:
     seconds per MoE layer and micro-batch the ``lp`` split adds), ``eplb``, ``kv``,
-    ``slo``, ``routing`` blocks and ``faults`` (simulator fault objects or their tables).
-    Seed-independent: the simulator takes the seed."""
+    ``slo``, ``routing``, ``scheduler`` blocks and ``faults`` (simulator fault objects or
+    their tables). Seed-independent: the simulator takes the seed."""
 
     model: str = "deepseek_v3"
     hardware: str = "h800"
@@ -54,6 +55,7 @@ class ClusterConfig:
     kv: KVConfig = field(default_factory=KVConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     faults: tuple[Any, ...] = ()
     name: str = "custom"
 

@@ -19,6 +19,10 @@ ROUTING_SOURCES = ("calibrated", "uniform", "trace")
 EXTRA_SOLVERS = ("static", "oracle", "balanced")
 INITIAL_PLACEMENTS = ("trivial", "history")
 EMERGENCY_MODES = ("patch", "repair", "resolve")
+DECODE_RESERVATION = ("before_prefill", "after_prefill")
+SCHEDULE_POLICIES = ("fcfs", "lpm", "first_fit")
+MTP_SAMPLING = ("per_step", "mean")
+PREFILL_CHUNKING = ("attention", "tokens")
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
 
 
@@ -277,4 +281,44 @@ class RoutingConfig:
         _options("routing.options", self.options)
 
 
-BLOCKS = {"eplb": EplbConfig, "kv": KVConfig, "slo": SLOConfig, "routing": RoutingConfig}
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the PD scheduler admits requests (docs/serving.md, "What is simulated").
+
+    ``decode_reservation``: ``before_prefill`` (SGLang's PD decode server pre-allocates a
+    request's KV before its prefill may start: a full decode tier holds prompts in the queue)
+    or ``after_prefill`` (the KV is reserved once the prefill is done; the prompt waits on the
+    prefill side). ``policy``: the waiting-queue order, ``fcfs`` (first come first served: the
+    head blocks the queue until it fits), ``lpm`` (SGLang's longest-prefix-match: the waiting
+    requests with the most cached prefix first, then FCFS) or ``first_fit`` (each waiting
+    request in arrival order takes a rank if one fits, newer ones may overtake: the old
+    behaviour). ``reserved_decode_tokens``: output tokens of KV reserved per request beyond its
+    prompt (SGLang's ``DEFAULT_RESERVED_DECODE_TOKENS``, 512); a decode rank whose KV then runs
+    out retracts its newest requests (they prefill again); None reserves the whole output (no
+    retraction can happen). ``mtp_sampling``: ``per_step`` draws each request's accepted MTP
+    drafts per step (seeded), ``mean`` emits the mean acceptance every step.
+    ``prefill_chunking``: ``attention`` caps a rank's step work (linear tokens plus core
+    attention in token equivalents) at what ``token_budget`` costs at 4,096-token prompts, so
+    a chunk deep in a long context is shorter; ``tokens`` caps the tokens only."""
+
+    decode_reservation: str = "before_prefill"
+    policy: str = "fcfs"
+    reserved_decode_tokens: int | None = 512
+    mtp_sampling: str = "per_step"
+    prefill_chunking: str = "attention"
+
+    def check(self) -> None:
+        _choice("scheduler.decode_reservation", self.decode_reservation, DECODE_RESERVATION)
+        _choice("scheduler.policy", self.policy, SCHEDULE_POLICIES)
+        _int("scheduler.reserved_decode_tokens", self.reserved_decode_tokens, optional=True)
+        _choice("scheduler.mtp_sampling", self.mtp_sampling, MTP_SAMPLING)
+        _choice("scheduler.prefill_chunking", self.prefill_chunking, PREFILL_CHUNKING)
+
+
+BLOCKS = {
+    "eplb": EplbConfig,
+    "kv": KVConfig,
+    "slo": SLOConfig,
+    "routing": RoutingConfig,
+    "scheduler": SchedulerConfig,
+}

@@ -68,20 +68,41 @@ FAULT_COLUMNS = (
 # the summary's keys with their units (the CLI prints them; docs list them)
 SUMMARY_UNITS = {
     "duration_s": "s",
+    "measure_from_s": "s",
     "requests": "requests",
     "requests_finished": "requests",
+    "served_fraction": "fraction",
     "retries": "retries",
+    "retractions": "retractions",
     "ttft_p50_s": "s",
     "ttft_p90_s": "s",
     "ttft_p99_s": "s",
+    "ttft_queue_mean_s": "s",
+    "ttft_prefill_mean_s": "s",
+    "ttft_transfer_mean_s": "s",
+    "ttft_admission_mean_s": "s",
+    "itl_p50_s": "s",
+    "itl_p90_s": "s",
+    "itl_p99_s": "s",
     "tpot_p50_s": "s",
     "tpot_p90_s": "s",
     "tpot_p99_s": "s",
+    "e2e_p50_s": "s",
+    "e2e_p90_s": "s",
+    "e2e_p99_s": "s",
+    "lower_bounds": "keys",
     "output_tok_s_per_request": "tok/s",
     "input_tok_s_per_node": "tok/s/node",
     "output_tok_s_per_node": "tok/s/node",
     "kv_hit_rate": "fraction",
     "goodput": "fraction",
+    "slo_ttft_s": "s",
+    "slo_tpot_s": "s",
+    "arrivals_per_s": "req/s",
+    "completions_per_s": "req/s",
+    "waiting_at_start": "requests",
+    "waiting_at_end": "requests",
+    "overloaded": "yes/no",
     "prefill_step_s": "s",
     "decode_step_s": "s",
     "decode_running_per_gpu": "requests",
@@ -94,11 +115,88 @@ SUMMARY_UNITS = {
     "emergency_placements": "placements",
     "emergency_replicas_moved": "replicas",
 }
+QUANTILES = (50, 90, 99)
 
 
 def _pct(x: np.ndarray, q: float) -> float:
     """The ``q``-th percentile of ``x: float[k]`` (NaN when empty)."""
     return float(np.percentile(x, q)) if x.size else math.nan
+
+
+def censored_percentiles(
+    exact: np.ndarray, censored: np.ndarray, qs=QUANTILES
+) -> tuple[list[float], list[bool]]:
+    """Percentiles over ``exact: float[a]`` values and ``censored: float[b]`` lower bounds
+    (requests still waiting: their wait so far); each with a flag, True when it is a lower
+    bound (some censored value lies at or below it, so the true percentile may be larger)."""
+    both = np.concatenate([exact, censored])
+    vals = [_pct(both, q) for q in qs]
+    low = float(censored.min()) if censored.size else math.inf
+    # exact when both order statistics the interpolation uses lie below every censored value
+    upper = [float(np.percentile(both, q, method="higher")) if both.size else math.nan
+             for q in qs]
+    return vals, [bool(u >= low) for u in upper]
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=QUANTILES) -> list[float]:
+    """Percentiles of ``values: float[k]`` each counted ``weights: float[k]`` times (the
+    inverted CDF: the smallest value whose cumulative weight reaches ``q%``); NaN if empty."""
+    keep = weights > 0
+    v, w = values[keep], weights[keep]
+    if not v.size:
+        return [math.nan for _ in qs]
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], np.cumsum(w[order])
+    return [float(v[min(int(np.searchsorted(c, q / 100 * c[-1])), v.size - 1)]) for q in qs]
+
+
+def inter_token_gaps(requests: pd.DataFrame, steps: pd.DataFrame, end: float):
+    """Every inter-token gap of ``requests`` as ``(values: float[k], weights: float[k])``: a
+    request admitted at decode step ``k0`` (its first token goes out at that step's start)
+    receives a chunk at the end of each step ``k0..k1`` of its unit, so its gaps are ``E[k0]
+    - S[k0]`` and ``E[k] - E[k - 1]`` (stalls and idle time between steps included), one per
+    step as `vllm bench serve` counts one per streamed chunk; only steps ended by ``end``."""
+    vals, wts = [], []
+    dec = steps[steps["phase"] == "decode"] if len(steps) else steps
+    if not len(dec) or not len(requests):
+        return np.zeros(0), np.zeros(0)
+    r = requests[requests["decode_first_step"] >= 0]
+    for v, part in dec.groupby("unit"):
+        k = part["step"].to_numpy()
+        K = int(k.max()) + 1
+        S = np.full(K, np.nan)
+        E = np.full(K, np.nan)
+        S[k] = part["start_s"].to_numpy()
+        E[k] = S[k] + part["duration_s"].to_numpy()
+        mine = r[r["decode_unit"] == v]
+        if not len(mine):
+            continue
+        k0 = mine["decode_first_step"].to_numpy()
+        k1 = np.minimum(mine["decode_last_step"].to_numpy(), K - 1)
+        ok = k1 >= k0
+        k0, k1 = k0[ok], k1[ok]
+        first = np.bincount(k0, minlength=K).astype(np.float64)
+        cont = np.zeros(K + 1)
+        np.add.at(cont, k0 + 1, 1.0)
+        np.add.at(cont, k1 + 1, -1.0)
+        cont = np.cumsum(cont)[:K]
+        ended = E <= end
+        gap = np.full(K, np.nan)
+        gap[1:] = E[1:] - E[:-1]
+        vals += [E - S, gap]
+        wts += [np.where(ended, first, 0.0), np.where(ended & ~np.isnan(gap), cont, 0.0)]
+    if not vals:
+        return np.zeros(0), np.zeros(0)
+    values, weights = np.concatenate(vals), np.concatenate(wts)
+    keep = weights > 0
+    return values[keep], weights[keep]
+
+
+def waiting_at(requests: pd.DataFrame, t: float) -> int:
+    """Requests arrived by ``t`` whose first token was not out by ``t``."""
+    ft = requests["first_token_s"].to_numpy()
+    arr = requests["arrival_s"].to_numpy()
+    return int(((arr <= t) & ~(ft <= t)).sum())
 
 
 @dataclass
@@ -114,26 +212,45 @@ class SimResult:
     meta: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ summary
-    def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
-        """Latency percentiles, throughput per node, KV hit rate, goodput (`SUMMARY_UNITS`).
+    def summary(
+        self, window: tuple[float, float] | None = None, *, measure_from_s: float | None = None
+    ) -> dict[str, Any]:
+        """Latency percentiles as `vllm bench serve` reports them, throughput per node, KV hit
+        rate, goodput, load state (`SUMMARY_UNITS`; docs/serving.md, "Results").
 
-        ``window=(t0, t1)`` (seconds): throughput from the steps starting in it, latencies and
-        goodput over the requests arriving in it (default: the whole run, ``(0, end)``).
-        Goodput is the share of the arrived requests that finished within both SLOs (TTFT, and
-        TPOT for outputs longer than one token); unfinished requests count as misses.
-        ``input_tok_s_per_node``: prompt tokens (cached included) of the prefills finished per
-        second per prefill node; ``output_tok_s_per_node``: tokens decode units emitted per
-        second per decode node (the first token of each request comes from prefill).
+        ``window=(t0, t1)`` (seconds; default the whole run) and ``measure_from_s`` (a
+        warm-up left out: the window starts there): throughput from the steps starting in it,
+        latencies and goodput over *every* request arriving in it. A request without a first
+        token by the end enters TTFT (and E2E) with its wait so far, a lower bound; the
+        percentiles it can raise are listed in ``lower_bounds``. TTFT is to the first token
+        at the client (KV transfer and decode admission included; ``ttft_*_mean_s`` its
+        parts over the served requests); ITL from the token emission times; TPOT per
+        finished request ``(e2e - ttft) / (output - 1)``. Goodput: the share of the arrived
+        requests that finished within both SLOs (unfinished = miss). ``overloaded``: the
+        requests waiting for a first token grew over the window (more than doubled and by
+        more than 5% of the arrivals).
         """
         end = self.meta.get("end_s", 0.0)
         t0, t1 = (0.0, end) if window is None else (float(window[0]), float(window[1]))
+        if measure_from_s is not None:
+            if not (isinstance(measure_from_s, (int, float)) and measure_from_s >= 0):
+                raise InputError(f"measure_from_s must be seconds >= 0, got {measure_from_s!r}")
+            t0 = max(t0, float(measure_from_s))
         if not t1 > t0:
-            raise InputError(f"window must be (start, end) with end > start, got {window!r}")
+            raise InputError(
+                f"window must be (start, end) with end > start, got {(t0, t1)!r}"
+                + (" (measure_from_s is past the end)" if measure_from_s is not None else "")
+            )
         span = t1 - t0
         req = self.requests
         sel = req[(req["arrival_s"] >= t0) & (req["arrival_s"] < t1)]
         fin = sel[sel["finish_s"].notna()]
-        ttft = sel["ttft_s"].dropna().to_numpy()
+        served = sel["first_token_s"].notna().to_numpy()
+        wait = end - sel["arrival_s"].to_numpy()
+        ttft_all = sel["ttft_s"].to_numpy()
+        e2e_all = sel["e2e_s"].to_numpy() if "e2e_s" in sel else (
+            sel["finish_s"] - sel["arrival_s"]).to_numpy()
+        done = ~np.isnan(e2e_all)
         tpot = fin["tpot_s"].dropna().to_numpy()
         steps = self.steps
         st = steps[(steps["start_s"] >= t0) & (steps["start_s"] < t1)] if len(steps) else steps
@@ -146,13 +263,40 @@ class SimResult:
         inp = float(routed["input_tokens"].sum())
         out: dict[str, Any] = {
             "duration_s": span,
+            "measure_from_s": t0,
             "requests": int(len(sel)),
             "requests_finished": int(len(fin)),
+            "served_fraction": float(served.mean()) if len(sel) else math.nan,
             "retries": int(sel["retries"].sum()),
+            "retractions": int(sel["retractions"].sum()) if "retractions" in sel else 0,
         }
-        for name, arr in (("ttft", ttft), ("tpot", tpot)):
-            for q in (50, 90, 99):
-                out[f"{name}_p{q}_s"] = _pct(arr, q)
+        lower = []
+        for name, vals_all, have in (("ttft", ttft_all, served), ("e2e", e2e_all, done)):
+            vals, flags = censored_percentiles(vals_all[have], wait[~have])
+            for q, v, f in zip(QUANTILES, vals, flags, strict=True):
+                out[f"{name}_p{q}_s"] = v
+                if f:
+                    lower.append(f"{name}_p{q}_s")
+            if name == "ttft":
+                sv = sel[served]
+                for part, col in (
+                    ("queue", "queue_s"),
+                    ("prefill", "prefill_s"),
+                    ("transfer", "transfer_s"),
+                    ("admission", "decode_admission_s"),
+                ):
+                    x = sv[col].to_numpy() if col in sv else np.zeros(0)
+                    out[f"ttft_{part}_mean_s"] = float(x.mean()) if x.size else math.nan
+                gv, gw = (
+                    inter_token_gaps(sel, steps, end)
+                    if "decode_first_step" in sel
+                    else (np.zeros(0), np.zeros(0))
+                )
+                for q, v in zip(QUANTILES, weighted_percentiles(gv, gw), strict=True):
+                    out[f"itl_p{q}_s"] = v
+                for q in QUANTILES:
+                    out[f"tpot_p{q}_s"] = _pct(tpot, q)
+        out["lower_bounds"] = ",".join(lower)
         out["output_tok_s_per_request"] = float(np.mean(1.0 / tpot)) if tpot.size else math.nan
         pn, dn = self.meta.get("prefill_nodes", 1), self.meta.get("decode_nodes", 1)
         out["input_tok_s_per_node"] = (
@@ -163,6 +307,16 @@ class SimResult:
         )
         out["kv_hit_rate"] = float(routed["cached_tokens"].sum()) / inp if inp else 0.0
         out["goodput"] = float(ok.sum()) / len(sel) if len(sel) else math.nan
+        out["slo_ttft_s"] = float(slo.get("ttft_s", math.nan))
+        out["slo_tpot_s"] = float(slo.get("tpot_s", math.nan))
+        t_end = min(t1, end)
+        f_all = req["finish_s"].to_numpy()
+        out["arrivals_per_s"] = len(sel) / span
+        out["completions_per_s"] = float(((f_all >= t0) & (f_all < t1)).sum()) / span
+        w0, w1 = waiting_at(req, t0), waiting_at(req, t_end)
+        out["waiting_at_start"] = w0
+        out["waiting_at_end"] = w1
+        out["overloaded"] = bool(w1 > 2 * w0 and w1 - w0 > 0.05 * max(len(sel), 1))
         for phase, part in (("prefill", pre), ("decode", dec)):
             dur = part["duration_s"].to_numpy() if len(part) else np.zeros(0)
             out[f"{phase}_step_s"] = float(dur.mean()) if dur.size else math.nan
@@ -196,13 +350,20 @@ class SimResult:
         )
         return out
 
-    def summary_table(self, window=None) -> str:
-        """The summary as an aligned text table with a unit column."""
-
+    def summary_table(self, window=None, *, measure_from_s: float | None = None) -> str:
+        """The summary as an aligned text table with a unit column (``>=`` marks a lower
+        bound), then the SLOs goodput is measured against and, when the run is overloaded,
+        why."""
+        s = self.summary(window, measure_from_s=measure_from_s)
+        lower = set(filter(None, s["lower_bounds"].split(",")))
         rows = []
-        for key, value in self.summary(window).items():
+        for key, value in s.items():
+            if key == "lower_bounds":
+                continue
             unit = SUMMARY_UNITS.get(key, "")
-            if isinstance(value, float):
+            if isinstance(value, bool):
+                text = "yes" if value else "no"
+            elif isinstance(value, float):
                 if math.isnan(value):
                     text = "nan"
                 elif unit == "s" and abs(value) < 10:
@@ -213,12 +374,33 @@ class SimResult:
                     text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
             else:
                 text = f"{value:,}"
+            if key in lower:
+                text = ">= " + text
             rows.append((key, text, unit))
-        return text_table(rows, header=("metric", "value", "unit"))
+        lines = [text_table(rows, header=("metric", "value", "unit"))]
+        lines.append(
+            f"goodput: finished within TTFT <= {s['slo_ttft_s']:g} s and TPOT <= "
+            f"{s['slo_tpot_s']:g} s (SLOs of the config); TTFT is to the first token at the "
+            "client (queue + prefill + KV transfer + decode admission)"
+        )
+        if lower:
+            lines.append(
+                f"'>=': lower bounds ({1 - s['served_fraction']:.1%} of the arrivals had no "
+                "first token by the end and enter with their wait so far)"
+            )
+        if s["overloaded"]:
+            lines.append(
+                f"OVERLOADED: {s['arrivals_per_s']:.3g} req/s arrived but "
+                f"{s['completions_per_s']:.3g} req/s completed; requests waiting for a first "
+                f"token grew from {s['waiting_at_start']:,} to {s['waiting_at_end']:,} over the "
+                "window: the offered load is above what this cluster serves, so latencies "
+                "grow with the run's length (lower the rate or add units)"
+            )
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ output
     def save(self, folder: str | os.PathLike, config=None, *, window=None,
-             plots: bool = True) -> Path:
+             plots: bool = True, measure_from_s: float | None = None) -> Path:
         """Write the result into the existing empty ``folder`` (what `eplb simulate -o` holds):
         ``summary.json`` (summary over ``window`` and `meta`), ``requests.parquet``,
         ``steps.parquet``, ``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``,
@@ -238,7 +420,11 @@ class SimResult:
                                                          index=False)
         if config is not None:
             (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
-        payload = {"summary": self.summary(window), "window": window, "meta": self.meta}
+        payload = {
+            "summary": self.summary(window, measure_from_s=measure_from_s),
+            "window": window,
+            "meta": self.meta,
+        }
         (folder / "summary.json").write_text(
             json.dumps(_nan_to_none(payload), indent=1, default=_json_default,
                        allow_nan=False),

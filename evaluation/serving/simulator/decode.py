@@ -1,10 +1,12 @@
 """Decode units: the running requests per rank as two arrays, advanced in ``O(G)`` per step.
 
-Every request emits ``e_k = 1 + floor((k + 1) x) - floor(k x)`` tokens at the unit's step
-``k``, ``x`` the expected accepted MTP drafts per step, so after ``j`` steps ``cum(j) = j +
-floor(j x)`` tokens are out and the step a request finishes at is known when it is admitted
-(`first_reach`): per-step work is ``O(G + finishing requests)`` (docs/serving.md,
-"Simulator"). Its handlers `admit` arrived requests, `start` and `end` a step."""
+Every running request emits one token per step plus its accepted MTP drafts. A request's
+number of steps ``J`` is drawn when it is admitted (`steps_to_emit`: each step's accepted
+drafts drawn per request, seeded; or the mean, ``scheduler.mtp_sampling = "mean"``), so the
+step it finishes at is known then and per-step work is ``O(G + finishing requests)``; the
+ranks' context sums grow by the expected ``1 + x`` tokens per running request per step
+(docs/serving.md, "Simulator"). Its handlers `admit` arrived requests, `start` and `end` a
+step; `retract` takes the newest requests off a rank whose KV ran out."""
 
 from __future__ import annotations
 
@@ -14,46 +16,60 @@ import math
 import numpy as np
 
 from eplb.evaluation.serving.simulator.events import D_END, D_WAKE
+from eplb.evaluation.serving.simulator.records import COL_OUTPUT
 from eplb.evaluation.serving.simulator.units import Unit
 from eplb.evaluation.serving.steptime import RankBatch
 
-__all__ = ["DecodeUnit", "cum", "cum_many", "first_reach", "first_reach_many"]
+__all__ = ["DecodeUnit", "accepted_mean", "steps_to_emit"]
+
+_MTP = 5  # rng purpose of the MTP acceptance draws
 
 
-def cum(j: int, x: float) -> int:
-    """Tokens a request present since the unit's step 0 has emitted after ``j`` steps."""
-    return j + math.floor(j * x)
+def accepted_mean(drafts: int, p: float) -> float:
+    """Expected accepted drafts per step: draft ``k`` counts only if drafts ``1..k`` were all
+    accepted, each with probability ``p`` (``sum_k p^k``)."""
+    return float(sum(p**k for k in range(1, drafts + 1)))
 
 
-def first_reach(target: int, x: float) -> int:
-    """Smallest ``j >= 0`` with ``cum(j, x) >= target``."""
-    if target <= 0:
-        return 0
-    j = max(int(target / (1.0 + x)) - 2, 0)
-    while cum(j, x) < target:
-        j += 1
-    return j
+def steps_to_emit(need: np.ndarray, drafts: int, p: float, rng) -> np.ndarray:
+    """``int64[m]``: steps until each request has emitted ``need: int64[m]`` tokens, each step
+    emitting ``1 + a`` tokens, ``a`` its accepted drafts (``P(a = k) = p^k (1 - p)`` for ``k <
+    drafts``, ``p^drafts`` for ``k = drafts``), drawn independently per request and step from
+    ``rng``; ``rng=None`` takes the mean (``ceil(need / (1 + accepted_mean))``).
 
-
-def cum_many(j: np.ndarray, x: float) -> np.ndarray:
-    """`cum` of each ``j: int64[n]``."""
-    return j + np.floor(j * x).astype(np.int64)
-
-
-def first_reach_many(target: np.ndarray, x: float) -> np.ndarray:
-    """`first_reach` of each ``target: int64[n]``."""
-    j = np.maximum((target / (1.0 + x)).astype(np.int64) - 2, 0)
-    short = cum_many(j, x) < target
-    while short.any():
-        j += short
-        short = cum_many(j, x) < target
-    return j
+    Exact first passage in blocks: ``s = max(rest // (1 + drafts), 1)`` steps cannot pass
+    ``rest`` before their last one, so their token sum is drawn at once (a binomial or a
+    multinomial) and the loop runs a few times whatever ``need`` is."""
+    need = np.asarray(need, dtype=np.int64)
+    if drafts == 0 or p <= 0.0:
+        return need.copy()
+    if rng is None:
+        return np.ceil(need / (1.0 + accepted_mean(drafts, p)) - 1e-9).astype(np.int64)
+    steps = np.zeros(need.size, dtype=np.int64)
+    rest = need.copy()
+    act = np.flatnonzero(rest > 0)
+    probs = None
+    if drafts > 1:
+        probs = np.array([p**k * (1 - p) for k in range(drafts)] + [p**drafts])
+        gain = np.arange(drafts + 1)
+    while act.size:
+        s = np.maximum(rest[act] // (1 + drafts), 1)
+        if drafts == 1:
+            acc = rng.binomial(s, p)
+        else:
+            acc = rng.multinomial(s, probs) @ gain
+        steps[act] += s
+        rest[act] -= s + acc
+        act = act[rest[act] > 0]
+    return steps
 
 
 class DecodeUnit(Unit):
     """A decode unit: its running requests per rank as ``n: float64[G]`` requests and ``kv:
     float64[G]`` context tokens; ``finish_at``: step -> requests that finish at it;
-    ``pending``: a heap of ``(ready_s, seq, request, rank)`` whose KV is on its way in."""
+    ``running``: per rank the requests admitted, oldest first (finished ones are dropped
+    lazily); ``pending``: a heap of ``(ready_s, seq, request, rank)`` whose KV is on its way
+    in. ``x`` expected accepted drafts per step."""
 
     phase = "decode"
 
@@ -66,22 +82,27 @@ class DecodeUnit(Unit):
         recorder,
         *,
         query_tokens: int,
-        extra_per_step: float,
+        drafts: int = 0,
+        acceptance: float = 0.0,
+        sampling: str = "per_step",
+        seed: int = 0,
         max_running: int | None = None,
     ):
         super().__init__(index, step_model, loads, planner, recorder)
         self.cap = max_running or 1.0  # running requests per rank at full utilisation
         self.q = float(query_tokens)
-        self.x = float(extra_per_step)
+        self.drafts = int(drafts)
+        self.p = float(acceptance)
+        self.x = accepted_mean(self.drafts, self.p)
+        self.e = 1.0 + self.x  # expected tokens per request per step
+        self.rng = np.random.default_rng([seed, _MTP, index]) if sampling == "per_step" else None
         self.n = np.zeros(self.G)
         self.kv = np.zeros(self.G)
         self.finish_at: dict[int, list[int]] = {}
+        self.running: list[list[int]] = [[] for _ in range(self.G)]
         self.pending: list[tuple[float, int, int, int]] = []  # (ready_s, seq, request, rank)
+        self.gone = 0  # retracted requests still listed in finish_at
         self._seq = 0
-
-    def emitted(self, k: int) -> int:
-        """Tokens every running request emits at step ``k``."""
-        return cum(k + 1, self.x) - cum(k, self.x)
 
     def push(self, ready_s: float, request: int, rank: int) -> None:
         self._seq += 1
@@ -94,10 +115,40 @@ class DecodeUnit(Unit):
         tok = self.n * self.q
         return RankBatch.trusted(tok, self.kv * self.q, self.kv.copy(), tok.copy())
 
+    def context(self, i: int, req) -> float:
+        """Request ``i``'s context now (prompt + first token + expected tokens so far)."""
+        return float(req.p_len[i] + 1) + (self.k - int(req.d_k0[i])) * self.e
+
+    def emitted_so_far(self, i: int, req) -> int:
+        """Whole tokens request ``i`` has emitted in this decode attempt (fewer than it
+        needs)."""
+        made = math.floor((self.k - int(req.d_k0[i])) * self.e + 1e-9)
+        return int(min(made, int(req.d_need[i]) - 1))
+
+    def live(self, idx: np.ndarray, k: int, req) -> np.ndarray:
+        """``bool[m]``: which of ``finish_at[k]``'s requests ``idx`` still finish here at step
+        ``k`` (a retracted request's entry stays behind, and it may run again elsewhere)."""
+        return (
+            (req.d_phase[idx] == 2)
+            & (req.d_unit[idx] == self.index)
+            & (req.d_k0[idx] + req.d_steps[idx] - 1 == k)
+        )
+
+    def settle(self, i: int, sim) -> int:
+        """Request ``i`` leaves mid-way (retracted, or its rank failed): the whole tokens it
+        emitted so far (`emitted_so_far`); the recorded steps, which counted ``1 + x`` per
+        step for it, are corrected to that (so recorded output tokens stay exact)."""
+        req = sim.req
+        made = self.emitted_so_far(i, req)
+        frac = (self.k - int(req.d_k0[i])) * self.e - made
+        if frac and self.row >= 0:
+            sim.records.patch_step(self.row, COL_OUTPUT, -frac)
+        return made
+
     # ------------------------------------------------------------------ handlers
     def admit(self, sim, t: float) -> None:
-        """Requests whose KV has arrived join the running batch (their finishing step is
-        known now: `first_reach`). Counts and contexts are whole numbers: exact sums."""
+        """Requests whose KV has arrived join the running batch: their first token goes out to
+        the client now (TTFT) and their finishing step is drawn (`steps_to_emit`)."""
         pend = self.pending
         if not pend or pend[0][0] > t:
             return
@@ -108,22 +159,30 @@ class DecodeUnit(Unit):
             _, _, i, r = pop(pend)
             got.append(i)
             ranks.append(r)
-        k0, x = self.k, self.x
-        base = cum(k0, x)
+        k0 = self.k
         idx = np.array(got, dtype=np.int64)
         need = req.out[idx] - req.gen[idx]
-        jf = first_reach_many(need + base, x)  # steps k0..jf-1
+        J = steps_to_emit(need, self.drafts, self.p, self.rng)
         req.d_k0[idx] = k0
         req.d_need[idx] = need
-        sim.records.decode_start_s[idx] = t
-        start_ctx = (req.p_len[idx] + 1).astype(np.float64)
-        req.d_final[idx] = start_ctx + (cum_many(jf, x) - base)
+        req.d_steps[idx] = J
+        req.d_phase[idx] = 2
+        rec = sim.records
+        rec.decode_start_s[idx] = t
+        first = idx[np.isnan(rec.first_token_s[idx])]
+        rec.first_token_s[first] = t
+        p_len = req.p_len[idx]
+        start_ctx = (p_len + 1).astype(np.float64)
+        req.d_final[idx] = start_ctx + J * self.e
         finish_at = self.finish_at
-        for i, kf in zip(got, (jf - 1).tolist(), strict=True):
+        running = self.running
+        for i, kf, r in zip(got, (k0 + J - 1).tolist(), ranks, strict=True):
             finish_at.setdefault(kf, []).append(i)
+            running[r].append(i)
         G = self.G
         self.n += np.bincount(ranks, minlength=G)
         self.kv += np.bincount(ranks, start_ctx, G)
+        sim.admission.admitted(self, ranks, p_len)
 
     def start(self, sim, t: float) -> None:
         """Admit what has arrived and run the next step at ``t`` (else wake up when the next
@@ -135,7 +194,7 @@ class DecodeUnit(Unit):
             return
         self.admit(sim, t)
         total = float(np.add.reduce(self.n))
-        if total <= 0:
+        if total <= 0.5:
             ready = self.next_ready()
             if ready < math.inf and (ready < self.wake_at or self.wake_at <= t):
                 self.wake_at = ready
@@ -145,15 +204,15 @@ class DecodeUnit(Unit):
         tokens = total * self.q
         st = self.step_time(batch, t, tokens)
         dur = st.total_s
-        k = self.k
-        e = self.emitted(k)
-        out_tokens = total * e
-        fin = self.finish_at.get(k)
-        if fin:  # a request's last step may emit more than it needs (whole numbers: exact)
+        out_tokens = total * self.e
+        fin = self.finish_at.get(self.k)
+        if fin:  # a request's last step emits what it still needs (exact sums over a life)
             req = sim.req
             idx = np.array(fin, dtype=np.int64)
-            over = cum(k + 1, self.x) - cum_many(req.d_k0[idx], self.x) - req.d_need[idx]
-            out_tokens -= int(over.sum())
+            if self.gone:  # (a request may sit twice in a list: once stale, once live)
+                idx = np.unique(idx[self.live(idx, self.k, req)])
+            over = req.d_steps[idx] * self.e - req.d_need[idx]
+            out_tokens -= float(over.sum())
         self.busy = True
         self.wake_at = math.inf
         kv_tokens = float(np.add.reduce(self.kv))
@@ -164,31 +223,69 @@ class DecodeUnit(Unit):
 
     def end(self, sim, t: float) -> None:
         """The running step ends at ``t``: every request emitted its tokens; the finishing
-        ones leave (their reservations free decode room); the next step starts."""
+        ones leave (their reservations free decode room); a rank out of KV retracts its newest
+        requests; the next step starts."""
         self.busy = False
         k = self.k
-        e = self.emitted(k)
-        self.kv += self.n * e
+        self.kv += self.n * self.e
         fin = self.finish_at.pop(k, None)
         self.k = k + 1
+        adm, req = sim.admission, sim.req
         if fin:
-            # their reservations leave the ranks (whole numbers: sums are exact in any order)
-            adm, req = sim.admission, sim.req
-            state = adm.d_state
             idx = np.array(fin, dtype=np.int64)
+            if self.gone:
+                live = np.unique(idx[self.live(idx, k, req)])
+                self.gone -= idx.size - live.size
+                idx = live
+        if fin and idx.size:
             r = req.d_rank[idx]
             G = self.G
             self.n -= np.bincount(r, minlength=G)
             self.kv -= np.bincount(r, req.d_final[idx], G)
-            sl = slice(self.index * G, (self.index + 1) * G)
-            kv = req.d_kv[idx]
-            state.num_requests[sl] -= np.bincount(r, minlength=G)
-            kv_sum = np.bincount(r, kv.astype(np.float64), G)
-            state.running_tokens[sl] -= kv_sum
-            state.kv_blocks_used[sl] -= np.bincount(r, (-(-kv // adm.bs)).astype(np.float64), G)
-            state.attention_cost[sl] -= kv_sum
+            np.maximum(self.kv, 0.0, out=self.kv)
+            req.d_phase[idx] = 0
+            adm.decode_finished(self, idx, r)
             sim.finish_many(idx, t)
-            adm.d_version += 1
-            adm.d_freed += len(fin)
             adm.route_decode(t)
+        if not self.k & 255:
+            self.compact(req)
+        over = adm.kv_over(self)
+        if over is not None:
+            self.retract(sim, over, t)
         self.start(sim, t)
+
+    def retract(self, sim, over: np.ndarray, t: float) -> None:
+        """Ranks short of KV (``over: float64[G]`` tokens too many) retract their newest
+        running requests until they fit (SGLang's retraction); the requests prefill again
+        (prompt + tokens so far) and count in ``retractions``."""
+        req = sim.req
+        out = []
+        for r in np.flatnonzero(over > 0).tolist():
+            need = float(over[r])
+            lst = self.running[r]
+            while need > 0 and lst:
+                i = lst.pop()
+                if req.d_phase[i] != 2 or req.d_unit[i] != self.index or req.d_rank[i] != r:
+                    continue
+                ctx = self.context(i, req)
+                self.kv[r] -= ctx
+                self.n[r] -= 1
+                need -= ctx
+                req.gen[i] += self.settle(i, sim)
+                req.d_phase[i] = 0
+                self.gone += 1
+                out.append(i)
+        np.maximum(self.kv, 0.0, out=self.kv)
+        if out:
+            sim.admission.retracted(self, out, t)
+
+    def compact(self, req) -> None:
+        """Drop requests no longer running here from the per-rank admission lists."""
+        me = self.index
+        for r, lst in enumerate(self.running):
+            if len(lst) > 2 * self.n[r] + 64:
+                self.running[r] = [
+                    i
+                    for i in lst
+                    if req.d_phase[i] == 2 and req.d_unit[i] == me and req.d_rank[i] == r
+                ]

@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from eplb.evaluation.serving.simulator.decode import DecodeUnit, cum
+from eplb.evaluation.serving.simulator.decode import DecodeUnit
 from eplb.evaluation.serving.simulator.eplb_loop import rebalance_row
 from eplb.evaluation.serving.simulator.events import FAULT
 from eplb.evaluation.serving.simulator.planner import emptied
@@ -117,28 +117,27 @@ class Faults:
         sim = self.sim
         adm, req, rec = sim.admission, sim.req, sim.records
         gg = unit.index * adm.Gd + g
-        x = unit.x
         done_steps = unit.k  # steps finished; a running step is lost for the failed rank
-        lost, lost_tokens = [], 0
+        lost, lost_tokens = [], 0.0
         for kf in list(unit.finish_at):
             reqs = unit.finish_at[kf]
-            mine = [i for i in reqs if req.d_rank[i] == g]
+            live = unit.live(np.array(reqs, dtype=np.int64), kf, req).tolist()
+            mine = [i for i, ok in zip(reqs, live, strict=True) if ok and req.d_rank[i] == g]
             if not mine:
                 continue
-            unit.finish_at[kf] = [i for i in reqs if req.d_rank[i] != g]
+            unit.finish_at[kf] = [i for i in reqs if i not in set(mine)]
             if not unit.finish_at[kf]:
                 del unit.finish_at[kf]
             for i in mine:
-                emitted = cum(done_steps, x) - cum(int(req.d_k0[i]), x)
-                req.gen[i] += emitted
+                req.gen[i] += unit.settle(i, sim)
+                req.d_phase[i] = 0
                 lost.append(i)
                 if unit.busy:  # what the running step would have emitted for it
-                    step_out = cum(done_steps + 1, x) - cum(done_steps, x)
+                    step_out = unit.e
                     if kf == done_steps:
-                        step_out -= (cum(done_steps + 1, x) - cum(int(req.d_k0[i]), x)) - int(
-                            req.d_need[i]
-                        )
+                        step_out -= req.d_steps[i] * unit.e - req.d_need[i]
                     lost_tokens += step_out
+        unit.running[g] = []
         if unit.busy and lost_tokens:
             rec.patch_step(unit.row, COL_OUTPUT, -float(lost_tokens))
         unit.n[g] = 0.0

@@ -122,6 +122,7 @@ def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str,
                     planner,
                     rec,
                     token_budget=uc.token_budget or DEFAULT_TOKEN_BUDGET,
+                    attention_aware=config.scheduler.prefill_chunking == "attention",
                 )
             else:
                 unit = DecodeUnit(
@@ -131,7 +132,10 @@ def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str,
                     planner,
                     rec,
                     query_tokens=1 + uc.mtp_draft_tokens,
-                    extra_per_step=uc.mtp_draft_tokens * uc.mtp_acceptance,
+                    drafts=uc.mtp_draft_tokens,
+                    acceptance=uc.mtp_acceptance,
+                    sampling=config.scheduler.mtp_sampling,
+                    seed=seed,
                     max_running=uc.max_running_requests,
                 )
             units[phase].append(unit)
@@ -183,7 +187,8 @@ class Simulation:
 
     def run(self) -> SimResult:
         """The event loop: every event goes to the entity it concerns; requests that arrived
-        by a prefill event are routed before it (`Admission.flush`)."""
+        by a prefill event are routed before it (`Admission.flush`; with ``before_prefill``
+        their decode reservation is decided then too)."""
         adm, req, queue = self.admission, self.req, self.events
         prefill, decode = self.units["prefill"], self.units["decode"]
         handlers = {  # event kind -> handler(arg, t) of the entity it changes
@@ -202,6 +207,7 @@ class Simulation:
             queue.push(self.end_time, END)
         adm.maybe_arrival_event()
         heap, pop, end_time = queue.heap, heapq.heappop, self.end_time
+        routing_events = PREFILL_EVENTS
         bar = _Progress(self) if self.progress else None
         try:
             while heap:
@@ -210,7 +216,7 @@ class Simulation:
                     break
                 self.now = t
                 self.events_handled += 1
-                if kind in PREFILL_EVENTS:
+                if kind in routing_events:
                     adm.flush(t)
                 if kind == END:
                     break

@@ -24,8 +24,11 @@ COL_OUTPUT = STEP_COLUMNS.index("output_tokens")
 class Records:
     """The records of one run over ``n`` requests.
 
-    Shape: per request ``[n]``: ``routed_s``, ``first_token_s``, ``decode_start_s``,
-    ``finish_s: float64`` (NaN until it happens; the last attempt's), ``cached``,
+    Shape: per request ``[n]``: ``routed_s``, ``decode_start_s``, ``finish_s: float64`` (NaN
+    until it happens; the last attempt's), ``prefill_start_s``, ``prefill_end_s``,
+    ``kv_ready_s`` (its KV at the decode rank), ``first_token_s`` (at the client: it joined
+    a decode batch, or its one-token prefill ended) (the first attempt's), ``retractions:
+    int64`` times decode retracted it, ``cached``,
     ``store_tokens: int64`` prompt tokens served from a cache / loaded from the store (last
     attempt), ``prefills: int64`` prefills completed. ``steps``: one tuple per unit step in
     `STEP_COLUMNS` order; ``rebalances``, ``faults``: one dict per event; ``util``: per unit
@@ -37,6 +40,10 @@ class Records:
         self.routed_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.decode_start_s = np.full(n, np.nan)
+        self.prefill_start_s = np.full(n, np.nan)
+        self.prefill_end_s = np.full(n, np.nan)
+        self.kv_ready_s = np.full(n, np.nan)
+        self.retractions = np.zeros(n, dtype=np.int64)
         self.finish_s = np.full(n, np.nan)
         self.cached = np.zeros(n, dtype=np.int64)
         self.store_tokens = np.zeros(n, dtype=np.int64)
@@ -122,16 +129,26 @@ class Records:
         """The run as a `SimResult` (``sim``: the `Simulation`, ended at ``end`` seconds)."""
         req = sim.req
         df = req.frame
+        first = self.first_token_s
         with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(
-                req.out > 1, (self.finish_s - self.first_token_s) / (req.out - 1), np.nan
-            )
+            tpot = np.where(req.out > 1, (self.finish_s - first) / (req.out - 1), np.nan)
+        # the decode steps whose emissions each request's inter-token gaps are (latest attempt)
+        k0 = np.where(req.d_unit >= 0, req.d_k0, 0)
+        k1 = k0 + req.d_steps - 1
+        in_decode = (req.d_phase == 2) | ~np.isnan(self.finish_s)
+        k1 = np.where(in_decode & ~np.isnan(self.decode_start_s), k1, k0 - 1)
+        for v, unit in enumerate(sim.units["decode"]):
+            mine = (req.d_unit == v) & (req.d_phase == 2)
+            k1[mine] = np.minimum(k1[mine], unit.k - 1)  # still running: steps ended so far
         requests = pd.DataFrame(
             {
                 "request_id": df["request_id"].to_numpy(),
                 "arrival_s": req.arrival,
                 "routed_s": self.routed_s,
-                "first_token_s": self.first_token_s,
+                "prefill_start_s": self.prefill_start_s,
+                "prefill_end_s": self.prefill_end_s,
+                "kv_ready_s": self.kv_ready_s,
+                "first_token_s": first,
                 "decode_start_s": self.decode_start_s,
                 "finish_s": self.finish_s,
                 "input_tokens": req.inp,
@@ -142,10 +159,18 @@ class Records:
                 "prefill_rank": req.p_rank,
                 "decode_unit": req.d_unit,
                 "decode_rank": req.d_rank,
+                "decode_first_step": np.where(k1 >= k0, k0, -1),
+                "decode_last_step": np.where(k1 >= k0, k1, -1),
                 "retries": req.retries,
+                "retractions": self.retractions,
                 "prefills": self.prefills,
-                "ttft_s": self.first_token_s - req.arrival,
+                "ttft_s": first - req.arrival,
+                "queue_s": self.prefill_start_s - req.arrival,
+                "prefill_s": self.prefill_end_s - self.prefill_start_s,
+                "transfer_s": self.kv_ready_s - self.prefill_end_s,
+                "decode_admission_s": first - self.kv_ready_s,
                 "tpot_s": tpot,
+                "e2e_s": self.finish_s - req.arrival,
             }
         )
         steps = pd.DataFrame.from_records(self.steps, columns=list(STEP_COLUMNS))

@@ -18,10 +18,13 @@ class Requests:
     prefix-block hash lists, or None). Working state: ``gen: int64`` output tokens produced so
     far; ``p_len: int64`` tokens the (latest) prefill covers; ``p_blocks: float64`` KV blocks
     it adds to its prefill rank's state; ``d_kv: int64`` KV reserved on its decode rank
-    (prompt + output); ``p_unit``, ``p_rank``, ``d_unit``, ``d_rank: int64`` where it runs
-    (-1: nowhere yet); ``retries: int64`` times a failure sent it back; ``d_k0: int64`` the
-    decode step it joined at, ``d_need: int64`` tokens it emits in decode, ``d_final: float64``
-    its context at the end (taken off its rank's sum). ``done``: requests finished.
+    (prompt + the output tokens reserved, set when it is reserved); ``d_phase: int8`` 0 no
+    decode KV, 1 KV reserved on ``d_rank`` (not running yet), 2 running there; ``p_unit``,
+    ``p_rank``, ``d_unit``, ``d_rank: int64`` where it runs (-1: nowhere yet);
+    ``retries: int64`` times a failure sent it back; ``d_k0: int64`` the decode step it
+    joined at, ``d_need: int64`` tokens it emits in decode, ``d_steps: int64``
+    the steps that takes (drawn at admission), ``d_final: float64`` its context at the end
+    (taken off its rank's sum). ``done``: requests finished.
     """
 
     def __init__(self, workload: Workload, duration_s: float | None, config: ClusterConfig):
@@ -49,6 +52,8 @@ class Requests:
         self.p_len = self.inp.copy()
         self.p_blocks = np.zeros(n)
         self.d_kv = self.inp + self.out
+        self.d_phase = np.zeros(n, dtype=np.int8)
+        self.d_steps = np.zeros(n, dtype=np.int64)
         self.d_k0 = np.zeros(n, dtype=np.int64)
         self.d_need = np.zeros(n, dtype=np.int64)
         self.d_final = np.zeros(n)
@@ -58,12 +63,13 @@ class Requests:
     def _check_fits(self, config: ClusterConfig) -> None:
         du, bs = config.decode, config.kv.block_size
         if du.kv_capacity_tokens is not None:
-            need = -(-self.d_kv // bs) * bs
+            need = -(-(self.inp + self.out) // bs) * bs
             bad = np.flatnonzero(need > du.kv_capacity_tokens)
             if bad.size:
                 i = int(bad[0])
+                rid = self.frame["request_id"].iloc[i]
                 raise InputError(
-                    f"request {self.frame['request_id'].iloc[i]} needs {int(self.d_kv[i]):,} KV "
+                    f"request {rid} needs {int(self.inp[i] + self.out[i]):,} KV "
                     f"tokens (prompt + output) but a decode rank holds "
                     f"decode.kv_capacity_tokens = {du.kv_capacity_tokens:,}; it could never be "
                     "served: raise the capacity or drop the request"
