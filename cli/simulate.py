@@ -13,7 +13,7 @@ import argparse
 import math
 from pathlib import Path
 
-from eplb.atomic import atomic_directory
+from eplb.atomic import atomic_directory, check_output_dir
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
@@ -96,26 +96,21 @@ def _window(text: str | None):
     return (t0, t1)
 
 
-def _check_output(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(f"-o {out} exists and is not a folder; choose another path")
-        if any(out.iterdir()) and not force:
-            raise InputError(
-                f"-o {out} exists and is not empty; choose a new folder or pass --force"
-            )
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {out}: folder {parent} does not exist")
+def _inputs(args: argparse.Namespace, config) -> dict:
+    """The files this run reads (config, workload, routing trace), by the flag that names them."""
+    spec = str(args.workload)
+    return {"CONFIG": args.config if Path(args.config).exists() else None,
+            "--workload": None if spec.startswith("synth:") else spec,
+            "routing.path": config.routing.path}
 
 
 def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import ClusterConfig, simulate  # lazy: keeps --help fast
 
-    out = Path(args.output)
-    _check_output(out, args.force)
+    check_output_dir(args.output, force=args.force)
     window = _window(args.window)
     config = ClusterConfig.load(args.config)
+    out = check_output_dir(args.output, force=args.force, inputs=_inputs(args, config))
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
         raise InputError(f"--duration must be seconds > 0, got {args.duration}")
     workload = load_workload(args, config.kv.block_size)
@@ -126,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         progress=not args.no_progress,
     )
-    with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
+    # OUTDIR appears all at once, or not at all; without --force the run claims it (refused
+    # if another run wrote it meanwhile)
+    with atomic_directory(out, replace=args.force) as tmp:
         result.save(tmp, config, window=window, plots=not args.no_plots)
     print(result.summary_table(window))
     print(

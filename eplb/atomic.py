@@ -13,7 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +32,50 @@ _WRITE_ERRNOS = {
 
 class Terminated(BaseException):
     """Raised in the main thread on SIGTERM by `eplb.cli.main`, so cleanups run."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_SIGNALLED: list[int] = []  # signals received while a verb runs (see `note_signal`)
+NAME_MAX = 255  # bytes in one path component on Linux/macOS file systems
+
+
+def note_signal(signum: int) -> None:
+    """Record that ``signum`` arrived; `check_signalled` raises until `clear_signals`.
+
+    A signal handler's exception can be swallowed (raised inside a weakref callback or a
+    ``__del__``); the record makes every later atomic commit refuse anyway."""
+    _SIGNALLED.append(int(signum))
+
+
+def signalled() -> int | None:
+    """The first signal recorded by `note_signal` (None: none)."""
+    return _SIGNALLED[0] if _SIGNALLED else None
+
+
+def clear_signals() -> None:
+    _SIGNALLED.clear()
+
+
+def check_signalled() -> None:
+    """Raise `KeyboardInterrupt` (SIGINT) or `Terminated` if a signal has been recorded."""
+    signum = signalled()
+    if signum is None:
+        return
+    if signum == 2:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def _stem(name: str, extra: int = 40) -> str:
+    """``name`` shortened so that ``.{stem}.`` plus ``extra`` bytes of suffix fit NAME_MAX."""
+    room = NAME_MAX - extra - 2
+    data = name.encode("utf-8", "surrogateescape")
+    if len(data) <= room:
+        return name
+    return data[:room].decode("utf-8", "ignore")
 
 
 def _umask() -> int:
@@ -103,7 +147,7 @@ def _refuse_read_only(target: Path, st: os.stat_result) -> None:
 
 def _clean_stale(parent: Path, name: str) -> None:
     """Remove ``.<name>.<pid>.*.tmp`` files left by killed eplb processes."""
-    prefix = f".{name}."
+    prefix = f".{_stem(name)}."
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -165,7 +209,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
     _clean_stale(parent, target.name)
     try:
         fd, tmp = tempfile.mkstemp(
-            prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=parent
+            prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=parent
         )
     except PermissionError:
         raise InputError(
@@ -179,6 +223,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        check_signalled()  # a signal whose exception was swallowed still stops the commit
         try:
             os.replace(tmp, target)
         except OSError as exc:
@@ -205,34 +250,146 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         fh.write(text)
 
 
-@contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary folder beside ``path`` to fill; on success it is renamed to ``path`` (an
-    existing folder there is moved aside first and removed after), else it is removed. The
-    folder gets the mode a new one would (``0o777`` less the umask)."""
-    out = Path(path)
+def _is_cwd_or_above(path: Path) -> bool:
+    try:
+        here, there = Path.cwd().resolve(), path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return there == here or there in here.parents
+
+
+def check_output_dir(
+    path: str | os.PathLike,
+    *,
+    force: bool = False,
+    inputs: Mapping[str, str | os.PathLike | Sequence[str | os.PathLike] | None] | None = None,
+    flag: str = "-o",
+) -> Path:
+    """Refuse, before any work, an output folder that cannot be claimed safely.
+
+    Refused: an empty name, the current folder or one above it, an existing non-folder, a
+    non-empty folder without ``force``, and any input (``{flag: path or paths}``) that is the
+    folder or lies inside it (with or without ``force``: replacing the folder would delete it).
+    Returns the folder as a `Path`.
+    """
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"{flag} must be a folder name, got {path!r}")
+    text = os.fsdecode(os.fspath(path))
+    if not text.strip():
+        raise InputError(f"{flag} is empty; give a folder name (e.g. {flag} run1)")
+    if "\0" in text:
+        raise InputError(f"{flag} {text!r} contains a NUL byte")
+    out = Path(text)
+    if len(out.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise InputError(f"{flag} {text[:40]}...: the name is longer than {NAME_MAX} bytes; "
+                         "give a shorter name")
+    if _is_cwd_or_above(out):
+        raise InputError(f"{flag} {text} is the current folder (or one above it); give a new "
+                         f"folder to write into (e.g. {flag} run1)")
+    try:
+        exists = out.exists()
+    except OSError as exc:
+        raise InputError(f"{flag} {text}: {exc.strerror or exc}") from None
+    if exists and not out.is_dir():
+        raise InputError(f"{flag} {text} exists and is not a folder; choose another path")
+    for in_flag, value in (inputs or {}).items():
+        if value is None:
+            continue
+        for in_path in [value] if isinstance(value, (str, os.PathLike)) else value:
+            if exists and same_file(out, in_path):
+                raise InputError(
+                    f"{flag} {text} holds the input {in_flag} {in_path}; replacing the folder "
+                    "would delete it. Write to another folder or move the input out"
+                )
+            if not exists and _resolved(in_path) == _resolved(out):
+                raise InputError(f"{flag} {text} is the input {in_flag} {in_path}; choose "
+                                 "another output folder")
+    if exists and not force:
+        try:
+            busy = any(out.iterdir())
+        except OSError as exc:
+            raise InputError(f"{flag} {text}: {exc.strerror or exc}") from None
+        if busy:
+            raise InputError(f"{flag} {text} exists and is not empty; choose a new folder or "
+                             "pass --force")
     parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    if not parent.is_dir():
+        raise InputError(f"cannot write {text}: folder {parent} does not exist")
+    return out
+
+
+def _resolved(path) -> Path | None:
+    try:
+        return Path(os.fspath(path)).resolve()
+    except (OSError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Path]:
+    """A temporary folder beside ``path`` to fill; on success it is renamed to ``path``, else
+    it is removed. The folder gets the mode a new one would (``0o777`` less the umask).
+
+    ``replace=False`` claims ``path``: the rename fails (`InputError`, the temporary folder
+    removed) if a non-empty folder or a file appeared there meanwhile. ``replace=True``: an
+    existing folder is moved aside first and removed after. A symlink to a folder is
+    followed (the folder it names is replaced; the link stays). A signal recorded by
+    `note_signal` stops the rename.
+    """
+    shown = Path(os.fspath(path))
+    if not str(path).strip():
+        raise InputError("output folder name is empty; give a folder name")
+    out = Path(os.path.realpath(shown)) if shown.is_symlink() else shown
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
-        _swap_dir(tmp, out)
+        check_signalled()
+        if replace:
+            _swap_dir(tmp, out, shown)
+        else:
+            _claim_dir(tmp, out, shown)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _swap_dir(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.rmdir(old)
-        os.replace(out, old)
+def _claim_dir(tmp: Path, out: Path, shown: Path) -> None:
+    """Rename ``tmp`` to ``out``; refuse if ``out`` is (now) a file or a non-empty folder."""
     try:
+        os.rename(tmp, out)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        raise InputError(f"{shown} appeared while this run was writing (another run?); it "
+                         "was left as it is. Choose a new folder or pass --force") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise InputError(f"{shown} appeared while this run was writing (another run?); "
+                             "it was left as it is. Choose a new folder or pass --force") from None
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+
+
+def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
+    shown = out if shown is None else shown
+    old = None
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".old",
+                                        dir=out.parent))
+            os.rmdir(old)
+            os.replace(out, old)
         os.replace(tmp, out)
+    except OSError as exc:
+        if old is not None and old.exists():
+            with contextlib.suppress(OSError):
+                os.replace(old, out)
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
     except BaseException:
-        if old is not None:
+        if old is not None and old.exists():
             with contextlib.suppress(OSError):
                 os.replace(old, out)
         raise

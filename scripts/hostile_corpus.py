@@ -68,7 +68,7 @@ def _npy_header(path: Path, shape, dtype="<i8", payload=b"") -> Path:
     return path
 
 
-def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases
+def build(root: Path) -> list[Case]:
     r = root
     cases: list[Case] = []
     add = cases.append
@@ -410,7 +410,6 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         argv = [PY, "-c", src]
     else:
         argv = [PY, "-m", "eplb.cli", *case.argv]
-    start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             preexec_fn=_limit_memory)
@@ -446,7 +445,7 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
             reasons.append(f"temporary files left: {left[:3]}")
     if case.quick_exit is not None and sent is not None and ended - sent > case.quick_exit:
         reasons.append(f"took {ended - sent:.1f} s to stop after the signal")
-    if case.check is not None and not eval(case.check, {"root": root, "rc": rc}):  # noqa: S307
+    if case.check is not None and not eval(case.check, {"root": root, "rc": rc}):
         reasons.append(f"check failed ({case.check}; rc {rc})")
     if case.json_out and rc == 0:
         try:
@@ -487,8 +486,9 @@ def main() -> int:
             sandboxes.append(box)
         results = []
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futs = [pool.submit(run_case, c, b, args.timeout) for c, b in zip(cases, sandboxes)]
-            for case, fut in zip(cases, futs):
+            futs = [pool.submit(run_case, c, b, args.timeout)
+                    for c, b in zip(cases, sandboxes, strict=True)]
+            for case, fut in zip(cases, futs, strict=True):
                 verdict, why = fut.result()
                 results.append((case, verdict, why))
                 if verdict == "failing":
