@@ -7,8 +7,7 @@ import argparse
 import json
 import math
 
-from eplb.atomic import same_file
-from eplb.cli.common import say_dropped
+from eplb.cli.common import check_outputs, say_dropped
 from eplb.errors import InputError
 from eplb.format import text_table
 
@@ -271,6 +270,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_synth(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
+    check_outputs({"--lengths-from": args.lengths_from}, {"-o": args.output})
     fmt = W.write_format(args.output, args.format)
     lengths = W.read(args.lengths_from) if args.lengths_from else None
     wl = W.synthesize(
@@ -307,8 +307,7 @@ def run_synth(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    if same_file(args.input, args.output):
-        raise InputError(f"output {args.output} is the input file; write to a new path")
+    check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = W.write_format(args.output, args.format)
     if args.poisson and args.rate is None and args.speedup is None:
         raise InputError("--poisson needs --rate or --speedup")

@@ -395,3 +395,92 @@ def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+class Stage:
+    """Outputs of one command staged in a hidden temporary folder (see `staged_outputs`)."""
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self._moves: list[tuple[Path, Path, bool]] = []  # (staged, final, is_folder)
+
+    def _tmp_root(self, near: Path) -> Path:
+        if self._root is None:
+            parent = near.parent if str(near.parent) else Path(".")
+            try:
+                self._root = Path(tempfile.mkdtemp(prefix=".eplb-stage.", suffix=".tmp",
+                                                   dir=parent))
+            except OSError as exc:
+                raise InputError(f"cannot write {near}: {exc.strerror or exc}") from None
+        return self._root
+
+    def file(self, path: str | os.PathLike | None) -> Path | None:
+        """Where to write the file that will become ``path`` (None passes through)."""
+        if path is None:
+            return None
+        final = check_output_path(path)
+        staged = self._tmp_root(final) / f"f{len(self._moves)}{final.suffix}"
+        self._moves.append((staged, final, False))
+        return staged
+
+    def folder(self, path: str | os.PathLike | None) -> Path | None:
+        """A folder whose files will be moved into folder ``path`` (created if missing;
+        files already there that the command does not write are kept)."""
+        if path is None:
+            return None
+        final = Path(os.fspath(path))
+        staged = self._tmp_root(final) / f"d{len(self._moves)}"
+        staged.mkdir()
+        self._moves.append((staged, final, True))
+        return staged
+
+    def commit(self) -> None:
+        check_signalled()
+        for staged, final, is_folder in self._moves:
+            if not is_folder:
+                if staged.exists():
+                    _move(staged, final)
+                continue
+            for src in sorted(staged.rglob("*")):
+                if src.is_dir():
+                    continue
+                dst = final / src.relative_to(staged)
+                try:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise InputError(f"cannot write {dst.parent}: {exc.strerror or exc}"
+                                     ) from None
+                _move(src, dst)
+
+    def discard(self) -> None:
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _move(src: Path, dst: Path) -> None:
+    target = _resolve_target(dst)
+    try:
+        os.replace(src, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise InputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        with open(src, "rb") as fh:  # another file system (a symlink elsewhere): copy
+            atomic_write_bytes(target, fh.read())
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[Stage]:
+    """Write every output of a command into a hidden temporary folder, then move them into
+    place at the end (a renamed file each: nothing is left half-written), or remove them all
+    if the command fails or is interrupted. Usage::
+
+        with staged_outputs() as stage:
+            write_csv(frame, stage.file(args.output))
+            plot_into(stage.folder(args.plot))
+    """
+    stage = Stage()
+    try:
+        yield stage
+        stage.commit()
+    finally:
+        stage.discard()

@@ -399,14 +399,10 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
     before = {k: _digest(root / k) for k in case.keep}
     env = {**os.environ, **case.env, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
     if case.api is not None:
-        src = textwrap.dedent(f"""
-            import sys
-            from eplb.errors import EplbError
-            try:
-            {textwrap.indent(case.api, '    ')}
-            except EplbError as exc:
-                print('EPLB_ERROR', exc, file=sys.stderr); sys.exit(2)
-            """)
+        src = ("import sys\nfrom eplb.errors import EplbError\ntry:\n"
+               + textwrap.indent(case.api, "    ")
+               + "\nexcept EplbError as exc:\n"
+               "    print('EPLB_ERROR', exc, file=sys.stderr)\n    sys.exit(2)\n")
         argv = [PY, "-c", src]
     else:
         argv = [PY, "-m", "eplb.cli", *case.argv]
