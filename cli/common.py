@@ -45,7 +45,7 @@ def check_outputs(
             if same_file(in_path, path):
                 raise InputError(
                     f"{flag} {path} is the input {in_flag} {in_path}; writing it would destroy "
-                    "the input. Choose another output file"
+                    "the input file. Choose another output file"
                 )
         for other_flag, other in seen:
             if same_file(other, path):
