@@ -4,12 +4,11 @@ workloads for the serving layer."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from eplb.cli.common import check_outputs, say_dropped
 from eplb.errors import InputError
-from eplb.format import text_table
+from eplb.format import json_text, text_table
 
 READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
 WRITE_FORMATS = ("mooncake", "csv", "parquet")
@@ -218,7 +217,7 @@ def run_info(args: argparse.Namespace) -> int:
     wl = W.read(args.file, format=args.format, block_size=args.block_size)
     s = wl.summary()
     if args.json:
-        print(json.dumps({"file": args.file, **s, "meta": wl.meta}, default=str, indent=1))
+        print(json_text({"file": args.file, **s, "meta": wl.meta}, indent=1))
         return 0
     fmt = wl.meta.get("provenance", {}).get("format", "?")
     rows = [

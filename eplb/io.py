@@ -276,6 +276,9 @@ def _from_header(path, head: dict, phy2log, share, layer_ids) -> Placement:
     num_experts = head.get("num_logical_experts")
     if not isinstance(num_experts, int):
         raise _fail(path, "num_logical_experts must be an integer")
+    if not isinstance(head.get("meta") or {}, dict):
+        raise _fail(path, f"'meta' is {type(head['meta']).__name__}, expected a JSON object "
+                    "(or drop the field)")
     meta = dict(head.get("meta") or {})
     for block in _META_BLOCKS:
         if head.get(block) is not None:
