@@ -96,6 +96,10 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     if "\0" in text:
         raise InputError(f"{what} path {text!r} contains a NUL byte")
     target = Path(text)
+    if len(target.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise InputError(f"cannot write {what} {text[:40]}...: the file name is longer than "
+                         f"{NAME_MAX} bytes (file names are at most {NAME_MAX}); give a shorter "
+                         "name")
     if target.is_dir():
         raise InputError(
             f"cannot write {what} {text}: it is an existing directory; give a file name "
@@ -200,6 +204,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
                 yield fh
         except PermissionError:
             raise InputError(f"cannot write {shown}: permission denied") from None
+        except OSError as exc:  # /dev/full: no space left on device
+            if exc.errno in _WRITE_ERRNOS:
+                raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+            raise
         return
     if st is not None:
         _refuse_read_only(target, st)
