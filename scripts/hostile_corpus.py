@@ -225,7 +225,7 @@ def build(root: Path) -> list[Case]:
     # ------------------------------------------------------------ trace synth options
     for opt in (["--layers", "0"], ["--layers", "-1"], ["--experts", "0"],
                 ["--windows", "1000000000"], ["--tokens", "-1"], ["--top-k", "0"],
-                ["--top-k", "100"], ["--first-layer", "-1"], ["--layers", "100000000"]):
+                ["--top-k", "300"], ["--first-layer", "-1"], ["--layers", "100000000"]):
         add(Case(f"trace synth {' '.join(opt)}", ["trace", "synth", "zipf", "-o", "s.npz", *opt],
                  expect_error=True))
     add(Case("trace convert to itself", ["trace", "convert", "t.npz", "./t.npz"],
