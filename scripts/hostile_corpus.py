@@ -196,7 +196,8 @@ def build(root: Path) -> list[Case]:
                 ["--ema", "2"], ["--option", "rdma_weight=1e308"],
                 ["--option", "rdma_weight=nan"], ["--solver", "nope"],
                 ["--failed-gpus", "99"], ["--topology", "0x8"], ["--topology", "1e9x8"]):
-        argv = ["solve", "t.npz", "--topology", "2x4", *opt]
+        argv = ["solve", "t.npz", "--topology", "2x4",
+                *(["--slots", "32"] if opt[0] != "--slots" else []), *opt]
         if opt[0] == "--topology":
             argv = ["solve", "t.npz", *opt]
         if opt[0] == "--option":
