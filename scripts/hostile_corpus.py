@@ -162,6 +162,26 @@ def build(root: Path) -> list[Case]:
     except Exception:  # pragma: no cover - pyarrow missing
         pass
 
+    try:  # .pt dumps (torch is an optional extra)
+        import torch
+
+        ones = torch.ones(2, 3, 4)
+        pts = {"bf16": {"logical_count": ones.to(torch.bfloat16)},
+               "fp8": {"logical_count": ones.to(torch.float8_e4m3fn)},
+               "sparse": {"logical_count": ones.to_sparse()},
+               "meta-device": {"logical_count": torch.ones(2, 3, 4, device="meta")},
+               "rank-string": {"logical_count": ones, "rank": "zero"},
+               "rank-list": {"logical_count": ones, "rank": [0, 1]},
+               "records-shapes": {"last_physical_to_logical_map": torch.zeros(3, 4,
+                                                                              dtype=torch.int64),
+                                  "records": [{"global_physical_count": torch.ones(2, 4)}]}}
+        for label, obj in pts.items():
+            torch.save(obj, r / f"{label}.pt")
+            add(Case(f"trace info .pt {label}", ["trace", "info", f"{label}.pt"],
+                     expect_error=label not in ("bf16", "fp8")))
+    except ImportError:  # pragma: no cover
+        pass
+
     # ------------------------------------------------------------ placement files (evaluate)
     bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 12):

@@ -360,6 +360,23 @@ def test_tables_refuse_booleans_dates_and_missing_ids(tmp_path):
         traces.read(tmp_path / "d.parquet")
 
 
+def test_pt_dumps_with_odd_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    ones = torch.ones(2, 3, 4)
+    cases = {"sparse": ones.to_sparse(), "meta": torch.ones(2, 3, 4, device="meta"),
+             "quantized": torch.quantize_per_tensor(ones, 0.1, 0, torch.qint8)}
+    for kind, tensor in cases.items():
+        torch.save({"logical_count": tensor}, tmp_path / f"{kind}.pt")
+        with pytest.raises(EplbError, match=kind):
+            traces.read(tmp_path / f"{kind}.pt")
+    for rank in ("x", [1], -1):
+        torch.save({"logical_count": ones, "rank": rank}, tmp_path / "r.pt")
+        with pytest.raises(EplbError, match="rank"):
+            traces.read(tmp_path / "r.pt")
+    torch.save({"logical_count": ones.to(torch.bfloat16)}, tmp_path / "bf16.pt")
+    assert traces.read(tmp_path / "bf16.pt").counts.sum() == 24
+
+
 def test_rank_folder_with_a_superscript_digit(tmp_path):
     (tmp_path / "²").mkdir()
     with pytest.raises(EplbError, match="no rank folders"):
