@@ -27,10 +27,7 @@ COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workl
 
 
 def _raise_terminated(signum, frame) -> None:
-    first = signalled() is None
     note_signal(signum)
-    if not first:
-        return  # already stopping: let the cleanups of the first signal finish
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
@@ -89,13 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
-        with sigterm_as_exception():
+        with sigterm_as_exception():  # from the start: a signal during imports exits 128 + N
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 2
             code = int(args.func(args) or 0)
             if signalled() is not None:  # the signal's exception was swallowed somewhere
                 raise Terminated(signalled())
