@@ -27,7 +27,8 @@ def check_outputs(
     not an existing directory, not an input file (symlinks, hard links and relative spellings
     included: compared with ``os.path.samefile`` and resolved paths), not inside an input
     directory, and not the same file as another output. ``output_dirs`` (e.g. ``--plot DIR``)
-    must not be an input file or an existing non-directory.
+    must not be an input file or an existing non-directory, and must not hold an input (a
+    command's own files in it would be overwritten).
     """
     ins: list[tuple[str, PathLike]] = []
     for flag, value in inputs.items():
@@ -44,7 +45,7 @@ def check_outputs(
             if same_file(in_path, path):
                 raise InputError(
                     f"{flag} {path} is the input {in_flag} {in_path}; writing it would destroy "
-                    "the input. Choose another output file"
+                    "the input file. Choose another output file"
                 )
         for other_flag, other in seen:
             if same_file(other, path):
@@ -60,8 +61,10 @@ def check_outputs(
         if os.path.exists(text) and not os.path.isdir(text):
             raise InputError(f"{flag} {text} exists and is not a directory")
         for in_flag, in_path in ins:
-            if os.path.isfile(in_path) and same_file(in_path, path):
-                raise InputError(f"{flag} {text} is the input {in_flag} {in_path}")
+            if same_file(in_path, path) or (os.path.isdir(text) and same_file(text, in_path)):
+                raise InputError(f"{flag} {text} holds (or is) the input {in_flag} {in_path}; "
+                                 "writing into it could overwrite the input. Choose another "
+                                 "folder or move the input out")
 
 
 def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:

@@ -8,6 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from eplb.atomic import staged_outputs
 from eplb.cli.common import (
     check_groups,
     check_outputs,
@@ -115,12 +116,8 @@ def _floats(text: str, flag: str) -> list[float]:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
-    import pandas as pd
-
     from eplb import solvers, traces
-    from eplb.atomic import atomic_write_text
     from eplb.evaluation.compare import compare, parse_topologies
-    from eplb.evaluation.tables import write_csv
     from eplb.executor.routing import check_policy
 
     check_outputs({"TRACE": args.traces},
@@ -158,13 +155,35 @@ def run(args: argparse.Namespace) -> int:
     if ok == 0:
         raise EplbError(f"every run failed; first: {result.summary['status'].iloc[0]}")
     tables = result.tables()
-    if args.output is not None:
-        result.write(args.output, layers_path=args.layers_csv)
-    elif args.layers_csv is not None:
-        write_csv(result.layers, args.layers_csv)
-    if args.markdown is not None:
-        atomic_write_text(args.markdown, tables)
-    written = result.plot(args.plot) if args.plot is not None else []
+    # every output is staged and moved into place at the end, or none is (eplb.atomic)
+    with staged_outputs() as stage:
+        written = _write(args, result, tables, loaded, specs, weights, stage)
+    if args.markdown is None:
+        print(tables)
+    print(f"{ok}/{len(result.summary)} runs ok in {seconds:.1f} s", file=sys.stderr)
+    for path in [args.output, args.markdown, args.layers_csv] + written:
+        if path is not None:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _write(args, result, tables, loaded, specs, weights, stage) -> list[str]:
+    """Write the CSVs, Markdown and plots into ``stage`` (`eplb.atomic.Stage`); returns the
+    plot files as the user will see them."""
+    import pandas as pd  # lazy: the library loads only when the verb runs
+
+    from eplb.atomic import atomic_write_text
+    from eplb.evaluation.tables import write_csv
+
+    output, layers = stage.file(args.output), stage.file(args.layers_csv)
+    markdown, plot_dir = stage.file(args.markdown), stage.folder(args.plot)
+    if output is not None:
+        result.write(output, layers_path=layers)
+    elif layers is not None:
+        write_csv(result.layers, layers)
+    if markdown is not None:
+        atomic_write_text(markdown, tables)
+    written = result.plot(plot_dir) if plot_dir is not None else []
     if args.pareto:
         from eplb.evaluation import plots  # lazy: only with --pareto
         from eplb.evaluation.pareto import sweep_traces
@@ -179,14 +198,8 @@ def run(args: argparse.Namespace) -> int:
             tname, spec = df["trace"].iloc[0], df["topology"].iloc[0]
             stem = slug(f"{tname}_{spec}")
             written.append(plots.pareto_front(df.drop(columns=["trace", "topology"]),
-                                              Path(args.plot) / f"pareto_{stem}.png",
+                                              plot_dir / f"pareto_{stem}.png",
                                               title=f"{tname} on {spec}"))
-        write_csv(pd.concat(sweeps, ignore_index=True), Path(args.plot) / "pareto.csv")
-        written.append(Path(args.plot) / "pareto.csv")
-    if args.markdown is None:
-        print(tables)
-    print(f"{ok}/{len(result.summary)} runs ok in {seconds:.1f} s", file=sys.stderr)
-    for path in [args.output, args.markdown, args.layers_csv] + [str(w) for w in written]:
-        if path is not None:
-            print(f"wrote {path}", file=sys.stderr)
-    return 0
+        write_csv(pd.concat(sweeps, ignore_index=True), plot_dir / "pareto.csv")
+        written.append(plot_dir / "pareto.csv")
+    return [str(Path(args.plot) / Path(w).relative_to(plot_dir)) for w in written]

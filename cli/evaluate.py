@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from eplb.atomic import atomic_write_bytes
 from eplb.cli.common import check_groups, check_outputs, seed_arg, windows_arg
 from eplb.errors import InputError
-from eplb.format import text_table
+from eplb.format import json_text, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                     gpus_per_node=placement.topology.gpus_per_node)
     if args.json:
         doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
-        print(json.dumps(doc, indent=1))
+        print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens

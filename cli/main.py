@@ -1,9 +1,10 @@
 """The ``eplb`` command: thin argument parsing over the library; one module per verb.
 
 Errors the toolkit raises on purpose (`EplbError`) print one line and exit 2; so do the OS
-errors of files named on the command line and memory exhaustion. SIGTERM becomes a
-`eplb.atomic.Terminated` exception while a verb runs, so unfinished atomic writes remove their
-temporary files (exit 143, like a shell's 128 + 15).
+errors of files named on the command line and memory exhaustion. SIGTERM (SIGINT) becomes a
+`eplb.atomic.Terminated` (`KeyboardInterrupt`) exception while a verb runs, so unfinished atomic
+writes remove their temporary files, and is recorded (`eplb.atomic.note_signal`) so that a
+swallowed exception still stops every later commit; the exit status is 128 + the signal.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from eplb import __version__
-from eplb.atomic import Terminated
+from eplb.atomic import Terminated, clear_signals, note_signal, signalled
 from eplb.errors import EplbError
 
 # verb modules under eplb.cli, each with add_parser(subparsers); add a verb by name here
@@ -26,20 +27,27 @@ COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workl
 
 
 def _raise_terminated(signum, frame) -> None:
-    raise Terminated(f"signal {signum}")
+    note_signal(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
 
 
 @contextlib.contextmanager
 def sigterm_as_exception() -> Iterator[None]:
-    """While inside, SIGTERM raises `Terminated` in the main thread (cleanups run)."""
+    """While inside, SIGTERM raises `Terminated` and SIGINT `KeyboardInterrupt` in the main
+    thread (cleanups run); both are recorded (`eplb.atomic.note_signal`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    clear_signals()
+    previous = {sig: signal.signal(sig, _raise_terminated)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class Parser(argparse.ArgumentParser):
@@ -78,14 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
-        with sigterm_as_exception():
-            return int(args.func(args) or 0)
+        with sigterm_as_exception():  # from the start: a signal during imports exits 128 + N
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 2
+            code = int(args.func(args) or 0)
+            if signalled() is not None:  # the signal's exception was swallowed somewhere
+                raise Terminated(signalled())
+            return code
     except EplbError as exc:
         print(f"eplb: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -99,20 +110,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eplb: error: {exc.filename or exc}: is a directory; give a file",
               file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a full disk, a name too long, a busy folder...
+        where = exc.filename or "a file"
+        print(f"eplb: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("eplb: error: an input is nested too deeply (thousands of levels); check the "
+              "files given", file=sys.stderr)
+        return 2
     except MemoryError:
         print("eplb: error: out of memory; the input or the requested sizes are too large "
               "for this machine (use fewer windows, tokens or layers)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if signalled() not in (None, signal.SIGINT):
+            print("eplb: terminated", file=sys.stderr)
+            return 128 + int(signalled())
         print("eplb: interrupted", file=sys.stderr)
         return 130
-    except Terminated:
+    except Terminated as exc:
         print("eplb: terminated", file=sys.stderr)
-        return 143
-    except BrokenPipeError:  # output piped into `head` and closed early: not an error
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return 128 + int(getattr(exc, "signum", signal.SIGTERM))
+    finally:
+        clear_signals()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -89,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
     topo = replay_topology(trace.num_experts, args.topology, args.slots,
                            nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps)
     groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
-    check_groups(args.groups, trace.num_experts, args.topk_groups if args.dispatch else None)
-    if args.groups is None and args.topk_groups is not None and args.dispatch:
-        check_groups(groups, trace.num_experts, args.topk_groups)
+    check_groups(args.groups, trace.num_experts)
+    if args.topk_groups is not None:  # needs groups (--groups or the trace's), with or without
+        check_groups(groups, trace.num_experts, args.topk_groups)  # --dispatch
     frame = replay(
         trace, topo, solver=args.solver, interval=args.interval,
         history=args.history or None, ema=args.ema, num_groups=args.groups,

@@ -19,7 +19,7 @@ import argparse
 import math
 from pathlib import Path
 
-from eplb.atomic import atomic_directory
+from eplb.atomic import atomic_directory, check_output_dir
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
@@ -164,17 +164,13 @@ def _window(text: str | None):
     return (t0, t1)
 
 
-def _check_output(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(f"-o {out} exists and is not a folder; choose another path")
-        if any(out.iterdir()) and not force:
-            raise InputError(
-                f"-o {out} exists and is not empty; choose a new folder or pass --force"
-            )
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {out}: folder {parent} does not exist")
+def _inputs(args: argparse.Namespace, configs) -> dict:
+    """The files this run reads (configs, workload, routing traces), by the flag that names
+    them (``configs``: the run's `ClusterConfig` objects)."""
+    spec = str(args.workload)
+    return {"CONFIG": [t for t in args.config_texts if Path(t).exists()],
+            "--workload": None if spec.startswith("synth:") else spec,
+            "routing.path": [c.routing.path for c in configs if c.routing.path]}
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -236,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload is None:
         raise InputError("--workload is required (a file or synth:KEY=VALUE,...)")
     named = _configs(args)
+    args.config_texts = list(args.config)
     seeds = _ints(args.seeds, "--seeds") if args.seeds is not None else [args.seed]
     many = len(named) > 1 or len(seeds) > 1 or args.mode == "counterfactual"
     if args.capacity or args.rates is not None or many:
@@ -251,9 +248,10 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
     from eplb.evaluation import serving  # lazy: keeps --help fast
     from eplb.evaluation.serving import sweep  # lazy: keeps --help fast
 
-    out = Path(args.output) if args.output is not None else None
-    if out is not None:
-        _check_output(out, args.force)
+    out = None
+    if args.output is not None:
+        out = check_output_dir(args.output, force=args.force,
+                               inputs=_inputs(args, list(named.values())))
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
@@ -279,8 +277,8 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
                                 window=window, mode=args.mode, **run_kw)
         text = sweep.comparison_text(frame, sweep.compared_columns(frame), next(iter(named)))
     print(text)
-    if out is not None:
-        with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
+    if out is not None:  # OUTDIR appears all at once, or not at all; claimed without --force
+        with atomic_directory(out, replace=args.force) as tmp:
             frame.to_csv(tmp / "results.csv", index=False)
             (tmp / "table.txt").write_text(text + "\n", encoding="utf-8")
             if plot is not None and not args.no_plots:
@@ -292,13 +290,12 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
 def _single(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import simulate  # lazy: keeps --help fast
 
-    out = Path(args.output)
-    _check_output(out, args.force)
     window = _window(args.window)
     mfrom = args.measure_from
     if mfrom is not None and not (mfrom >= 0 and math.isfinite(mfrom)):
         raise InputError(f"--measure-from must be seconds >= 0, got {mfrom}")
     config = args.config
+    out = check_output_dir(args.output, force=args.force, inputs=_inputs(args, [config]))
     if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
         raise InputError(f"--duration must be seconds > 0, got {args.duration}")
     workload = load_workload(args, config.kv.block_size)
@@ -309,7 +306,9 @@ def _single(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         progress=not args.no_progress,
     )
-    with atomic_directory(out) as tmp:  # OUTDIR appears all at once, or not at all
+    # OUTDIR appears all at once, or not at all; without --force the run claims it (refused
+    # if another run wrote it meanwhile)
+    with atomic_directory(out, replace=args.force) as tmp:
         result.save(tmp, config, window=window, plots=not args.no_plots, measure_from_s=mfrom)
     print(result.summary_table(window, measure_from_s=mfrom))
     print(

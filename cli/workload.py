@@ -4,13 +4,11 @@ workloads for the serving layer."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
-from eplb.atomic import same_file
-from eplb.cli.common import say_dropped
+from eplb.cli.common import check_outputs, say_dropped
 from eplb.errors import InputError
-from eplb.format import text_table
+from eplb.format import json_text, text_table
 
 READ_FORMATS = ("mooncake", "azure", "csv", "parquet")
 WRITE_FORMATS = ("mooncake", "csv", "parquet")
@@ -219,7 +217,7 @@ def run_info(args: argparse.Namespace) -> int:
     wl = W.read(args.file, format=args.format, block_size=args.block_size)
     s = wl.summary()
     if args.json:
-        print(json.dumps({"file": args.file, **s, "meta": wl.meta}, default=str, indent=1))
+        print(json_text({"file": args.file, **s, "meta": wl.meta}, indent=1))
         return 0
     fmt = wl.meta.get("provenance", {}).get("format", "?")
     rows = [
@@ -271,6 +269,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_synth(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
+    check_outputs({"--lengths-from": args.lengths_from}, {"-o": args.output})
     fmt = W.write_format(args.output, args.format)
     lengths = W.read(args.lengths_from) if args.lengths_from else None
     wl = W.synthesize(
@@ -307,8 +306,7 @@ def run_synth(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    if same_file(args.input, args.output):
-        raise InputError(f"output {args.output} is the input file; write to a new path")
+    check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = W.write_format(args.output, args.format)
     if args.poisson and args.rate is None and args.speedup is None:
         raise InputError("--poisson needs --rate or --speedup")

@@ -13,7 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +32,50 @@ _WRITE_ERRNOS = {
 
 class Terminated(BaseException):
     """Raised in the main thread on SIGTERM by `eplb.cli.main`, so cleanups run."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_SIGNALLED: list[int] = []  # signals received while a verb runs (see `note_signal`)
+NAME_MAX = 255  # bytes in one path component on Linux/macOS file systems
+
+
+def note_signal(signum: int) -> None:
+    """Record that ``signum`` arrived; `check_signalled` raises until `clear_signals`.
+
+    A signal handler's exception can be swallowed (raised inside a weakref callback or a
+    ``__del__``); the record makes every later atomic commit refuse anyway."""
+    _SIGNALLED.append(int(signum))
+
+
+def signalled() -> int | None:
+    """The first signal recorded by `note_signal` (None: none)."""
+    return _SIGNALLED[0] if _SIGNALLED else None
+
+
+def clear_signals() -> None:
+    _SIGNALLED.clear()
+
+
+def check_signalled() -> None:
+    """Raise `KeyboardInterrupt` (SIGINT) or `Terminated` if a signal has been recorded."""
+    signum = signalled()
+    if signum is None:
+        return
+    if signum == 2:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def _stem(name: str, extra: int = 40) -> str:
+    """``name`` shortened so that ``.{stem}.`` plus ``extra`` bytes of suffix fit NAME_MAX."""
+    room = NAME_MAX - extra - 2
+    data = name.encode("utf-8", "surrogateescape")
+    if len(data) <= room:
+        return name
+    return data[:room].decode("utf-8", "ignore")
 
 
 def _umask() -> int:
@@ -52,6 +96,10 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     if "\0" in text:
         raise InputError(f"{what} path {text!r} contains a NUL byte")
     target = Path(text)
+    if len(target.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise InputError(f"cannot write {what} {text[:40]}...: the file name is longer than "
+                         f"{NAME_MAX} bytes (file names are at most {NAME_MAX}); give a shorter "
+                         "name")
     if target.is_dir():
         raise InputError(
             f"cannot write {what} {text}: it is an existing directory; give a file name "
@@ -103,7 +151,7 @@ def _refuse_read_only(target: Path, st: os.stat_result) -> None:
 
 def _clean_stale(parent: Path, name: str) -> None:
     """Remove ``.<name>.<pid>.*.tmp`` files left by killed eplb processes."""
-    prefix = f".{name}."
+    prefix = f".{_stem(name)}."
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -156,6 +204,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
                 yield fh
         except PermissionError:
             raise InputError(f"cannot write {shown}: permission denied") from None
+        except OSError as exc:  # /dev/full: no space left on device
+            if exc.errno in _WRITE_ERRNOS:
+                raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+            raise
         return
     if st is not None:
         _refuse_read_only(target, st)
@@ -165,7 +217,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
     _clean_stale(parent, target.name)
     try:
         fd, tmp = tempfile.mkstemp(
-            prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=parent
+            prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=parent
         )
     except PermissionError:
         raise InputError(
@@ -179,6 +231,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        check_signalled()  # a signal whose exception was swallowed still stops the commit
         try:
             os.replace(tmp, target)
         except OSError as exc:
@@ -205,36 +258,237 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         fh.write(text)
 
 
-@contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary folder beside ``path`` to fill; on success it is renamed to ``path`` (an
-    existing folder there is moved aside first and removed after), else it is removed. The
-    folder gets the mode a new one would (``0o777`` less the umask)."""
-    out = Path(path)
+def _is_cwd_or_above(path: Path) -> bool:
+    try:
+        here, there = Path.cwd().resolve(), path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return there == here or there in here.parents
+
+
+def check_output_dir(
+    path: str | os.PathLike,
+    *,
+    force: bool = False,
+    inputs: Mapping[str, str | os.PathLike | Sequence[str | os.PathLike] | None] | None = None,
+    flag: str = "-o",
+) -> Path:
+    """Refuse, before any work, an output folder that cannot be claimed safely.
+
+    Refused: an empty name, the current folder or one above it, an existing non-folder, a
+    non-empty folder without ``force``, and any input (``{flag: path or paths}``) that is the
+    folder or lies inside it (with or without ``force``: replacing the folder would delete it).
+    Returns the folder as a `Path`.
+    """
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"{flag} must be a folder name, got {path!r}")
+    text = os.fsdecode(os.fspath(path))
+    if not text.strip():
+        raise InputError(f"{flag} is empty; give a folder name (e.g. {flag} run1)")
+    if "\0" in text:
+        raise InputError(f"{flag} {text!r} contains a NUL byte")
+    out = Path(text)
+    if len(out.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise InputError(f"{flag} {text[:40]}...: the name is longer than {NAME_MAX} bytes; "
+                         "give a shorter name")
+    if _is_cwd_or_above(out):
+        raise InputError(f"{flag} {text} is the current folder (or one above it); give a new "
+                         f"folder to write into (e.g. {flag} run1)")
+    try:
+        exists = out.exists()
+    except OSError as exc:
+        raise InputError(f"{flag} {text}: {exc.strerror or exc}") from None
+    if exists and not out.is_dir():
+        raise InputError(f"{flag} {text} exists and is not a folder; choose another path")
+    for in_flag, value in (inputs or {}).items():
+        if value is None:
+            continue
+        for in_path in [value] if isinstance(value, (str, os.PathLike)) else value:
+            if exists and same_file(out, in_path):
+                raise InputError(
+                    f"{flag} {text} holds the input {in_flag} {in_path}; replacing the folder "
+                    "would delete it. Write to another folder or move the input out"
+                )
+            if not exists and _resolved(in_path) == _resolved(out):
+                raise InputError(f"{flag} {text} is the input {in_flag} {in_path}; choose "
+                                 "another output folder")
+    if exists and not force:
+        try:
+            busy = any(out.iterdir())
+        except OSError as exc:
+            raise InputError(f"{flag} {text}: {exc.strerror or exc}") from None
+        if busy:
+            raise InputError(f"{flag} {text} exists and is not empty; choose a new folder or "
+                             "pass --force")
     parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    if not parent.is_dir():
+        raise InputError(f"cannot write {text}: folder {parent} does not exist")
+    return out
+
+
+def _resolved(path) -> Path | None:
+    try:
+        return Path(os.fspath(path)).resolve()
+    except (OSError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Path]:
+    """A temporary folder beside ``path`` to fill; on success it is renamed to ``path``, else
+    it is removed. The folder gets the mode a new one would (``0o777`` less the umask).
+
+    ``replace=False`` claims ``path``: the rename fails (`InputError`, the temporary folder
+    removed) if a non-empty folder or a file appeared there meanwhile. ``replace=True``: an
+    existing folder is moved aside first and removed after. A symlink to a folder is
+    followed (the folder it names is replaced; the link stays). A signal recorded by
+    `note_signal` stops the rename.
+    """
+    shown = Path(os.fspath(path))
+    if not str(path).strip():
+        raise InputError("output folder name is empty; give a folder name")
+    out = Path(os.path.realpath(shown)) if shown.is_symlink() else shown
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
-        _swap_dir(tmp, out)
+        check_signalled()
+        if replace:
+            _swap_dir(tmp, out, shown)
+        else:
+            _claim_dir(tmp, out, shown)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _swap_dir(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.rmdir(old)
-        os.replace(out, old)
+def _claim_dir(tmp: Path, out: Path, shown: Path) -> None:
+    """Rename ``tmp`` to ``out``; refuse if ``out`` is (now) a file or a non-empty folder."""
     try:
+        os.rename(tmp, out)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        raise InputError(f"{shown} appeared while this run was writing (another run?); it "
+                         "was left as it is. Choose a new folder or pass --force") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise InputError(f"{shown} appeared while this run was writing (another run?); "
+                             "it was left as it is. Choose a new folder or pass --force") from None
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+
+
+def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
+    shown = out if shown is None else shown
+    old = None
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".old",
+                                        dir=out.parent))
+            os.rmdir(old)
+            os.replace(out, old)
         os.replace(tmp, out)
+    except OSError as exc:
+        if old is not None and old.exists():
+            with contextlib.suppress(OSError):
+                os.replace(old, out)
+        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
     except BaseException:
-        if old is not None:
+        if old is not None and old.exists():
             with contextlib.suppress(OSError):
                 os.replace(old, out)
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+class Stage:
+    """Outputs of one command staged in a hidden temporary folder (see `staged_outputs`)."""
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self._moves: list[tuple[Path, Path, bool]] = []  # (staged, final, is_folder)
+
+    def _tmp_root(self, near: Path) -> Path:
+        if self._root is None:
+            parent = near.parent if str(near.parent) else Path(".")
+            try:
+                self._root = Path(tempfile.mkdtemp(prefix=".eplb-stage.", suffix=".tmp",
+                                                   dir=parent))
+            except OSError as exc:
+                raise InputError(f"cannot write {near}: {exc.strerror or exc}") from None
+        return self._root
+
+    def file(self, path: str | os.PathLike | None) -> Path | None:
+        """Where to write the file that will become ``path`` (None passes through)."""
+        if path is None:
+            return None
+        final = check_output_path(path)
+        staged = self._tmp_root(final) / f"f{len(self._moves)}{final.suffix}"
+        self._moves.append((staged, final, False))
+        return staged
+
+    def folder(self, path: str | os.PathLike | None) -> Path | None:
+        """A folder whose files will be moved into folder ``path`` (created if missing;
+        files already there that the command does not write are kept)."""
+        if path is None:
+            return None
+        final = Path(os.fspath(path))
+        staged = self._tmp_root(final) / f"d{len(self._moves)}"
+        staged.mkdir()
+        self._moves.append((staged, final, True))
+        return staged
+
+    def commit(self) -> None:
+        check_signalled()
+        for staged, final, is_folder in self._moves:
+            if not is_folder:
+                if staged.exists():
+                    _move(staged, final)
+                continue
+            for src in sorted(staged.rglob("*")):
+                if src.is_dir():
+                    continue
+                dst = final / src.relative_to(staged)
+                try:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise InputError(f"cannot write {dst.parent}: {exc.strerror or exc}"
+                                     ) from None
+                _move(src, dst)
+
+    def discard(self) -> None:
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _move(src: Path, dst: Path) -> None:
+    target = _resolve_target(dst)
+    try:
+        os.replace(src, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise InputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        with open(src, "rb") as fh:  # another file system (a symlink elsewhere): copy
+            atomic_write_bytes(target, fh.read())
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[Stage]:
+    """Write every output of a command into a hidden temporary folder, then move them into
+    place at the end (a renamed file each: nothing is left half-written), or remove them all
+    if the command fails or is interrupted. Usage::
+
+        with staged_outputs() as stage:
+            write_csv(frame, stage.file(args.output))
+            plot_into(stage.folder(args.plot))
+    """
+    stage = Stage()
+    try:
+        yield stage
+        stage.commit()
+    finally:
+        stage.discard()

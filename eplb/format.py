@@ -1,8 +1,11 @@
-"""Text output shared by every printed table: aligned columns (one format everywhere)."""
+"""Text output shared by every verb: aligned tables, and strict JSON for ``--json``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def text_table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None) -> str:
@@ -13,3 +16,22 @@ def text_table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = 
     if header:
         lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0:
+        return _finite(obj.item())  # a numpy scalar
+    return obj
+
+
+def json_text(obj: Any, **kw: Any) -> str:
+    """``obj`` as strict JSON (RFC 8259): NaN and infinities become ``null``, never the
+    ``NaN`` / ``Infinity`` tokens that JSON parsers reject; other types via ``default=str``."""
+    kw.setdefault("default", str)
+    return json.dumps(_finite(obj), allow_nan=False, **kw)

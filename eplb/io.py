@@ -18,7 +18,7 @@ import numpy as np
 from eplb.atomic import atomic_write_bytes, atomic_write_text, check_output_path
 from eplb.errors import InputError, PlacementError, TopologyError
 from eplb.placement import Placement
-from eplb.safeload import ZIP_MAGIC, read_npz
+from eplb.safeload import ZIP_MAGIC, check_regular, json_loads, read_npz, read_text, yaml_load
 from eplb.topology import Topology
 
 FORMATS = ("native", "npz", "sglang", "trtllm")
@@ -235,27 +235,15 @@ def _fail(path, msg: str) -> PlacementError:
 
 
 def _read_json(path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"placement file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read placement file {str(path)!r}: {exc}") from None
+    text = read_text(path, "placement file")
     if not text.strip():
         raise _fail(path, "file is empty")
     return _parse_json(path, text)
 
 
 def _parse_json(path, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise _fail(path, "JSON is nested too deeply (thousands of levels); a placement is "
-                    "a list of lists") from None
-    except ValueError as exc:  # e.g. an integer with more than 4300 digits
-        raise _fail(path, f"not valid JSON ({exc})") from None
+    """JSON of placement file ``path``: duplicated keys and deep nesting refused."""
+    return json_loads(text, str(path), PlacementError)
 
 
 def _int_table(path, name: str, rows) -> np.ndarray:
@@ -288,6 +276,9 @@ def _from_header(path, head: dict, phy2log, share, layer_ids) -> Placement:
     num_experts = head.get("num_logical_experts")
     if not isinstance(num_experts, int):
         raise _fail(path, "num_logical_experts must be an integer")
+    if not isinstance(head.get("meta") or {}, dict):
+        raise _fail(path, f"'meta' is {type(head['meta']).__name__}, expected a JSON object "
+                    "(or drop the field)")
     meta = dict(head.get("meta") or {})
     for block in _META_BLOCKS:
         if head.get(block) is not None:
@@ -366,16 +357,7 @@ def _read_sglang(path, topology, num_experts, doc: Any = None) -> Placement:
 
 
 def _read_trtllm(path, topology, num_experts) -> Placement:
-    import yaml  # lazy: PyYAML is needed only for TensorRT-LLM files
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"placement file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _fail(path, f"not readable YAML ({str(exc).splitlines()[0]})") from None
-    except RecursionError:
-        raise _fail(path, "YAML is nested too deeply") from None
+    doc = yaml_load(read_text(path, "placement file"), str(path), PlacementError)
     if not isinstance(doc, dict) or "initial_global_assignments" not in doc:
         raise _fail(path, "expected a mapping with 'initial_global_assignments'")
     assign = doc["initial_global_assignments"]
@@ -413,14 +395,7 @@ def read_placement(
     if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(
             num_experts, (int, np.integer)) or num_experts < 1):
         raise InputError(f"num_experts must be a positive integer, got {num_experts!r}")
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"placement file {str(path)!r} does not exist")
-    if p.is_dir():
-        raise InputError(f"placement file {str(path)!r} is a directory; give a file")
-    if not p.is_file():
-        raise InputError(f"placement file {str(path)!r} is not a regular file (a FIFO, device "
-                         "or socket); eplb reads regular files only")
+    p = check_regular(path, "placement file")
     if fmt != "npz":
         with open(p, "rb") as fh:
             if fh.read(4) == ZIP_MAGIC:

@@ -233,6 +233,7 @@ def _worker(fn, task_q, result_q, parent: int, ctx) -> None:
     global _CONTEXT
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker drops the parent's handler
     _CONTEXT = ctx
     while True:
         item = task_q.get()

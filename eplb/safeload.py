@@ -1,16 +1,24 @@
-"""Reading ``.npy`` / ``.npz`` files defensively: no unpickling, no decompression bombs.
+"""Reading files defensively: no unpickling, no decompression or alias bombs, no hangs.
 
-Headers (dtype, shape) are checked before any data is allocated, against `max_bytes` (4 GiB,
-``EPLB_MAX_BYTES``) and the bytes the file holds; `check_size` applies the same limit to
-requested sizes. Errors are `InputError`s. See docs/core.md, section "Safe loading".
+``.npy`` / ``.npz`` headers (dtype, shape) are checked before any data is allocated, against
+`max_bytes` (4 GiB, ``EPLB_MAX_BYTES``) and the bytes the file holds; `check_size` applies the
+same limit to requested sizes. `check_regular` refuses FIFOs, devices and sockets (which would
+block or never end) before a reader opens them; `read_text` adds the size limit and a UTF-8
+check; `json_loads` refuses duplicated keys; `yaml_load` refuses aliases (a "billion laughs"
+file) and every tag but the plain ones. Errors are `InputError`s. See docs/core.md, section
+"Safe loading".
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import stat
 import zipfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,13 +32,23 @@ ErrorFactory = Callable[[str], Exception]
 
 
 def max_bytes() -> int:
-    """Largest array eplb allocates from one input or request: ``$EPLB_MAX_BYTES`` or 4 GiB."""
+    """Largest array eplb allocates from one input or request: ``$EPLB_MAX_BYTES`` or 4 GiB.
+
+    A value that is not a finite number of bytes >= 1 (``inf``, ``1e400``, ``-5``, ``abc``)
+    is an `InputError` naming the variable."""
     text = os.environ.get("EPLB_MAX_BYTES", "")
+    if not text.strip():
+        return DEFAULT_MAX_BYTES
     try:
-        value = int(float(text)) if text.strip() else DEFAULT_MAX_BYTES
+        value = float(text)
     except ValueError:
-        value = DEFAULT_MAX_BYTES
-    return value if value > 0 else DEFAULT_MAX_BYTES
+        value = math.nan
+    if not (math.isfinite(value) and 1 <= value <= 2**62):
+        raise InputError(
+            f"environment variable EPLB_MAX_BYTES={text.strip()[:30]!r} is not a number of "
+            f"bytes in 1..2**62; set it to e.g. 8e9 (8 GB) or unset it (default 4 GiB)"
+        )
+    return int(value)
 
 
 def human(nbytes: float) -> str:
@@ -177,3 +195,112 @@ def npz_names(path: str | os.PathLike, error: ErrorFactory = InputError) -> list
             return [n[:-4] if n.endswith(".npy") else n for n in zf.namelist()]
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
         raise error(f"truncated or not an npz file ({exc}); regenerate or re-copy it") from None
+
+
+# ------------------------------------------------------------------ any file
+def check_regular(path: str | os.PathLike, what: str = "input", error: ErrorFactory = InputError
+                  ) -> Path:
+    """``path`` as a `Path` after refusing a missing file, a directory and a FIFO, device or
+    socket (reading one would block or never end). Errors name ``what`` and the path."""
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise error(f"{what} must be a file name, got {path!r}")
+    p = Path(os.fspath(path))
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise error(f"cannot read {what} {str(p)!r}: it does not exist") from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a loop of links...
+        raise error(f"cannot read {what} {str(p)[:80]!r}: "
+                    f"{getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {str(p)!r} is a directory; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise error(f"{what} {str(p)!r} is {kind}, not a regular file; eplb reads regular "
+                    "files only (save the stream to a file first)")
+    return p
+
+
+def read_bytes(path: str | os.PathLike, what: str = "input", error: ErrorFactory = InputError
+               ) -> bytes:
+    """The bytes of regular file ``path`` (`check_regular`; at most `max_bytes`)."""
+    p = check_regular(path, what, error)
+    try:
+        size = p.stat().st_size
+        check_size(f"{what} {p}", (size,), 1, error=error)
+        return p.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+
+
+def read_text(path: str | os.PathLike, what: str = "input", error: ErrorFactory = InputError,
+              encoding: str = "utf-8") -> str:
+    """The UTF-8 text of regular file ``path`` (`read_bytes`; bad UTF-8 or NUL bytes refused)."""
+    data = read_bytes(path, what, error)
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
+                    f"{data[exc.start:exc.start + 1]!r}); is it a binary file?") from None
+    if "\0" in text:
+        raise error(f"{what} {path} holds NUL bytes; it is a binary file, not text")
+    return text
+
+
+MAX_JSON_INT = 2**53  # larger integers do not survive a float64 round trip
+
+
+def json_loads(text: str, what: str = "JSON", error: ErrorFactory = InputError, *,
+               exact_ints: bool = False) -> Any:
+    """``json.loads(text)`` refusing duplicated keys (the last would win silently), nesting
+    too deep to parse and, with ``exact_ints``, integers beyond 2**53 (precision lost)."""
+
+    def pairs(items):
+        out = {}
+        for key, value in items:
+            if key in out:
+                raise error(f"{what}: key {key!r} appears twice in one object; keep one")
+            out[key] = value
+        return out
+
+    def parse_int(digits: str):
+        value = int(digits)
+        if exact_ints and abs(value) > MAX_JSON_INT:
+            raise error(f"{what}: integer {digits[:24]} is beyond 2**53; such counts lose "
+                        "precision (an overflow upstream?)")
+        return value
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_int=parse_int)
+    except EplbError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise error(f"{what}: not valid JSON ({exc}); the file may be truncated") from None
+    except RecursionError:
+        raise error(f"{what}: JSON is nested too deeply (thousands of levels)") from None
+    except ValueError as exc:  # an integer literal with more than 4300 digits
+        raise error(f"{what}: not valid JSON ({exc})") from None
+
+
+def yaml_load(text: str, what: str = "YAML", error: ErrorFactory = InputError) -> Any:
+    """``yaml.safe_load(text)`` refusing aliases (``*name``: a few KB can expand to GBs, the
+    "billion laughs") and nesting too deep to parse."""
+    import yaml  # lazy: PyYAML is needed only for YAML files
+
+    class _NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise error(f"{what}: YAML alias *{event.anchor} (line "
+                            f"{event.start_mark.line + 1}) refused: aliases can expand a "
+                            "small file into gigabytes; write the values out")
+            return super().compose_node(parent, index)
+
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except EplbError:
+        raise
+    except yaml.YAMLError as exc:
+        raise error(f"{what}: not readable YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise error(f"{what}: YAML is nested too deeply") from None

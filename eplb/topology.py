@@ -59,6 +59,10 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+MIN_GBPS = 1e-6  # 1 KB/s: slower links make times of ~1e300 s
+MAX_GBPS = 1e9  # 1 EB/s
+
+
 @dataclass(frozen=True)
 class Topology:
     """``num_nodes`` nodes of ``gpus_per_node`` GPUs, each GPU holding ``slots_per_gpu`` slots.
@@ -85,6 +89,9 @@ class Topology:
                 raise TopologyError(f"{name} must be a number in GB/s, got {value!r}") from None
             if not np.isfinite(value) or value <= 0:
                 raise TopologyError(f"{name} must be a positive bandwidth in GB/s, got {value}")
+            if not MIN_GBPS <= value <= MAX_GBPS:  # seconds per byte would overflow or vanish
+                raise TopologyError(f"{name} {value:g} GB/s is outside {MIN_GBPS:g}.."
+                                    f"{MAX_GBPS:g} GB/s; give a real link bandwidth")
             object.__setattr__(self, name, value)
         if self.num_gpus > MAX_GPUS:
             raise TopologyError(

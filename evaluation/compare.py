@@ -37,7 +37,7 @@ from eplb.evaluation import plots
 from eplb.evaluation.align import check_trace, with_layers
 from eplb.evaluation.metrics import layer_bound, score, summarize
 from eplb.evaluation.tables import markdown, slug, write_csv
-from eplb.evaluation.traffic import simulate
+from eplb.evaluation.traffic import check_traffic_options, simulate
 from eplb.executor.routing import check_policy
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
@@ -393,7 +393,7 @@ def compare(
     time_limit = check_opt_number("time_limit", time_limit, 0, 86400, lo_open=True)
     num_groups = check_opt_int("num_groups", num_groups, 1)
     topk_groups = check_opt_int("topk_groups", topk_groups, 1)
-    traffic = check_mapping("traffic", traffic)
+    traffic = check_traffic_options(check_mapping("traffic", traffic))
     solver_options = check_mapping("solver_options", solver_options)
     for key, opts in solver_options.items():
         check_mapping(f"solver_options[{key!r}]", opts)

@@ -18,7 +18,7 @@ from eplb.args import check_bool, check_mapping, check_number, check_opt_number,
 from eplb.errors import InputError, TraceError
 from eplb.evaluation.align import align, check_num_groups, check_trace, with_layers
 from eplb.evaluation.metrics import score_windows, summarize
-from eplb.evaluation.traffic import simulate_trace
+from eplb.evaluation.traffic import check_traffic_options, simulate_trace
 from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.solvers.analysis.migration import replicas_moved
@@ -106,6 +106,7 @@ def replay(
         num_groups = trace.meta.get("num_groups")
     num_groups = check_num_groups(num_groups, trace.num_experts)
     options = check_mapping("solver_options", solver_options)
+    traffic = check_traffic_options(traffic, "replay keyword")
     if policy is not None:
         check_policy(policy)
     tokens = _check_tokens(tokens, trace, policy)

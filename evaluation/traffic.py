@@ -875,6 +875,21 @@ def token_gpus(token_rank: np.ndarray, ranks: int, num_gpus: int) -> np.ndarray:
     return rank * m + np.arange(rank.size) % m
 
 
+TRAFFIC_OPTIONS = ("hidden", "dispatch_bytes", "combine_bytes", "seed", "top_k", "num_groups",
+                   "topk_groups", "keep_slots", "progress")  # `simulate` keywords callers pass on
+
+
+def check_traffic_options(options, what: str = "traffic") -> dict:
+    """``options`` as a dict after refusing keys `simulate` does not take (a typo would be a
+    ``TypeError`` deep inside a sweep)."""
+    options = dict(options or {})
+    bad = sorted(str(k) for k in options if k not in TRAFFIC_OPTIONS)
+    if bad:
+        raise InputError(f"{what} option(s) {', '.join(map(repr, bad))} unknown; the traffic "
+                         f"model takes {', '.join(TRAFFIC_OPTIONS)}")
+    return options
+
+
 def simulate_trace(
     placement: Placement, trace, *, windows=None, source: str = "auto", **kwargs: Any
 ) -> TrafficReport:

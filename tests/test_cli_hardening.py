@@ -222,7 +222,7 @@ def _write(path, text):
 def test_hostile_json_and_csv(work, capsys):
     solve = ["solve", "--topology", "1x2", "--slots", "2"]
     big = _write(work / "big.json", '{"logical_count": [[1' + "0" * 400 + ", 1]]}")
-    one_error(*run(capsys, solve[0], big, *solve[1:])[::2], "big.json", "beyond float range")
+    one_error(*run(capsys, solve[0], big, *solve[1:])[::2], "big.json", "beyond 2**53")
     deep = _write(work / "deep.json", "[" * 5000 + "]" * 5000)
     one_error(*run(capsys, solve[0], deep, *solve[1:])[::2], "deep.json", "nested too deeply")
     ovf = _write(work / "ovf.csv", "window,layer,expert,count\n0,0,0,9223372036854775807\n"

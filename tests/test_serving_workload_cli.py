@@ -144,7 +144,7 @@ def test_bad_input_is_one_line_exit_2_and_no_file(capsys, tmp_path):
     src = tmp_path / "w.csv"
     W.write(W.synthesize(20, seed=0), src)
     before = src.read_bytes()
-    _error(capsys, "workload", "convert", src, src, frags=["is the input file"])
+    _error(capsys, "workload", "convert", src, src, frags=["is the input IN"])
     _error(capsys, "workload", "convert", src, tmp_path / "." / "w.csv", frags=["input file"])
     assert src.read_bytes() == before
     bad = tmp_path / "bad.jsonl"

@@ -59,6 +59,7 @@ class Trace:
         object.__setattr__(self, "counts", counts)
         T, L, E = counts.shape
         object.__setattr__(self, "meta", check_mapping("meta", self.meta, error=TraceError))
+        _check_routing_meta(self.meta, E)
         try:
             ids = np.arange(L) if self.layer_ids is None else np.asarray(self.layer_ids)
         except (TypeError, ValueError, OverflowError):
@@ -279,6 +280,25 @@ class Trace:
             f"Trace({self.num_windows} windows, {self.num_layers} layers, "
             f"{self.num_experts} experts{more})"
         )
+
+
+def _check_routing_meta(meta: Mapping[str, Any], num_experts: int) -> None:
+    """Refuse ``meta`` routing fields (``top_k``, ``num_groups``, ``topk_groups``) that are not
+    whole numbers in range: a ``top_k`` of 0 or ``"eight"`` would give wrong answers later."""
+    limits = {"top_k": num_experts, "num_groups": num_experts,
+              "topk_groups": meta.get("num_groups") if isinstance(meta.get("num_groups"), int)
+              else num_experts}
+    for key, hi in limits.items():
+        value = meta.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+                not 1 <= value <= hi:
+            raise TraceError(f"meta {key} is {str(value)[:30]!r}; it must be a whole number in "
+                             f"1..{hi} (or absent)")
+    groups = meta.get("num_groups")
+    if groups is not None and num_experts % int(groups):
+        raise TraceError(f"meta num_groups {groups} does not divide the {num_experts} experts")
 
 
 def _json(meta: Mapping[str, Any]) -> str:

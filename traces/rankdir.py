@@ -18,14 +18,17 @@ import numpy as np
 from eplb.traces.checks import FIX_FORMAT, check_values, fail, make_trace
 from eplb.traces.model import Trace
 
-_LAYER_FILE = re.compile(r"^moe_layer-(\d+)\.csv$")
+_LAYER_FILE = re.compile(r"^moe_layer-(\d+)\.csv$", re.ASCII)
+MAX_RANKS = 100_000  # rank folders (and data.json world_size) one trace may declare
 _DIST_COLUMN = "expert distribution"
 
 
 def read_rankdir(path: str | os.PathLike) -> Trace:
     """The trace of a per-rank CSV directory (``source_counts: float64[T, L, R, E]``)."""
     root = Path(path)
-    ranks = sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+    # ASCII digits only: '²'.isdigit() is true but int('²') fails
+    ranks = sorted(int(p.name) for p in root.iterdir()
+                   if p.is_dir() and p.name.isascii() and p.name.isdigit())
     if not ranks:
         raise fail(path, "no rank folders (0, 1, ...) holding moe_layer-<l>.csv; not a per-rank "
                     f"trace directory ({FIX_FORMAT})")
@@ -38,6 +41,10 @@ def read_rankdir(path: str | os.PathLike) -> Trace:
         if not isinstance(info, dict):
             info = {}
     world = info.get("world_size")
+    for what, n in (("rank folder", ranks[-1] + 1), ("data.json world_size", world)):
+        if isinstance(n, int) and not isinstance(n, bool) and n > MAX_RANKS:
+            raise fail(path, f"{what} implies {n:,} ranks, over the limit of {MAX_RANKS:,}; "
+                       "the folder names or world_size are corrupt")
     expected = max(ranks[-1] + 1, world if isinstance(world, int) else 0)
     missing = sorted(set(range(expected)) - set(ranks))
     if missing:

@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import TraceError
-from eplb.safeload import NPY_MAGIC, ZIP_MAGIC, npz_names, read_npy, read_npz
+from eplb.safeload import (
+    NPY_MAGIC,
+    ZIP_MAGIC,
+    check_regular,
+    json_loads,
+    npz_names,
+    read_npy,
+    read_npz,
+    read_text,
+)
 from eplb.traces.checks import (
     FIX_FORMAT,
     FORMATS,
@@ -125,21 +134,12 @@ def _nested_shape(path, obj: Any, field: str) -> None:
 def _read_sglang(path, text: str | None = None) -> Trace:
     inline = text is not None
     if text is None:
-        try:
-            text = Path(path).read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise fail(path, f"cannot read as UTF-8 text: {exc}") from None
+        text = read_text(path, "trace", error=lambda msg: fail(path, msg),
+                         encoding="utf-8-sig")
     if not text.strip():
         raise fail(path, "file is empty")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise fail(path, f"not valid JSON ({exc}); the file may be truncated") from None
-    except RecursionError:
-        raise fail(path, "JSON is nested too deeply (thousands of levels); expected "
-                   "[layers][experts] or [steps][layers][experts]") from None
-    except ValueError as exc:  # an integer literal with more than 4300 digits
-        raise fail(path, f"not valid JSON ({exc})") from None
+    # duplicated keys and integers beyond 2**53 (counts that lose precision) are refused
+    doc = json_loads(text, "JSON", lambda msg: fail(path, msg), exact_ints=True)
     if isinstance(doc, list):
         doc = {"logical_count": doc}
     if not isinstance(doc, dict) or "logical_count" not in doc:
@@ -275,11 +275,13 @@ def read(path: str | os.PathLike, format: str | None = None) -> Trace:
     if isinstance(path, str) and (not path.strip() or "\0" in path):
         raise TraceError(f"trace path {path!r} is empty or invalid")
     p = Path(path)
-    if not p.exists():
-        raise TraceError(f"trace file {str(path)!r} does not exist")
-    if not p.is_dir() and not p.is_file():
-        raise fail(path, "is not a regular file (a FIFO, device or socket); eplb reads regular "
-                   "files and per-rank directories only")
+    try:
+        if not p.exists():
+            raise TraceError(f"trace file {str(path)!r} does not exist")
+    except OSError as exc:  # a name too long, a loop of links
+        raise fail(str(path)[:80], f"cannot read: {exc.strerror or exc}") from None
+    if not p.is_dir():
+        check_regular(p, "trace file", TraceError)
     if p.is_file() and p.stat().st_size == 0:
         raise fail(path, "file is empty")
     fmt = sniff(p) if format is None else format

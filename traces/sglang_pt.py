@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,19 +27,48 @@ def _torch(path):
 
 
 def _to_numpy(value, path, field: str) -> np.ndarray:
+    """``value`` (a tensor, list or number) as a numpy array; sparse, meta and quantized
+    tensors are refused by name, BF16/FP8 (no numpy dtype) widen losslessly to float32."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        kind = ("a sparse tensor" if getattr(value, "is_sparse", False)
+                or str(getattr(value, "layout", "torch.strided")) != "torch.strided"
+                else "a meta tensor (no data)" if getattr(value, "is_meta", False)
+                else "a quantized tensor" if getattr(value, "is_quantized", False) else None)
+        if kind is not None:
+            raise fail(path, f"{field} is {kind}; save a dense tensor of counts "
+                       "(tensor.to_dense() / dequantize())")
+        try:
+            t = value.detach().cpu()
+            if t.is_floating_point() and t.element_size() < 4:  # bf16, fp16, fp8
+                t = t.float()
+            elif t.is_complex():
+                raise fail(path, f"{field} holds complex numbers; counts must be real")
+            value = t.numpy()
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise fail(path, f"{field} is a tensor numpy cannot hold ({exc}); save it as "
+                       "int64 or float32") from None
     try:
         return np.asarray(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise fail(path, f"{field} is not an array ({exc})") from None
+
+
+def _rank(value, path, field: str) -> int:
+    """A rank id: a whole number >= 0 (an int or a one-element integer tensor)."""
+    if hasattr(value, "detach") and getattr(value, "numel", lambda: 0)() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise fail(path, f"{field} is {str(value)[:30]!r}; a rank must be a whole number >= 0")
+    return int(value)
 
 
 def read_pt(path: str | os.PathLike) -> Trace:
     """The trace of an SGLang ``torch.save`` dump (stat, per-pass or per-token)."""
     torch = _torch(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's deprecation notes are not the user's error
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types: UnpicklingError, RuntimeError, EOFError
         text = str(exc)
         if "weights_only" in text.lower() or "Unsupported global" in text:
@@ -60,7 +90,7 @@ def read_pt(path: str | os.PathLike) -> Trace:
         arr = _to_numpy(obj["logical_count"], path, "logical_count")
         meta: dict[str, Any] = {"provenance": {**prov, "kind": "sglang-stat"}}
         if "rank" in obj:
-            meta["provenance"]["rank"] = int(obj["rank"])
+            meta["provenance"]["rank"] = _rank(obj["rank"], path, "rank")
         util = obj.get("average_utilization_rate_over_window")
         if isinstance(util, (int, float)):
             meta["provenance"]["average_utilization_rate_over_window"] = float(util)
@@ -142,6 +172,7 @@ def _pt_tokens(path, records: list, p2l: np.ndarray, keep_ids: np.ndarray):
         logical = np.take_along_axis(p2l[keep_ids][:, None, :],
                                      ids.reshape(len(keep_ids), 1, -1), axis=2)
         parts.append(logical.reshape(ids.shape).transpose(1, 0, 2))
-        ranks.append(np.full(ids.shape[1], int(rec.get("rank", 0)), dtype=np.int32))
+        rank = _rank(rec.get("rank", 0), path, f"records[{i}].rank")
+        ranks.append(np.full(ids.shape[1], rank, dtype=np.int32))
     return np.concatenate(parts), np.concatenate(ranks)
 

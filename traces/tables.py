@@ -6,15 +6,15 @@ section "Reading traces" (``csv`` / ``parquet``).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eplb.args import check_mapping
+from eplb.errors import EplbError
 from eplb.loads import MAX_COUNT
-from eplb.safeload import check_size
+from eplb.safeload import check_size, json_loads
 from eplb.traces.checks import fail, make_trace
 from eplb.traces.model import Trace
 
@@ -49,6 +49,7 @@ def from_frame(
     ints = {}
     for k in keys:
         ints[k] = _int_column(path, df[cols[k]], k)
+    _check_kind(path, df[cols["count"]], "count")
     count = _numeric(df[cols["count"]])
     bad = np.flatnonzero(~np.isfinite(count) | (count < 0) | (count > MAX_COUNT))
     if bad.size:
@@ -112,10 +113,31 @@ def _numeric(col) -> np.ndarray:
         return out
 
 
+def _check_kind(path, col, name: str) -> None:
+    """Refuse a column of booleans, dates or durations (pandas would read them as numbers)."""
+    import pandas as pd  # lazy: pandas is heavy; start-up avoids it
+
+    t = pd.api.types
+    kind = ("booleans" if t.is_bool_dtype(col.dtype) else
+            "dates" if t.is_datetime64_any_dtype(col.dtype) else
+            "durations" if t.is_timedelta64_dtype(col.dtype) else None)
+    if kind is None and col.dtype == object:
+        first = next((v for v in col if v is not None), None)
+        if isinstance(first, (bool, np.bool_)):
+            kind = "booleans"
+    if kind is not None:
+        raise fail(path, f"column {name!r} holds {kind} ({str(col.iloc[0])[:30]!r} on row 1); "
+                   f"{name} must hold {'counts' if name == 'count' else 'integer ids'}")
+
+
 def _int_column(path, col, name: str) -> np.ndarray:
     import pandas as pd  # lazy: pandas is heavy; start-up avoids it
 
+    _check_kind(path, col, name)
     if pd.api.types.is_integer_dtype(col.dtype) and col.dtype != np.uint64:
+        if col.isna().any():  # a nullable integer column with missing values
+            i = int(np.argmax(col.isna().to_numpy()))
+            raise fail(path, f"{name} on row {i + 1} is missing; every row needs a {name} id")
         return col.to_numpy(np.int64)
     num = _numeric(col)
     bad = ~np.isfinite(num) | (num != np.round(num))
@@ -147,8 +169,14 @@ def read_parquet(path: str | os.PathLike) -> Trace:
     except ImportError:
         raise fail(path, "reading Parquet needs pyarrow; install it with "
                     "pip install 'eplb[parquet]'") from None
+    err = lambda msg: fail(path, msg)  # noqa: E731
     try:
+        info = pq.ParquetFile(path).metadata  # the footer only: sizes checked before reading
+        check_size("the Parquet table", (info.num_rows, max(info.num_columns, 1)), 8,
+                   error=err, fix="is the row count in the file's footer right?")
         table = pq.read_table(path)
+    except EplbError:
+        raise
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise fail(path, f"truncated or not a Parquet file ({str(exc).splitlines()[0]})"
                     ) from None
@@ -156,15 +184,20 @@ def read_parquet(path: str | os.PathLike) -> Trace:
     meta: dict[str, Any] = {"provenance": {"format": "parquet", "path": str(path)}}
     if b"eplb.meta" in md:
         try:
-            meta = json.loads(md[b"eplb.meta"].decode())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise fail(path, f"eplb.meta metadata is not valid JSON ({exc})") from None
+            text = md[b"eplb.meta"].decode()
+        except UnicodeDecodeError as exc:
+            raise fail(path, f"eplb.meta metadata is not UTF-8 ({exc})") from None
+        meta = json_loads(text, "eplb.meta metadata", err)
+        if not isinstance(meta, dict):
+            raise fail(path, "eplb.meta metadata must be a JSON object")
     trace = from_frame(table.to_pandas(), path=path, meta=meta)
     if b"eplb.shape" in md:  # restore trailing all-zero experts the rows cannot show
         try:
-            E = int(json.loads(md[b"eplb.shape"].decode())["num_experts"])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            E = int(json_loads(md[b"eplb.shape"].decode(), "eplb.shape", err)["num_experts"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError):
             raise fail(path, "eplb.shape metadata is malformed") from None
+        check_size("the trace padded to eplb.shape num_experts",
+                   (trace.num_windows, trace.num_layers, max(E, 1)), 8, error=err)
         if E > trace.num_experts:
             pad = [(0, 0)] * 2 + [(0, E - trace.num_experts)]
             src = trace.source_counts

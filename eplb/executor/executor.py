@@ -162,8 +162,9 @@ class ReferenceExecutor:
         self.placement = self._check_placement(placement)
         self.policy = check_policy(policy)
         self.seed = check_seed("seed", seed)
-        self.dispatch_bytes = check_number("dispatch_bytes", dispatch_bytes, 0)
-        self.combine_bytes = check_number("combine_bytes", combine_bytes, 0)
+        # a zero width would make every link check pass vacuously: > 0
+        self.dispatch_bytes = check_number("dispatch_bytes", dispatch_bytes, 0, lo_open=True)
+        self.combine_bytes = check_number("combine_bytes", combine_bytes, 0, lo_open=True)
         self._weights: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffer = kernels.Buffer()  # receive/reduction rows reused across forward calls
         self.last_rebalance: RebalanceReport | None = None

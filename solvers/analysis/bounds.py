@@ -22,7 +22,11 @@ from eplb.solvers.primitives.analytic_bounds import (
 from eplb.solvers.primitives.even_split import pack_even
 from eplb.solvers.primitives.partitions import best_partitions
 from eplb.solvers.primitives.replication import waterfill
-from eplb.solvers.primitives.validation import check_groups, check_int, check_solver_load
+from eplb.solvers.primitives.validation import (
+    check_groups,
+    check_num_groups,
+    check_solver_load,
+)
 from eplb.topology import Topology
 
 _CACHE: OrderedDict = OrderedDict()
@@ -86,8 +90,8 @@ def lower_bound(
     for name, flag in (("hierarchical", hierarchical), ("weighted", weighted)):
         if not isinstance(flag, (bool, np.bool_)):
             raise InputError(f"{name} must be True or False, got {flag!r}")
-    if num_groups is not None:
-        check_int("num_groups", num_groups, lo=1)
+    # a grouping that cannot exist is refused even where the bound ignores it
+    check_num_groups(num_groups, load.shape[1])
     if topology.failed_gpus:  # placements there are placements on the survivors: bound those
         topology = surviving(topology)[0]
     L, E = load.shape

@@ -99,8 +99,10 @@ def lpt(
         free = np.where(held > 0, np.inf, score)
         g = free.argmin(1)
         stuck = ~np.isfinite(free[rows, g])
-        if stuck.any():  # every GPU with room holds this expert: accept a duplicate, repair later
-            g[stuck] = score[stuck].argmin(1)
+        if stuck.any():  # every GPU with room holds this expert (or a huge node penalty
+            # overflowed to inf): accept a duplicate on a GPU with room, repair later
+            room = np.where(fill < S, np.minimum(score, np.finfo(float).max), np.inf)
+            g[stuck] = room[stuck].argmin(1)
         k = fill[rows, g]
         slot_e[rows, g, k] = e
         slot_s[rows, g, k] = s_j

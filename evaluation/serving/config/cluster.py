@@ -12,7 +12,7 @@ from typing import Any
 
 from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
-from eplb.evaluation.serving.config import presets, toml
+from eplb.evaluation.serving.config import limits, presets, toml
 from eplb.evaluation.serving.config.faults import as_fault
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get_hardware
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
@@ -125,6 +125,7 @@ class ClusterConfig:
                     f"{unit.num_gpus} GPUs, indices 0..{unit.num_gpus - 1}"
                 )
         object.__setattr__(self, "faults", faults)
+        limits.check_config(self)  # single operations of bounded simulated time
         return self
 
     # --------------------------------------------------------------- files

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eplb.errors import InputError
+from eplb.safeload import read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,14 +25,14 @@ def read(path: str | os.PathLike) -> dict[str, Any]:
     """The table in the TOML file ``path`` (`InputError` naming the file when it cannot be
     read or parsed)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read cluster config {p}: {exc.strerror or exc}") from None
+    text = read_text(p, "cluster config")  # regular UTF-8 files only (a FIFO would block)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{p}: TOML nested too deeply (thousands of levels); a cluster "
+                         "config has a few tables") from None
 
 
 def dumps(data: Mapping) -> str:

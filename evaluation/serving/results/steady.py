@@ -16,10 +16,16 @@ DEFAULT_INPUT_TOKENS = 4096  # prompt length of DeepSeek's profile
 DEFAULT_KV_TOKENS = 4096  # decode context of DeepSeek's profile
 
 
+MAX_SIZE = 1e9  # tokens or requests per rank; far above any GPU's memory
+
+
 def _positive(name: str, value, *, integer: bool = True, zero: bool = False):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if integer:
         ok = ok and float(value).is_integer()
+    if ok and not value <= MAX_SIZE:
+        raise InputError(f"{name} {value:g} is over the limit of {MAX_SIZE:g} (tokens or "
+                         "requests per rank); give a realistic size")
     if not ok or value < 0 or (value == 0 and not zero):
         raise InputError(
             f"{name} must be a {'non-negative' if zero else 'positive'} "

@@ -13,7 +13,7 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving import balancers
-from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
+from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig, limits
 from eplb.evaluation.serving.results.result import SimResult
 from eplb.evaluation.serving.simulator.admission import Admission
 from eplb.evaluation.serving.simulator.decode import DecodeUnit
@@ -60,14 +60,16 @@ def check_args(config, workload, seed, duration_s, bucket_s):
         raise InputError(
             f"duration_s must be a number of seconds > 0 (or None), got {duration_s!r}"
         )
-    if not (isinstance(bucket_s, (int, float)) and bucket_s > 0):
-        raise InputError(f"bucket_s must be seconds > 0, got {bucket_s!r}")
+    if isinstance(bucket_s, bool) or not (isinstance(bucket_s, (int, float)) and bucket_s > 0
+                                          and math.isfinite(bucket_s)):
+        raise InputError(f"bucket_s must be a finite number of seconds > 0, got {bucket_s!r}")
     if workload.block_size != config.kv.block_size:
         raise InputError(
             f"the workload's block_size is {workload.block_size} tokens but kv.block_size is "
             f"{config.kv.block_size}; set kv.block_size = {workload.block_size} (block hashes "
             "are only comparable at the size they were made with)"
         )
+    limits.check_work(config, workload, duration_s, bucket_s)  # bounded work, before starting
     for phase in ("prefill", "decode"):
         name = config.unit(phase).balancer
         try:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
+from eplb.safeload import check_size
 
 __all__ = [
     "ARRIVALS",
@@ -47,6 +48,16 @@ def _positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fal
     return float(value)
 
 
+BYTES_PER_REQUEST = 256  # columns, block-hash list and frame overhead of one request (rough)
+
+
+def _count(name: str, value) -> int:
+    """A request count: a whole number >= 0 whose frame fits `eplb.safeload.max_bytes`."""
+    n = int(_positive(name, value, integer=True, allow_zero=True))
+    check_size(f"{name} {n:,}", (n,), BYTES_PER_REQUEST, fix="generate fewer requests")
+    return n
+
+
 def _gaps_to_times(gaps: np.ndarray, n: int) -> np.ndarray:
     """``float64[n]`` arrival times from 0 by the first ``n - 1`` of ``gaps: float[>= n - 1]``."""
     out = np.zeros(n, dtype=np.float64)
@@ -57,7 +68,7 @@ def _gaps_to_times(gaps: np.ndarray, n: int) -> np.ndarray:
 
 def poisson_arrivals(n: int, rate: float, *, seed=0) -> np.ndarray:
     """``float64[n]`` arrival seconds of a Poisson process at ``rate`` req/s, the first at 0."""
-    n = int(_positive("n", n, integer=True, allow_zero=True))
+    n = _count("n", n)
     rate = _positive("rate", rate)
     return _gaps_to_times(_rng(seed, _ARRIVAL).exponential(1.0 / rate, size=max(n - 1, 0)), n)
 
@@ -65,7 +76,7 @@ def poisson_arrivals(n: int, rate: float, *, seed=0) -> np.ndarray:
 def gamma_arrivals(n: int, rate: float, cv: float, *, seed=0) -> np.ndarray:
     """``float64[n]`` arrival seconds with gamma gaps of mean ``1/rate`` and coefficient of
     variation ``cv`` (shape ``1/cv**2``; ``cv=1`` is Poisson), the first at 0."""
-    n = int(_positive("n", n, integer=True, allow_zero=True))
+    n = _count("n", n)
     rate = _positive("rate", rate)
     cv = _positive("cv", cv)
     shape = 1.0 / cv**2
@@ -78,7 +89,7 @@ def lognormal_lengths(
 ) -> np.ndarray:
     """``int64[n]`` token counts, lognormal with the given ``mean`` (not median) and
     log-space ``sigma``, rounded and clipped to ``[1, max_tokens]``."""
-    n = int(_positive("n", n, integer=True, allow_zero=True))
+    n = _count("n", n)
     mean = _positive("mean length", mean)
     sigma = _positive("sigma", sigma, allow_zero=True)
     mu = math.log(mean) - sigma**2 / 2
@@ -233,6 +244,8 @@ def synthesize(
     exactly where prompts share a prefix (prefix-chained by construction).
     """
     n = int(_positive("num_requests", num_requests, integer=True))
+    _count("num_requests", n)
+    cv = _positive("cv", cv)  # checked for every arrival process: a bad value is never ignored
     block = int(_positive("block_size", block_size, integer=True))
     max_input = int(_positive("max_input_tokens", max_input_tokens, integer=True))
     if max_input > MAX_TOKENS:

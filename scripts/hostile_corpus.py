@@ -1,0 +1,534 @@
+"""Hostile-input corpus: build bad inputs in a temp folder, run the CLI and the API, classify.
+
+Each case is clean (success, or exit 2 with exactly one ``eplb: error:`` line on stderr; an
+API call that returns or raises an `EplbError`) or failing (a traceback, a hang past the
+timeout, another exit code, an input changed or removed, temporary files left behind, a wrong
+answer accepted, invalid JSON from ``--json``). Prints one line per failing case and the
+counts. Usage: ``python scripts/hostile_corpus.py [--timeout S] [--jobs N] [-k SUBSTRING]``.
+Memory is capped per case (``RLIMIT_AS``, 3 GiB) so bombs fail fast instead of stressing the
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PY = sys.executable
+MEM_LIMIT = 3 * 2**30
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str] | None = None  # CLI arguments after ``eplb``
+    api: str | None = None  # python source run with eplb imported
+    expect_error: bool = False  # a success is a wrong answer
+    keep: list[str] = field(default_factory=list)  # files that must survive unchanged
+    env: dict[str, str] = field(default_factory=dict)
+    signal_after: float | None = None  # send ``sig`` after this many seconds
+    sig: int = signal.SIGTERM
+    group: bool = False  # send the signal to the process group
+    quick_exit: float | None = None  # the signalled run must end within this many seconds
+    no_temps: str | None = None  # folder that must hold no hidden temporary files afterwards
+    json_out: bool = False  # stdout must be strict JSON
+    check: str | None = None  # python expression on (root, rc) that must be true
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _npz(path: Path, **arrays) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def _npy_header(path: Path, shape, dtype="<i8", payload=b"") -> Path:
+    head = repr({"descr": dtype, "fortran_order": False, "shape": tuple(shape)}).encode()
+    head += b" " * ((64 - (10 + len(head) + 1) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + payload)
+    return path
+
+
+def build(root: Path) -> list[Case]:
+    r = root
+    cases: list[Case] = []
+    add = cases.append
+    cli = [PY, "-m", "eplb.cli"]
+    del cli
+
+    def run_cli(*argv):
+        subprocess.run([PY, "-m", "eplb.cli", *argv], cwd=r, capture_output=True, check=True)
+
+    # ------------------------------------------------------------ good inputs to start from
+    run_cli("trace", "synth", "zipf", "-o", "t.npz", "--layers", "2", "--experts", "16",
+            "--windows", "4")
+    run_cli("solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o", "p.json")
+    run_cli("workload", "synth", "-n", "30", "--rate", "20", "-o", "w.jsonl")
+    trace_json = json.dumps({"logical_count": [[[1, 2, 3, 4]] * 2] * 3})
+    (r / "good.json").write_text(trace_json)
+    subprocess.run([PY, "-m", "eplb.cli", "simulate", "deepseek_day6", "--workload", "w.jsonl",
+                    "-o", "seedrun", "--no-plots", "--no-progress"], cwd=r, capture_output=True)
+    cfg = (r / "seedrun" / "config.toml").read_text() if (r / "seedrun/config.toml").exists() \
+        else ""
+    (r / "c.toml").write_text(cfg)
+
+    def cfg_with(name: str, old: str, new: str) -> str:
+        (r / name).write_text(cfg.replace(old, new, 1))
+        return name
+
+    sim = ["--workload", "w.jsonl", "--no-plots", "--no-progress"]
+
+    # ------------------------------------------------------------ trace readers (trace info)
+    traces: dict[str, bytes | None] = {
+        "empty.npz": b"",
+        "garbage.npz": os.urandom(300),
+        "truncated.npz": (r / "t.npz").read_bytes()[:200],
+        "text.npy": b"hello",
+        "deep.json": b"[" * 100_000 + b"]" * 100_000,
+        "nan.json": json.dumps({"logical_count": [[[1, float("nan")]]]}).encode(),
+        "strings.json": json.dumps({"logical_count": [[["a", "b"]]]}).encode(),
+        "dupkey.json": b'{"logical_count": [[[1,2]]], "logical_count": [[[3,4]]]}',
+        "bigint.json": b'{"logical_count": [[[9007199254740993, 1]]]}',
+        "badutf8.json": b'{"logical_count": [[[1,2]]], "x": "\xff\xfe"}',
+        "neg.json": json.dumps({"logical_count": [[[1, -2]]]}).encode(),
+        "ragged.json": json.dumps({"logical_count": [[[1, 2], [3]]]}).encode(),
+        "bool.json": json.dumps({"logical_count": [[[True, False]]]}).encode(),
+        "csv_bool.csv": b"window,layer,expert,count\nTrue,0,0,5\nFalse,0,1,3\n",
+        "csv_trunc.csv": b"window,layer,expert,count\n0,0,0,5\n0,0,",
+        "csv_nan.csv": b"window,layer,expert,count\n0,0,0,nan\n0,0,1,3\n",
+        "legacy.pt": b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03.",
+    }
+    for name, data in traces.items():
+        (r / name).write_bytes(data)
+        add(Case(f"trace info {name}", ["trace", "info", name],
+                 expect_error=name not in ("csv_nan.csv",)))
+    _npy_header(r / "huge.npy", (10**6, 10**6))
+    add(Case("trace info npy huge header", ["trace", "info", "huge.npy"], expect_error=True))
+    _npy_header(r / "short.npy", (4, 4), payload=b"\0" * 16)
+    add(Case("trace info npy truncated", ["trace", "info", "short.npy"], expect_error=True))
+    _npz(r / "obj.npz", counts=np.array([[1, 2]], dtype=np.float64),
+         meta=np.array(json.dumps({"top_k": "eight"})))
+    add(Case("trace info top_k string", ["trace", "info", "obj.npz"], expect_error=True))
+    _npz(r / "topk0.npz", counts=np.ones((2, 2, 4)), meta=np.array(json.dumps({"top_k": 0})))
+    add(Case("trace info top_k 0", ["trace", "info", "topk0.npz"], expect_error=True))
+    _fifo(r / "fifo.npz")
+    _fifo(r / "fifo.json")
+    add(Case("trace info FIFO .npz", ["trace", "info", "fifo.npz"], expect_error=True))
+    add(Case("trace info FIFO .json", ["trace", "info", "fifo.json"], expect_error=True))
+    add(Case("trace info /dev/zero", ["trace", "info", "/dev/zero"], expect_error=True))
+    add(Case("trace info /dev/null", ["trace", "info", "/dev/null"], expect_error=True))
+    (r / "emptydir").mkdir()
+    add(Case("trace info empty dir", ["trace", "info", "emptydir"], expect_error=True))
+    rd = r / "rankdir"
+    (rd / "²").mkdir(parents=True)
+    (rd / "²" / "x.csv").write_text("a,b\n1,2\n")
+    add(Case("trace info rank folder ²", ["trace", "info", "rankdir"], expect_error=True))
+    long = "x" * 300 + ".npz"
+    add(Case("trace info name too long", ["trace", "info", long], expect_error=True))
+    add(Case("traces.read name too long",
+             api=f"from eplb import traces; traces.read({long!r})", expect_error=True))
+    add(Case("trace info missing", ["trace", "info", "nope.npz"], expect_error=True))
+    try:
+        import pandas as pd
+
+        pd.DataFrame({"window": pd.array([0, None], dtype="Int64"), "layer": [0, 0],
+                      "expert": [0, 1], "count": [1, 2]}).to_parquet(r / "nullable.parquet")
+        pd.DataFrame({"window": [0, 0], "layer": [0, 0], "expert": [0, 1],
+                      "count": pd.to_datetime(["2020-01-01", "2020-01-02"])}
+                     ).to_parquet(r / "datetime.parquet")
+        add(Case("trace info parquet nullable", ["trace", "info", "nullable.parquet"],
+                 expect_error=True))
+        add(Case("trace info parquet datetime counts", ["trace", "info", "datetime.parquet"],
+                 expect_error=True))
+    except Exception:  # pragma: no cover - pyarrow missing
+        pass
+
+    try:  # .pt dumps (torch is an optional extra)
+        import torch
+
+        ones = torch.ones(2, 3, 4)
+        pts = {"bf16": {"logical_count": ones.to(torch.bfloat16)},
+               "fp8": {"logical_count": ones.to(torch.float8_e4m3fn)},
+               "sparse": {"logical_count": ones.to_sparse()},
+               "meta-device": {"logical_count": torch.ones(2, 3, 4, device="meta")},
+               "rank-string": {"logical_count": ones, "rank": "zero"},
+               "rank-list": {"logical_count": ones, "rank": [0, 1]},
+               "records-shapes": {"last_physical_to_logical_map": torch.zeros(3, 4,
+                                                                              dtype=torch.int64),
+                                  "records": [{"global_physical_count": torch.ones(2, 4)}]}}
+        for label, obj in pts.items():
+            torch.save(obj, r / f"{label}.pt")
+            add(Case(f"trace info .pt {label}", ["trace", "info", f"{label}.pt"],
+                     expect_error=label not in ("bf16", "fp8")))
+    except ImportError:  # pragma: no cover
+        pass
+
+    # ------------------------------------------------------------ placement files (evaluate)
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 12):
+        bomb.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    bomb.append("num_slots: 32\ninitial_global_assignments: {0: *a11}")
+    (r / "bomb.yaml").write_text("\n".join(bomb) + "\n")
+    add(Case("evaluate YAML billion laughs", ["evaluate", "bomb.yaml", "t.npz", "--topology",
+                                               "2x4"], expect_error=True))
+    (r / "tag.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    add(Case("evaluate YAML python tag", ["evaluate", "tag.yaml", "t.npz", "--topology", "2x4"],
+             expect_error=True))
+    doc = json.loads((r / "p.json").read_text())
+    doc["meta"] = "a string"
+    (r / "meta_str.json").write_text(json.dumps(doc))
+    add(Case("evaluate placement meta string", ["evaluate", "meta_str.json", "t.npz"],
+             expect_error=True))
+    (r / "p_trunc.json").write_text((r / "p.json").read_text()[:100])
+    add(Case("evaluate truncated placement", ["evaluate", "p_trunc.json", "t.npz"],
+             expect_error=True))
+    _fifo(r / "fifo_p.json")
+    add(Case("evaluate FIFO placement", ["evaluate", "fifo_p.json", "t.npz"], expect_error=True))
+    add(Case("evaluate --json denormal rdma", ["evaluate", "p.json", "t.npz", "--json",
+                                                "--rdma-gbps", "1e-320"], json_out=True))
+    add(Case("evaluate --combine-bytes 0", ["execute", "p.json", "--trace", "t.npz",
+                                            "--combine-bytes", "0"], expect_error=True))
+
+    # ------------------------------------------------------------ solve options
+    for opt in (["--slots", "0"], ["--slots", "-1"], ["--slots", "100000000000"],
+                ["--time-limit", "nan"], ["--seed", "-1"], ["--nvlink-gbps", "0"],
+                ["--nvlink-gbps", "nan"], ["--rdma-gbps", "inf"], ["--rdma-gbps", "-1"],
+                ["--groups", "0"], ["--groups", "3"], ["--windows", "99"], ["--ema", "nan"],
+                ["--ema", "2"], ["--option", "rdma_weight=1e308"],
+                ["--option", "rdma_weight=nan"], ["--solver", "nope"],
+                ["--failed-gpus", "99"], ["--topology", "0x8"], ["--topology", "1e9x8"]):
+        argv = ["solve", "t.npz", "--topology", "2x4",
+                *(["--slots", "32"] if opt[0] != "--slots" else []), *opt]
+        if opt[0] == "--topology":
+            argv = ["solve", "t.npz", *opt]
+        if opt[0] == "--option":
+            argv += ["--solver", "greedy"]
+        # a huge but finite rdma_weight is a legal price: it must solve, not crash
+        add(Case(f"solve {' '.join(opt)}", argv, expect_error=opt[1] != "rdma_weight=1e308"))
+    add(Case("solve -o same as input", ["solve", "t.npz", "--topology", "2x4", "-o", "t.npz"],
+             expect_error=True, keep=["t.npz"]))
+    add(Case("solve -o /dev/full", ["solve", "t.npz", "--topology", "2x4", "--slots", "32",
+                                    "-o", "/dev/full"], expect_error=True))
+    name250 = "n" * 245 + ".json"
+    add(Case("solve -o 250-char name", ["solve", "t.npz", "--topology", "2x4", "--slots", "32",
+                                        "-o", name250],
+             check=f"(root / {name250!r}).is_file()", no_temps="."))
+    add(Case("solve -o 300-char name", ["solve", "t.npz", "--topology", "2x4", "-o",
+                                        "n" * 300 + ".json"], expect_error=True))
+    add(Case("API write_placement /dev/full",
+             api="from eplb.io import read_placement, write_placement\n"
+                 "write_placement(read_placement('p.json'), '/dev/full', format='native')",
+             expect_error=True))
+    add(Case("API lower_bound num_groups=3",
+             api="import numpy as np\nfrom eplb import Topology\n"
+                 "from eplb.solvers.analysis.bounds import lower_bound\n"
+                 "lower_bound(np.ones((1, 16)), Topology.parse('2x4', 32), num_groups=3, "
+                 "hierarchical=True)", expect_error=True))
+
+    # ------------------------------------------------------------ trace synth options
+    for opt in (["--layers", "0"], ["--layers", "-1"], ["--experts", "0"],
+                ["--windows", "1000000000"], ["--tokens", "-1"], ["--top-k", "0"],
+                ["--top-k", "300"], ["--first-layer", "-1"], ["--layers", "100000000"]):
+        add(Case(f"trace synth {' '.join(opt)}", ["trace", "synth", "zipf", "-o", "s.npz", *opt],
+                 expect_error=True))
+    add(Case("trace convert to itself", ["trace", "convert", "t.npz", "./t.npz"],
+             expect_error=True, keep=["t.npz"]))
+    add(Case("trace convert to /dev/full", ["trace", "convert", "t.npz", "/dev/full",
+                                            "--format", "npz"], expect_error=True))
+
+    # ------------------------------------------------------------ environment
+    for value in ("inf", "1e400", "-5", "abc", "nan"):
+        add(Case(f"EPLB_MAX_BYTES={value}", ["trace", "info", "t.npz"],
+                 env={"EPLB_MAX_BYTES": value}, expect_error=True))
+    add(Case("API EPLB_MAX_BYTES=inf",
+             api="from eplb import traces; traces.read('t.npz')",
+             env={"EPLB_MAX_BYTES": "inf"}, expect_error=True))
+
+    # ------------------------------------------------------------ workloads
+    (r / "wl_datetime.csv").write_text("arrival_s,input_tokens,output_tokens\n"
+                                       "2020-01-01,10,10\n2020-01-02,10,10\n")
+    (r / "wl_nan.csv").write_text("arrival_s,input_tokens,output_tokens\nnan,10,10\n")
+    (r / "wl_neg.csv").write_text("arrival_s,input_tokens,output_tokens\n0,-10,10\n")
+    (r / "wl_trunc.jsonl").write_text('{"timestamp": 0, "input_length": 10, "outp')
+    (r / "wl_bin.jsonl").write_bytes(b"{" + os.urandom(200))
+    _fifo(r / "wl_fifo.jsonl")
+    for name in ("wl_datetime.csv", "wl_nan.csv", "wl_neg.csv", "wl_trunc.jsonl",
+                 "wl_bin.jsonl", "wl_fifo.jsonl"):
+        add(Case(f"workload info {name}", ["workload", "info", name], expect_error=True))
+    (r / "one.csv").write_text("arrival_s,input_tokens,output_tokens\n0,10,10\n")
+    add(Case("workload info --json one request", ["workload", "info", "one.csv", "--json"],
+             json_out=True))
+    for opt in (["-n", "0"], ["-n", "-1"], ["-n", "1000000000000"], ["--rate", "0"],
+                ["--rate", "nan"], ["--rate", "inf"], ["--cv", "-1"], ["--cv", "nan"],
+                ["--hit-rate", "2"], ["--block-size", "0"], ["--input-mean", "-5"]):
+        add(Case(f"workload synth {' '.join(opt)}",
+                 ["workload", "synth", "-o", "ws.jsonl", "--arrival", "gamma", *opt]
+                 if opt[0] == "--cv" else ["workload", "synth", "-o", "ws.jsonl", *opt],
+                 expect_error=True))
+    shutil.copy(r / "w.jsonl", r / "m.jsonl")
+    add(Case("workload synth --lengths-from m.jsonl -o m.jsonl",
+             ["workload", "synth", "-n", "10", "--lengths-from", "m.jsonl", "-o", "m.jsonl"],
+             expect_error=True, keep=["m.jsonl"]))
+    add(Case("workload convert to itself", ["workload", "convert", "w.jsonl", "./w.jsonl"],
+             expect_error=True, keep=["w.jsonl"]))
+    add(Case("API synthesize huge n",
+             api="from eplb.evaluation.serving import workload as W\n"
+                 "W.synthesize(10**13)", expect_error=True))
+
+    # ------------------------------------------------------------ cluster configs (simulate)
+    (r / "bad_utf8.toml").write_bytes(b'model = "\xff\xfe"\n')
+    (r / "binary.toml").write_bytes(os.urandom(500))
+    (r / "nested.toml").write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    _fifo(r / "fifo.toml")
+    confs = {
+        "bad_utf8.toml": "bad_utf8.toml", "binary.toml": "binary.toml",
+        "nested.toml": "nested.toml", "fifo.toml": "fifo.toml",
+        "history_s inf": cfg_with("hist_inf.toml", "history_s = 600.0", "history_s = inf"),
+        "rebalance 1e-9": cfg_with("rebal.toml", "rebalance_interval_s = 600.0",
+                                   "rebalance_interval_s = 1e-9"),
+        "migration_gbps 1e-9": cfg_with("mig.toml", "migration_gbps = 50.0",
+                                        "migration_gbps = 1e-12"),
+        "transfer_gbps 1e-9": cfg_with("xfer.toml", "transfer_gbps = 50.0",
+                                       "transfer_gbps = 1e-12"),
+        "count 1e18": cfg_with("count.toml", "count = 1\nnodes = 18",
+                               "count = 1000000000000000000\nnodes = 18"),
+        "nodes 0": cfg_with("nodes0.toml", "nodes = 4", "nodes = 0"),
+        "block_size 0": cfg_with("block0.toml", "block_size = 512", "block_size = 0"),
+        "tpot nan": cfg_with("tpot.toml", "tpot_s = 0.05", "tpot_s = nan"),
+    }
+    for label, name in confs.items():
+        add(Case(f"simulate config {label}", ["simulate", name, *sim, "-o", f"o_{label[:8]}"],
+                 expect_error=True))
+    for opt in (["--rate", "1e-9"], ["--rate", "0"], ["--rate", "nan"], ["--duration", "nan"],
+                ["--duration", "-1"], ["--head", "0"], ["--window", "5:1"], ["--speedup", "inf"],
+                ["--seed", "-1"]):
+        add(Case(f"simulate {' '.join(opt)}", ["simulate", "deepseek_day6", *sim, "-o",
+                                               "o_opt", *opt], expect_error=True))
+    add(Case("simulate -o ''", ["simulate", "deepseek_day6", *sim, "-o", ""], expect_error=True))
+    add(Case("simulate -o . --force", ["simulate", "deepseek_day6", *sim, "-o", ".", "--force"],
+             expect_error=True, keep=["t.npz", "w.jsonl"]))
+    # --force with inputs inside the output folder
+    d = r / "dl"
+    d.mkdir()
+    shutil.copy(r / "w.jsonl", d / "w.jsonl")
+    shutil.copy(r / "c.toml", d / "c.toml")
+    add(Case("simulate --force, workload inside -o",
+             ["simulate", "deepseek_day6", "--workload", "dl/w.jsonl", "--no-plots",
+              "--no-progress", "-o", "dl", "--force"], expect_error=True, keep=["dl/w.jsonl"]))
+    add(Case("simulate --force, config inside -o",
+             ["simulate", "dl/c.toml", "--workload", "w.jsonl", "--no-plots", "--no-progress",
+              "-o", "dl", "--force"], expect_error=True, keep=["dl/c.toml"]))
+    add(Case("simulate -o same as workload", ["simulate", "deepseek_day6", *sim, "-o",
+                                              "w.jsonl"], expect_error=True, keep=["w.jsonl"]))
+    (r / "real_out").mkdir()
+    (r / "link_out").symlink_to("real_out")
+    add(Case("simulate symlinked -o --force",
+             ["simulate", "deepseek_day6", *sim, "-o", "link_out", "--force"],
+             no_temps=".", check="(root / 'link_out' / 'summary.json').is_file()"))
+    add(Case("API simulate bool bucket",
+             api="from eplb.evaluation.serving import ClusterConfig, simulate, workload as W\n"
+                 "simulate(ClusterConfig.load('deepseek_day6'), W.read('w.jsonl'), "
+                 "bucket_s=True, progress=False)", expect_error=True))
+    add(Case("API simulate tiny bucket",
+             api="from eplb.evaluation.serving import ClusterConfig, simulate, workload as W\n"
+                 "simulate(ClusterConfig.load('deepseek_day6'), W.read('w.jsonl'), "
+                 "bucket_s=1e-12, progress=False)", expect_error=True))
+    add(Case("API steady_state batch=1e20",
+             api="from eplb.evaluation.serving import ClusterConfig\n"
+                 "from eplb.evaluation.serving.results.steady import steady_state\n"
+                 "steady_state(ClusterConfig.load('deepseek_day6'), 'decode', batch=10**20)",
+             expect_error=True))
+
+    # ------------------------------------------------------------ compare / replay
+    (r / "plots").mkdir()
+    shutil.copy(r / "t.npz", r / "plots" / "pareto.csv")
+    add(Case("compare --plot DIR holding an input",
+             ["compare", "plots/pareto.csv", "--solvers", "greedy", "--topologies", "2x4:32",
+              "--plot", "plots", "--quiet"], expect_error=True, keep=["plots/pareto.csv"]))
+    add(Case("compare bad --plot format after CSV",
+             ["compare", "t.npz", "--solvers", "greedy", "--topologies", "2x4:32", "-o",
+              "cmp.csv", "--plot", "p.json", "--quiet"], expect_error=True,
+             check="not (root / 'cmp.csv').exists()"))
+    add(Case("API compare traffic bogus",
+             api="from eplb.evaluation.compare import compare\n"
+                 "compare(['t.npz'], solvers=['greedy'], topologies='2x4:32', progress=False, "
+                 "traffic={'bogus': 1})", expect_error=True))
+    add(Case("API replay traffic bogus",
+             api="from eplb import traces, Topology\nfrom eplb.evaluation.replay import replay\n"
+                 "replay(traces.read('t.npz'), Topology.parse('2x4', 32), policy='even', "
+                 "bogus=1)", expect_error=True))
+    for opt in (["--interval", "0"], ["--history", "-1"], ["--topk-groups", "2"],
+                ["--expert-bytes", "nan"]):
+        add(Case(f"replay {' '.join(opt)}", ["replay", "t.npz", "--topology", "2x4", "--slots",
+                                             "32", "--quiet", *opt], expect_error=True))
+    add(Case("execute --tokens 0", ["execute", "p.json", "--tokens", "0"], expect_error=True))
+
+    # ------------------------------------------------------------ signals
+    add(Case("SIGTERM during simulate (plots)",
+             ["simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-progress", "-o",
+              "sig_sim"], signal_after=6.0, no_temps=".",
+             check="rc in (143, -15, 0) and (rc == 0) == (root / 'sig_sim').exists()"))
+    add(Case("SIGINT during simulate (plots)",
+             ["simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-progress", "-o",
+              "sig_sim2"], signal_after=6.5, sig=signal.SIGINT, no_temps=".",
+             check="rc in (130, -2, 0) and (rc == 0) == (root / 'sig_sim2').exists()"))
+    add(Case("SIGTERM to compare --workers 2",
+             ["compare", "t.npz", "good.json", "--topologies", "2x4:32,1x8:32,2x4:64",
+              "--workers", "2", "--time-limit", "2", "-o", "sig_cmp.csv", "--quiet"],
+             signal_after=4.0, quick_exit=2.0, no_temps=".",
+             check="rc in (143, -15, 0)"))
+    return cases
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _temps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name.startswith(".") and p.name.endswith((".tmp", ".old")))
+
+
+def _limit_memory() -> None:
+    os.setsid()
+    resource.setrlimit(resource.RLIMIT_AS, (MEM_LIMIT, MEM_LIMIT))
+
+
+def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
+    """``("clean" | "failing", reason)`` for one case."""
+    before = {k: _digest(root / k) for k in case.keep}
+    env = {**os.environ, **case.env, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+    if case.api is not None:
+        src = ("import sys\nfrom eplb.errors import EplbError\ntry:\n"
+               + textwrap.indent(case.api, "    ")
+               + "\nexcept EplbError as exc:\n"
+               "    print('EPLB_ERROR', exc, file=sys.stderr)\n    sys.exit(2)\n")
+        argv = [PY, "-c", src]
+    else:
+        argv = [PY, "-m", "eplb.cli", *case.argv]
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=_limit_memory)
+    sent = None
+    try:
+        if case.signal_after is not None:
+            try:
+                proc.wait(timeout=case.signal_after)
+            except subprocess.TimeoutExpired:
+                sent = time.monotonic()
+                if case.group:
+                    os.killpg(proc.pid, case.sig)
+                else:
+                    proc.send_signal(case.sig)
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "failing", f"hang (no exit after {timeout:g} s)"
+    rc = proc.returncode
+    ended = time.monotonic()
+    stderr = err.decode("utf-8", "replace")
+    reasons = []
+    if "Traceback (most recent call last)" in stderr:
+        last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1]
+        reasons.append(f"traceback: {last[:120]}")
+    for k, digest in before.items():
+        if _digest(root / k) != digest:
+            reasons.append(f"data loss: {k} changed or removed")
+    if case.no_temps is not None:
+        left = _temps(root / case.no_temps)
+        if left:
+            reasons.append(f"temporary files left: {left[:3]}")
+    if case.quick_exit is not None and sent is not None and ended - sent > case.quick_exit:
+        reasons.append(f"took {ended - sent:.1f} s to stop after the signal")
+    if case.check is not None and not eval(case.check, {"root": root, "rc": rc}):
+        reasons.append(f"check failed ({case.check}; rc {rc})")
+    if case.json_out and rc == 0:
+        try:
+            json.loads(out.decode(), parse_constant=lambda c: (_ for _ in ()).throw(
+                ValueError(c)))
+        except ValueError as exc:
+            reasons.append(f"invalid JSON on stdout ({exc})")
+    if case.signal_after is None and not reasons:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        if rc == 0:
+            if case.expect_error:
+                reasons.append("wrong answer: bad input accepted (exit 0)")
+        elif rc == 2:
+            if case.api is None and not (len(lines) == 1 and lines[0].startswith("eplb: error:")):
+                reasons.append(f"exit 2 but stderr is not one eplb: error: line: {lines[:2]}")
+        else:
+            tail = lines[-1][:120] if lines else ""
+            reasons.append(f"exit {rc}: {tail}")
+    return ("failing", "; ".join(reasons)) if reasons else ("clean", "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
+    ap.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
+    ap.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="eplb-hostile-"))
+    try:
+        cases = build(root)
+        if args.k:
+            cases = [c for c in cases if args.k in c.name]
+        sandboxes = []
+        for i, _ in enumerate(cases):  # each case gets its own copy of the inputs
+            box = root.parent / f"{root.name}-{i}"
+            shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
+            sandboxes.append(box)
+        results = []
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            futs = [pool.submit(run_case, c, b, args.timeout)
+                    for c, b in zip(cases, sandboxes, strict=True)]
+            for case, fut in zip(cases, futs, strict=True):
+                verdict, why = fut.result()
+                results.append((case, verdict, why))
+                if verdict == "failing":
+                    print(f"FAIL  {case.name}: {why}", flush=True)
+        for box in sandboxes:
+            shutil.rmtree(box, ignore_errors=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    clean = sum(v == "clean" for _, v, _ in results)
+    print(f"\n{len(results)} cases: {clean} clean, {len(results) - clean} failing")
+    return 0 if clean == len(results) else 1
+
+
+def _copy_or_fifo(src: str, dst: str) -> None:
+    import stat
+
+    if stat.S_ISFIFO(os.stat(src).st_mode):
+        os.mkfifo(dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""Issue 23 regressions, one block per class: data loss, all-or-nothing outputs and signals,
+hangs, sizes refused before allocation, tracebacks (a hypothesis strategy of hostile files
+per reader), wrong answers to bad input. `scripts/hostile_corpus.py` runs the wider corpus."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eplb import Topology, traces
+from eplb.atomic import (
+    Terminated,
+    atomic_directory,
+    atomic_write_text,
+    check_output_dir,
+    clear_signals,
+    note_signal,
+    staged_outputs,
+)
+from eplb.cli import main
+from eplb.errors import EplbError, InputError
+from eplb.format import json_text
+from eplb.io import read_placement, write_placement
+from eplb.safeload import json_loads, max_bytes, yaml_load
+from tests.conftest import BUNDLED
+
+SAMPLE = BUNDLED / "zipf-58x256.npz"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_error(rc: int, err: str, *fragments: str) -> str:
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("eplb: error:"), err
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+@pytest.fixture()
+def small(tmp_path, capsys):
+    """A tiny trace, placement and workload in ``tmp_path`` (cwd)."""
+    os.chdir(tmp_path)
+    assert run(capsys, "trace", "synth", "zipf", "-o", "t.npz", "--layers", "2", "--experts",
+               "16", "--windows", "3")[0] == 0
+    assert run(capsys, "solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o",
+               "p.json")[0] == 0
+    assert run(capsys, "workload", "synth", "-n", "20", "--rate", "20", "-o", "w.jsonl")[0] == 0
+    return tmp_path
+
+
+def _digest(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+# ------------------------------------------------------------------ 1. data loss
+@pytest.mark.parametrize("inside", ["workload", "config"])
+def test_simulate_force_refuses_inputs_inside_the_output(small, capsys, inside):
+    out = small / "out"
+    out.mkdir()
+    shutil.copy(small / "w.jsonl", out / "w.jsonl")
+    (out / "c.toml").write_text('name = "x"\n')
+    before = {p.name: _digest(p) for p in out.iterdir()}
+    if inside == "workload":
+        argv = ["simulate", "deepseek_day6", "--workload", out / "w.jsonl"]
+    else:
+        argv = ["simulate", out / "c.toml", "--workload", "w.jsonl"]
+    rc, _, err = run(capsys, *argv, "-o", out, "--force", "--no-plots", "--no-progress")
+    one_error(rc, err, "holds the input")
+    assert {p.name: _digest(p) for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("spelling", ["", ".", "./", ".."])
+def test_output_folder_refuses_empty_and_current(small, spelling):
+    with pytest.raises(InputError, match="empty|current folder"):
+        check_output_dir(spelling, force=True)
+
+
+def test_synth_lengths_from_is_not_overwritten(small, capsys):
+    before = _digest(small / "w.jsonl")
+    rc, _, err = run(capsys, "workload", "synth", "-n", "5", "--lengths-from", "w.jsonl", "-o",
+                     "./w.jsonl")
+    one_error(rc, err, "is the input --lengths-from")
+    assert _digest(small / "w.jsonl") == before
+
+
+def test_compare_plot_folder_holding_an_input(small, capsys):
+    (small / "plots").mkdir()
+    shutil.copy(small / "t.npz", small / "plots" / "pareto.csv")
+    before = _digest(small / "plots" / "pareto.csv")
+    rc, _, err = run(capsys, "compare", "plots/pareto.csv", "--solvers", "greedy",
+                     "--topologies", "2x4:32", "--plot", "plots", "--quiet")
+    one_error(rc, err, "--plot plots holds")
+    assert _digest(small / "plots" / "pareto.csv") == before
+
+
+def test_claimed_folder_is_never_replaced(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="appeared while"), \
+            atomic_directory(out, replace=False) as tmp:
+        (tmp / "mine.txt").write_text("mine")
+        out.mkdir()  # another run wrote the folder meanwhile
+        (out / "theirs.txt").write_text("theirs")
+    assert sorted(p.name for p in out.iterdir()) == ["theirs.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # temporary folder removed
+    with atomic_directory(tmp_path / "new", replace=False) as tmp:
+        (tmp / "a").write_text("a")
+    assert (tmp_path / "new" / "a").read_text() == "a"
+
+
+# ------------------------------------------------------------------ 2. all-or-nothing, signals
+def test_staged_outputs_all_or_nothing(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "notes.txt").write_text("the user's")
+    with pytest.raises(RuntimeError), staged_outputs() as stage:
+        atomic_write_text(stage.file(tmp_path / "s.csv"), "a,b\n")
+        (stage.folder(plots) / "x.png").write_text("png")
+        raise RuntimeError("a plot failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
+    assert sorted(p.name for p in plots.iterdir()) == ["notes.txt"]
+    with staged_outputs() as stage:
+        atomic_write_text(stage.file(tmp_path / "s.csv"), "a,b\n")
+        (stage.folder(plots) / "x.png").write_text("png")
+    assert (tmp_path / "s.csv").read_text() == "a,b\n"
+    assert sorted(p.name for p in plots.iterdir()) == ["notes.txt", "x.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots", "s.csv"]
+
+
+def test_symlinked_output_folder_leaves_nothing_behind(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "old.txt").write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with atomic_directory(link) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_legal_250_byte_name_is_written(tmp_path):
+    name = "n" * 245 + ".json"
+    atomic_write_text(tmp_path / name, "{}")
+    with atomic_directory(tmp_path / ("d" * 250)) as tmp:
+        (tmp / "a").write_text("a")
+    assert sorted(len(p.name) for p in tmp_path.iterdir()) == [250, 250]
+    with pytest.raises(InputError, match="longer than 255"):
+        atomic_write_text(tmp_path / ("n" * 300), "{}")
+
+
+def test_a_swallowed_signal_still_stops_every_commit(tmp_path):
+    try:
+        note_signal(15)  # as a handler whose exception a weakref callback swallowed
+        with pytest.raises(Terminated):
+            atomic_write_text(tmp_path / "a.txt", "x")
+        with pytest.raises(Terminated), atomic_directory(tmp_path / "d") as tmp:
+            (tmp / "a").write_text("a")
+        with pytest.raises(Terminated), staged_outputs() as stage:
+            (stage.folder(tmp_path / "plots") / "a.png").write_text("png")
+    finally:
+        clear_signals()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_exits_128_plus_signal_when_the_exception_was_swallowed(monkeypatch, tmp_path):
+    import eplb.cli.trace as verb
+    from eplb.cli.main import _raise_terminated
+
+    def swallowed(args):
+        try:
+            _raise_terminated(15, None)
+        except Terminated:
+            pass  # what "Exception ignored in ..." does to a weakref callback's exception
+        atomic_write_text(tmp_path / "late.txt", "x")  # refused: the signal is on record
+        return 0
+
+    monkeypatch.setattr(verb, "run_info", swallowed)
+    assert main(["trace", "info", str(SAMPLE)]) == 143
+    assert list(tmp_path.iterdir()) == []
+
+    def ignored(args):
+        try:
+            _raise_terminated(15, None)
+        except Terminated:
+            pass
+        return 0
+
+    monkeypatch.setattr(verb, "run_info", ignored)
+    assert main(["trace", "info", str(SAMPLE)]) == 143
+
+
+# ------------------------------------------------------------------ 3. hangs
+def test_every_reader_refuses_a_fifo(tmp_path):
+    from eplb.evaluation.serving import ClusterConfig
+    from eplb.evaluation.serving import workload as W
+
+    readers = {"t.npz": traces.read, "t.json": traces.read, "p.json": read_placement,
+               "c.toml": ClusterConfig.load, "w.jsonl": W.read}
+    for name, reader in readers.items():
+        os.mkfifo(tmp_path / name)
+        with pytest.raises(EplbError, match="FIFO|regular file"):
+            reader(tmp_path / name)
+
+
+@pytest.mark.parametrize("key,old,new", [
+    ("eplb", "rebalance_interval_s", 1e-9),
+    ("eplb", "migration_gbps", 1e-12),
+    ("kv", "transfer_gbps", 1e-12),
+    ("eplb", "history_s", math.inf),
+])
+def test_unbounded_simulations_are_refused_before_starting(key, old, new):
+    from eplb.evaluation.serving import ClusterConfig, simulate
+    from eplb.evaluation.serving import workload as W
+
+    data = ClusterConfig.deepseek_day6().to_dict()
+    data[key][old] = new
+    wl = W.synthesize(20, rate=10.0)
+    with pytest.raises(InputError, match="limit") as info:
+        simulate(ClusterConfig.from_dict(data), wl, progress=False)
+    assert old in str(info.value)
+
+
+def test_a_workload_spanning_centuries_is_refused():
+    from eplb.evaluation.serving import ClusterConfig, simulate
+    from eplb.evaluation.serving import workload as W
+
+    config = ClusterConfig.deepseek_day6()
+    with pytest.raises(InputError, match="spans .* over the limit"):
+        simulate(config, W.rescale(W.synthesize(20, rate=10.0), rate=1e-9), progress=False)
+    for bucket in (1e-12, True, math.nan):
+        with pytest.raises(InputError, match="bucket_s"):
+            simulate(config, W.synthesize(20, rate=10.0), bucket_s=bucket, progress=False)
+
+
+# ------------------------------------------------------------------ 4. sizes
+def test_yaml_aliases_are_refused(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\ninitial_global_assignments: "
+                                        "{0: *a9}\n")
+    with pytest.raises(EplbError, match="alias"):
+        read_placement(tmp_path / "bomb.yaml", topology=Topology.parse("2x4", 32))
+    assert yaml_load("a: [1, 2]\nb: {c: 3}\n") == {"a": [1, 2], "b": {"c": 3}}
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "-5", "abc", "nan", "0"])
+def test_bad_max_bytes_is_named(monkeypatch, value):
+    monkeypatch.setenv("EPLB_MAX_BYTES", value)
+    with pytest.raises(InputError, match="EPLB_MAX_BYTES"):
+        max_bytes()
+    with pytest.raises(InputError, match="EPLB_MAX_BYTES"):
+        traces.read(SAMPLE)
+
+
+def test_sizes_are_checked_before_allocation(monkeypatch, tmp_path):
+    from eplb.evaluation.serving import workload as W
+
+    with pytest.raises(InputError, match="EPLB_MAX_BYTES"):
+        W.synthesize(10**13)
+    pd.DataFrame({"window": np.zeros(2000, int), "layer": 0, "expert": np.arange(2000),
+                  "count": 1}).to_parquet(tmp_path / "t.parquet")
+    monkeypatch.setenv("EPLB_MAX_BYTES", "10000")
+    with pytest.raises(EplbError, match="Parquet table needs"):
+        traces.read(tmp_path / "t.parquet")
+
+
+# ------------------------------------------------------------------ 5. tracebacks
+_NASTY = st.sampled_from([b"NaN", b"Infinity", b"-1", b"1e400", b"\xff\xfe", b"\x00",
+                          b"[" * 3000, b"{", b'"x"', b"true", b"9" * 5000, b"*a", b"&a",
+                          b"!!python/object:os.system", b"\n", b","])
+
+
+@st.composite
+def hostile_bytes(draw):
+    """A valid file of some format, truncated, spliced with nasty tokens or replaced."""
+    suffix = draw(st.sampled_from([".json", ".csv", ".npz", ".toml", ".jsonl", ".yaml"]))
+    base = {
+        ".json": json.dumps({"logical_count": [[[1, 2, 3, 4]] * 2] * 2}).encode(),
+        ".csv": b"window,layer,expert,count\n0,0,0,5\n0,0,1,3\n",
+        ".npz": SAMPLE.read_bytes()[:20000],
+        ".toml": b'name = "x"\n[kv]\nblock_size = 512\n',
+        ".jsonl": b'{"timestamp": 0, "input_length": 10, "output_length": 5}\n',
+        ".yaml": b"num_slots: 4\ninitial_global_assignments: {0: [0, 1, 2, 3]}\n",
+    }[suffix]
+    how = draw(st.sampled_from(["truncate", "splice", "random", "nest"]))
+    if how == "truncate":
+        data = base[: draw(st.integers(0, len(base)))]
+    elif how == "splice":
+        at = draw(st.integers(0, len(base)))
+        data = base[:at] + draw(_NASTY) + base[at + draw(st.integers(0, 8)):]
+    elif how == "random":
+        data = draw(st.binary(min_size=0, max_size=300))
+    else:
+        depth = draw(st.integers(1, 20_000))
+        data = b"[" * depth + b"1" + b"]" * depth if suffix != ".toml" else \
+            b"x = " + b"[" * depth + b"]" * depth
+    return suffix, data
+
+
+@given(hostile_bytes())
+def test_hostile_files_raise_eplb_errors_only(tmp_path_factory, case):
+    from eplb.evaluation.serving import ClusterConfig
+    from eplb.evaluation.serving import workload as W
+
+    suffix, data = case
+    path = tmp_path_factory.mktemp("h") / f"f{suffix}"
+    path.write_bytes(data)
+    topo = Topology.parse("1x4", 4)
+    readers = {".json": [traces.read, read_placement], ".csv": [traces.read, W.read],
+               ".npz": [traces.read, read_placement], ".toml": [ClusterConfig.from_toml],
+               ".jsonl": [W.read], ".yaml": [lambda p: read_placement(p, topology=topo)]}
+    for reader in readers[suffix]:
+        try:
+            reader(path)
+        except EplbError:
+            pass
+
+
+def test_long_names_and_full_disks_name_the_path(tmp_path, small, capsys):
+    with pytest.raises(EplbError, match="File name too long|longer than"):
+        traces.read(tmp_path / ("x" * 300 + ".npz"))
+    placement = read_placement(small / "p.json")
+    with pytest.raises(EplbError, match="/dev/full"):
+        write_placement(placement, "/dev/full", format="native")
+    one_error(*run(capsys, "trace", "convert", "t.npz", "/dev/full", "--format", "npz")[::2],
+              "/dev/full")
+
+
+def test_tables_refuse_booleans_dates_and_missing_ids(tmp_path):
+    (tmp_path / "b.csv").write_text("window,layer,expert,count\nTrue,0,0,5\nFalse,0,1,3\n")
+    with pytest.raises(EplbError, match="booleans"):
+        traces.read(tmp_path / "b.csv")
+    pd.DataFrame({"window": pd.array([0, None], dtype="Int64"), "layer": [0, 0],
+                  "expert": [0, 1], "count": [1, 2]}).to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(EplbError, match="missing"):
+        traces.read(tmp_path / "n.parquet")
+    pd.DataFrame({"window": [0, 0], "layer": [0, 0], "expert": [0, 1],
+                  "count": pd.to_datetime(["2020-01-01", "2020-01-02"])}
+                 ).to_parquet(tmp_path / "d.parquet")
+    with pytest.raises(EplbError, match="dates"):
+        traces.read(tmp_path / "d.parquet")
+
+
+def test_pt_dumps_with_odd_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    ones = torch.ones(2, 3, 4)
+    cases = {"sparse": ones.to_sparse(), "meta": torch.ones(2, 3, 4, device="meta"),
+             "quantized": torch.quantize_per_tensor(ones, 0.1, 0, torch.qint8)}
+    for kind, tensor in cases.items():
+        torch.save({"logical_count": tensor}, tmp_path / f"{kind}.pt")
+        with pytest.raises(EplbError, match=kind):
+            traces.read(tmp_path / f"{kind}.pt")
+    for rank in ("x", [1], -1):
+        torch.save({"logical_count": ones, "rank": rank}, tmp_path / "r.pt")
+        with pytest.raises(EplbError, match="rank"):
+            traces.read(tmp_path / "r.pt")
+    torch.save({"logical_count": ones.to(torch.bfloat16)}, tmp_path / "bf16.pt")
+    assert traces.read(tmp_path / "bf16.pt").counts.sum() == 24
+
+
+def test_rank_folder_with_a_superscript_digit(tmp_path):
+    (tmp_path / "²").mkdir()
+    with pytest.raises(EplbError, match="no rank folders"):
+        traces.read(tmp_path)
+
+
+@given(st.recursive(st.floats() | st.integers() | st.text(max_size=3),
+                    lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), kids, max_size=3), max_leaves=12))
+def test_json_text_is_strict_json(doc):
+    text = json_text(doc)
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+
+def test_placement_meta_must_be_an_object(small):
+    doc = json.loads((small / "p.json").read_text())
+    doc["meta"] = "a string"
+    (small / "m.json").write_text(json.dumps(doc))
+    with pytest.raises(EplbError, match="'meta' is str"):
+        read_placement(small / "m.json")
+
+
+# ------------------------------------------------------------------ 6. wrong answers
+def test_json_duplicate_keys_and_big_integers(tmp_path):
+    with pytest.raises(InputError, match="appears twice"):
+        json_loads('{"a": 1, "a": 2}')
+    (tmp_path / "d.json").write_text('{"logical_count": [[[1,2]]], "logical_count": [[[3,4]]]}')
+    with pytest.raises(EplbError, match="appears twice"):
+        traces.read(tmp_path / "d.json")
+    (tmp_path / "b.json").write_text('{"logical_count": [[[9007199254740993, 1]]]}')
+    with pytest.raises(EplbError, match="2\\*\\*53"):
+        traces.read(tmp_path / "b.json")
+
+
+@pytest.mark.parametrize("top_k", [0, "eight", True, 99])
+def test_trace_meta_routing_fields(top_k):
+    with pytest.raises(EplbError, match="top_k"):
+        traces.Trace(np.ones((1, 2, 16)), meta={"top_k": top_k})
+
+
+def test_wrong_answers_are_errors(small, capsys):
+    from eplb.evaluation.compare import compare
+    from eplb.evaluation.replay import replay
+    from eplb.evaluation.serving import ClusterConfig
+    from eplb.evaluation.serving import workload as W
+    from eplb.evaluation.serving.results.steady import steady_state
+    from eplb.solvers.analysis.bounds import lower_bound
+
+    topo = Topology.parse("2x4", 32)
+    with pytest.raises(InputError, match="num_groups 3"):
+        lower_bound(np.ones((1, 16)), topo, num_groups=3)
+    with pytest.raises(InputError, match="batch"):
+        steady_state(ClusterConfig.deepseek_day6(), "decode", batch=10**20)
+    for cv in (-1.0, math.nan):
+        with pytest.raises(InputError, match="cv"):
+            W.synthesize(5, cv=cv)
+    with pytest.raises(InputError, match="bogus"):
+        replay(traces.read("t.npz"), topo, policy="even", bogus=1)
+    with pytest.raises(InputError, match="bogus"):
+        compare(["t.npz"], solvers=["greedy"], topologies="2x4:32", progress=False,
+                traffic={"bogus": 1})
+    one_error(*run(capsys, "execute", "p.json", "--trace", "t.npz", "--combine-bytes",
+                   "0")[::2], "combine_bytes")
+    one_error(*run(capsys, "replay", "t.npz", "--topology", "2x4", "--slots", "32",
+                   "--topk-groups", "2", "--quiet")[::2], "--topk-groups")
+    one_error(*run(capsys, "solve", "t.npz", "--topology", "2x4x4", "--rdma-gbps",
+                   "1e-320")[::2],
+              "rdma_gbps")
