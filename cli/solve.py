@@ -64,7 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["native", "npz", "sglang", "trtllm"],
+        choices=["native", "npz", "sglang", "trtllm", "vllm"],
         help="output format (default: from the suffix of -o)",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="placement file to write")
@@ -172,6 +172,10 @@ def run(args: argparse.Namespace) -> int:
         ("solve time", f"{info['seconds'] * 1e3:.1f} ms (wall)"),
     ]
     if args.output is not None:
+        if fmt in ("sglang", "trtllm") and \
+                (trace.meta.get("provenance") or {}).get("format") == "vllm":
+            raise InputError(f"{args.load} is vLLM's record: its rows are MoE-layer indices, "
+                             f"not the model layer ids {fmt} files need; export --format vllm")
         nml = trace.meta.get("num_model_layers")
         write_placement(
             placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None,
