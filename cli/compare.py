@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.lazy_epilog = _epilog
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or directories")
     p.add_argument("--solvers", metavar="A,B",
-                   help="comma-separated solver names (default: every registered solver)")
+                   help="comma-separated solver names (default: every registered solver that runs "
+                   "without a live placement, i.e. all but repair)")
     p.add_argument("--topologies", default="4x8:288", metavar="SPECS",
                    help="comma-separated NxG:SLOTS, NxGxSLOTS_PER_GPU, NxG+REDUNDANT or NxG "
                    "(default 4x8:288); several slot counts make a redundancy sweep")

@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json.dumps(doc, indent=1))
         return 0
+    from eplb.evaluation.metrics import BOUND_NAME  # lazy: keeps eplb --help fast
+
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
@@ -144,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
         ("load", f"{'all windows' if windows is None else args.windows}: "
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
                  f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
-        ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
+        ("max GPU load / bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
-         f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal)"),
+         f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "
+         f"{BOUND_NAME}, any placement)"),
+        *([("max GPU load / group bound",
+            f"mean {balance['max_over_group_bound_mean']:.4f}  worst "
+            f"{balance['max_over_group_bound_worst']:.4f} (bound for placements keeping each "
+            "expert group on one node)")] if "max_over_group_bound_mean" in balance else []),
         ("step max/mean GPU load", f"{balance['step_max_over_mean']:.4f} (sum over layers of "
                                    "the max GPU load / sum of the mean)"),
         ("max/mean GPU load", f"mean {balance['max_over_mean_mean']:.4f}  "
@@ -155,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
                                   f"min {balance['balancedness_min']:.4f} over layers"),
         ("imbalance (max-mean)/mean", f"mean {balance['imbalance_mean']:.4f} over layers"),
         ("node max/mean", f"mean {balance['node_max_over_mean_mean']:.4f} over layers"),
+        *([("routing groups", "none: the trace records no expert groups (SGLang dumps carry "
+                              "none), so traffic assumes unrestricted top-k routing; for "
+                              "DeepSeek-V3 pass --groups 8 --topk-groups 4")]
+          if not report.meta.get("groups") and args.groups is None else []),
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
                        if report.meta.get("groups") else "")

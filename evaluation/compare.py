@@ -371,8 +371,9 @@ def compare(
     progress: bool = True,
     traffic: Mapping[str, Any] | None = None,
 ) -> CompareResult:
-    """Sweep ``solvers`` (default: all registered) x ``traces`` (``{name: Trace}`` or paths)
-    x ``topologies`` (specs, see `parse_topologies`; several slot counts = a redundancy sweep).
+    """Sweep ``solvers`` (default: all registered but those needing ``previous=``) x
+    ``traces`` (``{name: Trace}`` or paths) x ``topologies`` (specs, see `parse_topologies`;
+    several slot counts = a redundancy sweep).
 
     ``num_groups`` (default: each trace's ``meta["num_groups"]``; dropped for traces whose
     expert count it does not divide), ``topk_groups`` (default: each trace's
@@ -423,7 +424,9 @@ def compare(
         if num_groups is not None and trace.num_experts % num_groups:
             raise InputError(f"num_groups {num_groups} does not divide trace {name!r}'s "
                              f"{trace.num_experts} experts")
-    names = list(solvers) if solvers else registry.available()
+    # by default every registered solver that can run on a load alone (not repair)
+    names = list(solvers) if solvers else [n for n in registry.available()
+                                            if not registry.needs_previous(n)]
     for name in names:
         registry.get(name)  # unknown names fail before any work
     specs = parse_topologies(topologies)

@@ -14,7 +14,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_bool, check_int, check_type
-from eplb.errors import InputError
+from eplb.errors import EplbError, InputError
 from eplb.evaluation.align import (
     align,
     check_load_shape,
@@ -28,6 +28,10 @@ from eplb.placement import Placement
 from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
+
+# the one bound every table prints (solve, evaluate, compare): closed form, no LP (the LP
+# relaxation is tighter at 2 slots per GPU but takes ~1 s per layer)
+BOUND_NAME = "closed-form lower bound"
 
 
 def check_gpu_load(gpu_load: ArrayLike, name: str = "gpu_load") -> np.ndarray:
@@ -116,8 +120,24 @@ def layer_bound(
 
 
 def _layer_bound(load: np.ndarray, topology: Topology, num_groups: int | None) -> np.ndarray:
-    """`layer_bound` on checked arguments."""
-    return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
+    """`layer_bound` on checked arguments (`BOUND_NAME`: closed form, ``lp=False``)."""
+    return np.asarray(lower_bound(load, topology, num_groups=num_groups, lp=False), np.float64)
+
+
+def group_layer_bound(load: np.ndarray, topology: Topology,
+                      num_groups: int | None) -> np.ndarray | None:
+    """``float64[L]`` bound for placements keeping each of ``num_groups`` expert groups on one
+    node (DeepSeek's hierarchical contract), or None where that contract cannot hold (no
+    groups, groups that do not divide the experts or are not a multiple of the nodes, a group
+    larger than a node)."""
+    N = topology.num_nodes
+    if num_groups is None or N < 2 or load.shape[1] % num_groups or num_groups % N:
+        return None
+    try:
+        return np.asarray(lower_bound(load, topology, num_groups=num_groups, hierarchical=True,
+                                      lp=False), np.float64)
+    except EplbError:
+        return None
 
 
 def _ratio(num: np.ndarray, den: np.ndarray, idle: float) -> np.ndarray:
@@ -136,7 +156,7 @@ def _load_columns(gpu: np.ndarray, topology: Topology) -> dict[str, np.ndarray]:
     mx, mean = gpu.max(-1), gpu.mean(-1)
     nmx, nmean = node.max(-1), node.mean(-1)
     return {
-        "tokens": gpu.sum(-1),
+        "picks": gpu.sum(-1),  # expert picks through the layer (tokens x top-k)
         "gpu_max": mx,
         "gpu_mean": mean,
         "gpu_min": gpu.min(-1),
@@ -154,15 +174,20 @@ def score(
     *,
     num_groups: int | None = None,
     bound: bool | ArrayLike = True,
+    group_bound: bool | ArrayLike | None = None,
 ) -> pd.DataFrame:
     """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert) or on a
     `traces.Trace` (its summed load, scored on the trace's layers: the ``layer`` column holds
     the trace's model layer ids; a placement still numbered ``0..L-1`` is labelled with them).
 
-    Columns: ``layer`` (model layer id), ``tokens``, ``gpu_max``/``gpu_mean``/``gpu_min``
-    (tokens per GPU), ``balancedness``, ``max_over_mean``, ``imbalance``, ``lower_bound``
+    Columns: ``layer`` (model layer id), ``picks`` (expert picks through the layer: tokens x
+    top-k), ``gpu_max``/``gpu_mean``/``gpu_min`` (picks per GPU), ``balancedness``,
+    ``max_over_mean``, ``imbalance``, ``lower_bound``
     and ``max_over_bound`` (NaN without `solvers.analysis.bounds`, or with ``bound=False``;
-    ``bound`` may also be a precomputed ``float[L]`` bound),
+    ``bound`` may also be a precomputed ``float[L]`` bound; `BOUND_NAME`, for every placement),
+    and with ``num_groups`` whose group-to-node contract can hold, ``group_bound`` and
+    ``max_over_group_bound`` (the bound for placements keeping each group on one node,
+    `group_layer_bound`; ``group_bound=False`` skips it, an array gives it),
     ``node_max_over_mean``, ``node_balancedness``, ``replicas_max`` (most replicas of one
     expert), ``replicas_mean`` (``P / E``), ``experts_replicated`` (experts with >= 2
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
@@ -188,7 +213,19 @@ def score(
         if lb.shape != (load.shape[0],):
             raise InputError(f"bound must be True, False or float[{load.shape[0]}], got shape "
                              f"{lb.shape}")
-    return _score(placement, load, lb)
+    frame = _score(placement, load, lb)
+    if group_bound is None or (isinstance(group_bound, (bool, np.bool_)) and group_bound):
+        gb = group_layer_bound(load, placement.topology, num_groups) if bound is not False \
+            else None
+    elif isinstance(group_bound, (bool, np.bool_)):
+        gb = None
+    else:
+        gb = as_real_array(group_bound, "group_bound")
+    if gb is not None:
+        frame["group_bound"] = gb
+        frame["max_over_group_bound"] = np.divide(
+            frame["gpu_max"].to_numpy(), gb, out=np.ones_like(gb), where=gb > 0)
+    return frame
 
 
 def _score(placement: Placement, load: np.ndarray, lb: np.ndarray) -> pd.DataFrame:
@@ -218,7 +255,7 @@ def score_windows(
     """Per (window, layer) rows for ``counts: float[T, L, E]`` on one placement (vectorised).
 
     Columns: ``window`` (the given ``windows`` labels, default ``0..T-1``), ``layer`` and the
-    load columns of `score` (``tokens`` ... ``node_balancedness``). No lower bound here: it is
+    load columns of `score` (``picks`` ... ``node_balancedness``). No lower bound here: it is
     per-layer work; use `score` on the windows that matter.
     """
     check_placement(placement)
@@ -249,7 +286,8 @@ def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Seri
 
     ``layers``, ``step_max_over_mean`` (sum of per-layer max over sum of per-layer mean),
     ``balancedness_mean``/``_min``, ``max_over_mean_mean``/``_worst``, ``imbalance_mean``,
-    ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst``.
+    ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst`` and
+    ``max_over_group_bound_mean``/``_worst``.
     """
     check_type("frame", frame, pd.DataFrame, "a pandas DataFrame (from score)")
     missing = [c for c in ("gpu_max", "gpu_mean", "balancedness", "max_over_mean", "imbalance",
@@ -280,4 +318,7 @@ def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Seri
     if "max_over_bound" in frame:
         out["max_over_bound_mean"] = float(frame["max_over_bound"].mean())
         out["max_over_bound_worst"] = float(frame["max_over_bound"].max())
+    if "max_over_group_bound" in frame:
+        out["max_over_group_bound_mean"] = float(frame["max_over_group_bound"].mean())
+        out["max_over_group_bound_worst"] = float(frame["max_over_group_bound"].max())
     return pd.Series(out)

@@ -16,13 +16,16 @@ from eplb.solvers.registry import (
     available,
     check_options,
     get,
+    group_fallback,
+    needs_previous,
     options,
     register,
     resolve,
     solve,
+    takes_previous,
     takes_windows,
     unregister,
 )
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
-__all__ += ["takes_windows", "unregister"]
+__all__ += ["group_fallback", "needs_previous", "takes_previous", "takes_windows", "unregister"]

@@ -50,12 +50,14 @@ class Spec:
     open_options: bool  # the function takes **kwargs: any option is passed through
     windows: bool = False  # the function takes float64[W, L, E] windows
     group_fallback: bool = False  # num_groups need not divide the experts (see register)
+    needs_previous: bool = False  # the policy cannot run without previous= (see register)
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
 
 
-def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> Spec:
+def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False,
+          needs_previous: bool = False) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -77,11 +79,14 @@ def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> 
     if missing:
         raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
     hinted = {k: hints[k] for k in opts if k in hints}
-    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback)
+    if needs_previous and "previous" not in common:
+        raise TypeError(f"{fn.__name__} needs previous= but does not take it")
+    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous)
 
 
 def register(
-    name: str, *, windows: bool = False, group_fallback: bool = False
+    name: str, *, windows: bool = False, group_fallback: bool = False,
+    needs_previous: bool = False,
 ) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
@@ -89,16 +94,19 @@ def register(
     ``group_fallback=True``: `solve` passes a ``num_groups`` that does not divide the experts
     (any integer ``>= 1``); the policy falls back where the groups do not apply (``deepseek``:
     the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
+    ``needs_previous=True``: the policy only runs against a live placement (``repair``);
+    sweeps leave it out by default.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
     if not isinstance(windows, bool):
         raise InputError(f"windows must be True or False, got {windows!r}")
-    if not isinstance(group_fallback, bool):
-        raise InputError(f"group_fallback must be True or False, got {group_fallback!r}")
+    for flag, value in (("group_fallback", group_fallback), ("needs_previous", needs_previous)):
+        if not isinstance(value, bool):
+            raise InputError(f"{flag} must be True or False, got {value!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        spec = _spec(fn, windows, group_fallback)
+        spec = _spec(fn, windows, group_fallback, needs_previous)
         _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
@@ -109,6 +117,22 @@ def takes_windows(name: str) -> bool:
     """Whether policy ``name`` takes the load history ``float64[W, L, E]`` (registered with
     ``windows=True``) rather than one load ``float64[L, E]``."""
     return _lookup(name).windows
+
+
+def group_fallback(name: str) -> bool:
+    """Whether policy ``name`` takes any ``num_groups >= 1`` and falls back to its global policy
+    where the groups do not apply (registered ``group_fallback``: ``deepseek``)."""
+    return _lookup(name).group_fallback
+
+
+def takes_previous(name: str) -> bool:
+    """Whether policy ``name`` takes ``previous=`` (places for few moves from a live one)."""
+    return "previous" in _lookup(name).common
+
+
+def needs_previous(name: str) -> bool:
+    """Whether policy ``name`` only runs with ``previous=`` (registered ``needs_previous``)."""
+    return _lookup(name).needs_previous
 
 
 def unregister(name: str) -> None:
