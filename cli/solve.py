@@ -52,6 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--solver", default="deepseek", metavar="NAME",
                    help="placement policy (default deepseek; the list and each one's --option "
                    "keys are below)")
+    p.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="import MODULE first (repeatable): a module registering its own "
+                   "policies with eplb.solvers.register; installed packages can instead "
+                   "declare an 'eplb.solvers' entry point")
     p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed for randomised solvers, 0..2**31-1 (default 0)")
     p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
@@ -128,6 +132,17 @@ def summary_rows(placement, balance) -> list[tuple[str, str]]:
     return rows
 
 
+def contract_rows(info: dict, groups: int | None, topology, num_experts: int) -> list:
+    """A ``groups`` row when a policy given expert groups placed globally (DeepSeek's rule:
+    hierarchical only when the groups divide the experts and are a multiple of the nodes)."""
+    if groups is None or info.get("policy") != "global":
+        return []
+    why = (f"{groups} does not divide the {num_experts} experts" if num_experts % groups else
+           f"{groups} groups are not a multiple of the {topology.num_nodes} nodes")
+    return [("groups", f"{why}: placed by the global policy (DeepSeek's rule), so expert groups "
+                       "are not kept on one node")]
+
+
 def live_slots(topology) -> int:
     """Slots per layer on the GPUs that have not failed."""
     return (topology.num_gpus - len(topology.failed_gpus)) * topology.slots_per_gpu
@@ -153,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
+    solvers.load_plugins(args.plugin or ())
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options, previous=args.previous is not None)
     trace = traces.read(args.load)
@@ -164,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
                               failed_gpus=failed_gpus_arg(args.failed_gpus))
-    check_groups(args.groups, E)
+    check_groups(args.groups, E, fallback=solvers.group_fallback(args.solver))
     previous = None
     if args.previous is not None:
         vllm = format_for(args.previous) == "vllm"
@@ -194,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
                           "score their sum)")] if result.forecast else []),
+        *contract_rows(info, args.groups, topology, E),
         *summary_rows(placement, result.balance),
         *failed_rows(topology, placement.num_experts),
         (

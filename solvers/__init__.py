@@ -17,6 +17,7 @@ from eplb.solvers.registry import (
     check_options,
     get,
     group_fallback,
+    load_plugins,
     needs_previous,
     options,
     register,
@@ -28,4 +29,5 @@ from eplb.solvers.registry import (
 )
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
-__all__ += ["group_fallback", "needs_previous", "takes_previous", "takes_windows", "unregister"]
+__all__ += ["group_fallback", "load_plugins", "needs_previous", "takes_previous"]
+__all__ += ["takes_windows", "unregister"]

@@ -6,10 +6,14 @@ result, records ``meta["solver"]``. See docs/solvers.md, section "The registry a
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
 import inspect
+import os
+import sys
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,11 +145,53 @@ def unregister(name: str) -> None:
 
 
 def available() -> list[str]:
-    """Names of the registered solvers, sorted."""
+    """Names of the registered solvers (plugins' included), sorted."""
+    if not _PLUGINS_LOADED:
+        load_plugins()
     return sorted(_REGISTRY)
 
 
+ENTRY_POINT_GROUP = "eplb.solvers"
+_PLUGINS_LOADED = False
+
+
+def load_plugins(modules: Sequence[str] = ()) -> list[str]:
+    """Import ``modules`` (e.g. ``--plugin mypolicies``: a module that calls `register`) and,
+    once per process, every entry point of the group ``eplb.solvers`` (a module, loaded for
+    its `register` calls, or a policy function, registered under the entry point's name).
+    Returns the solver names added. A module that fails to import is an `InputError`."""
+    global _PLUGINS_LOADED
+    before = set(_REGISTRY.names())
+    for mod in modules:
+        if not isinstance(mod, str) or not mod.strip():
+            raise InputError(f"a plugin is a module name (e.g. mypolicies), got {mod!r}")
+        try:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError:
+                if os.getcwd() in sys.path:
+                    raise
+                sys.path.append(os.getcwd())  # `eplb` (a console script) lacks the cwd
+                importlib.import_module(mod)
+        except ImportError as exc:
+            raise InputError(f"plugin module {mod!r} cannot be imported ({exc}); put it on "
+                             "PYTHONPATH or in the current directory") from None
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plugin names itself, never a traceback
+                raise InputError(f"entry point {ep.name} = {ep.value} of group "
+                                 f"{ENTRY_POINT_GROUP} fails to load: {exc}") from None
+            if callable(obj) and not inspect.ismodule(obj) and ep.name not in _REGISTRY.names():
+                register(ep.name)(obj)
+    return sorted(set(_REGISTRY.names()) - before)
+
+
 def _lookup(name) -> Spec:
+    if isinstance(name, str) and name not in _REGISTRY.names() and not _PLUGINS_LOADED:
+        load_plugins()  # a name a plugin package provides
     return _REGISTRY.get(name)
 
 
