@@ -13,7 +13,7 @@ import numpy as np
 from eplb.atomic import atomic_write_bytes
 from eplb.cli.common import check_groups, check_outputs, seed_arg, windows_arg
 from eplb.errors import InputError
-from eplb.format import text_table
+from eplb.format import number, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -175,15 +175,15 @@ def run(args: argparse.Namespace) -> int:
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
-                         f"{totals['nvlink_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                         f"{number(totals['nvlink_bytes'] / 1e9)} GB in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),
         ("RDMA bytes", f"{per['rdma_bytes']:,.0f} B per token per layer; "
-                       f"{totals['rdma_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                       f"{number(totals['rdma_bytes'] / 1e9)} GB in all (dispatch + combine, "
                        f"{len(layer_tokens)} layers)"),
-        ("all-to-all time", f"{per['alltoall_seconds'] * 1e9:.4g} us per 1k tokens per layer; "
-                            f"{totals['alltoall_seconds'] * 1e3:.4g} ms in all (dispatch "
-                            f"{totals['dispatch_seconds'] * 1e3:.4g} + combine "
-                            f"{totals['combine_seconds'] * 1e3:.4g}, {len(layer_tokens)} "
+        ("all-to-all time", f"{number(per['alltoall_seconds'] * 1e9)} us per 1k tokens per "
+                            f"layer; {number(totals['alltoall_seconds'] * 1e3)} ms in all "
+                            f"(dispatch {number(totals['dispatch_seconds'] * 1e3)} + combine "
+                            f"{number(totals['combine_seconds'] * 1e3)}, {len(layer_tokens)} "
                             "layers, modelled bandwidth bound)"),
     ]
     rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot)

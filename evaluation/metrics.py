@@ -228,6 +228,26 @@ def score(
     return frame
 
 
+def rescore(frame: pd.DataFrame, gpu_load: ArrayLike, topology: Topology) -> pd.DataFrame:
+    """``frame`` (a `score` frame) with its load columns taken from ``gpu_load: float[L, G]``
+    instead of the placement's even split: picks per GPU as a dispatch policy routes them
+    (`evaluation.traffic` ``gpu_tokens``); the bound ratios follow."""
+    gpu = check_gpu_load(gpu_load)
+    if gpu.shape != (len(frame), topology.num_gpus):
+        raise InputError(f"gpu_load has shape {gpu.shape}, expected [{len(frame)}, "
+                         f"{topology.num_gpus}]")
+    out = frame.copy()
+    for key, col in _load_columns(gpu, topology).items():
+        out[key] = col
+    for ratio, bound in (("max_over_bound", "lower_bound"),
+                         ("max_over_group_bound", "group_bound")):
+        if bound in out:
+            b = out[bound].to_numpy()
+            out[ratio] = np.divide(out["gpu_max"].to_numpy(), b, out=np.full_like(b, np.nan),
+                                   where=np.isfinite(b) & (b > 0))
+    return out
+
+
 def _score(placement: Placement, load: np.ndarray, lb: np.ndarray) -> pd.DataFrame:
     """`score` on checked arguments: ``load: float64[L, E]`` matching ``placement``,
     ``lb: float64[L]`` the bound column (NaN: none)."""
