@@ -451,6 +451,11 @@ def compare(
     for name in names:
         registry.get(name)  # unknown names fail before any work
     specs = parse_topologies(topologies)
+    if not progress:  # quiet: no solver prints its own progress either (ilp's layers)
+        solver_options = {**(solver_options or {})}
+        for name in names:
+            if "progress" in registry.options(name):
+                solver_options[name] = {"progress": False, **solver_options.get(name, {})}
     if "ilp" in names and (workers > 1 or scheduler is not None):
         # the sweep already runs tasks in parallel: one ilp layer at a time per task
         solver_options = {**(solver_options or {})}
