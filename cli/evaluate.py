@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json.dumps(doc, indent=1))
         return 0
-    from eplb.evaluation.metrics import BOUND_NAME  # lazy: keeps eplb --help fast
+    from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
 
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens

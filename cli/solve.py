@@ -95,7 +95,7 @@ def describe_load(chosen, num_windows: int, ema: float | None) -> str:
 def summary_rows(placement, balance) -> list[tuple[str, str]]:
     """Balance rows of a solve summary (``balance``: `SolveResult.balance`); every figure says
     what it runs over."""
-    from eplb.evaluation.metrics import BOUND_NAME  # lazy: keeps eplb --help fast
+    from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
 
     s = balance
     L = placement.num_layers

@@ -14,7 +14,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_bool, check_int, check_type
-from eplb.errors import EplbError, InputError
+from eplb.errors import InputError
 from eplb.evaluation.align import (
     align,
     check_load_shape,
@@ -23,15 +23,14 @@ from eplb.evaluation.align import (
     check_trace,
     with_layers,
 )
+from eplb.evaluation.balance import BOUND_NAME, bound_ratio, group_layer_bound  # noqa: F401
+from eplb.evaluation.balance import closed_bound as _layer_bound
+from eplb.evaluation.balance import load_columns as _load_columns
+from eplb.evaluation.balance import ratio as _ratio
 from eplb.loads import MAX_COUNT, as_real_array, check_load
 from eplb.placement import Placement
-from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
-
-# the one bound every table prints (solve, evaluate, compare): closed form, no LP (the LP
-# relaxation is tighter at 2 slots per GPU but takes ~1 s per layer)
-BOUND_NAME = "closed-form lower bound"
 
 
 def check_gpu_load(gpu_load: ArrayLike, name: str = "gpu_load") -> np.ndarray:
@@ -117,55 +116,6 @@ def layer_bound(
     check_type("topology", topology, Topology, "an eplb.Topology")
     num_groups = check_num_groups(num_groups, load.shape[1])
     return _layer_bound(load, topology, num_groups)
-
-
-def _layer_bound(load: np.ndarray, topology: Topology, num_groups: int | None) -> np.ndarray:
-    """`layer_bound` on checked arguments (`BOUND_NAME`: closed form, ``lp=False``)."""
-    return np.asarray(lower_bound(load, topology, num_groups=num_groups, lp=False), np.float64)
-
-
-def group_layer_bound(load: np.ndarray, topology: Topology,
-                      num_groups: int | None) -> np.ndarray | None:
-    """``float64[L]`` bound for placements keeping each of ``num_groups`` expert groups on one
-    node (DeepSeek's hierarchical contract), or None where that contract cannot hold (no
-    groups, groups that do not divide the experts or are not a multiple of the nodes, a group
-    larger than a node)."""
-    N = topology.num_nodes
-    if num_groups is None or N < 2 or load.shape[1] % num_groups or num_groups % N:
-        return None
-    try:
-        return np.asarray(lower_bound(load, topology, num_groups=num_groups, hierarchical=True,
-                                      lp=False), np.float64)
-    except EplbError:
-        return None
-
-
-def _ratio(num: np.ndarray, den: np.ndarray, idle: float) -> np.ndarray:
-    return np.divide(num, den, out=np.full(np.shape(num), idle, dtype=np.float64), where=den > 0)
-
-
-def _load_columns(gpu: np.ndarray, topology: Topology) -> dict[str, np.ndarray]:
-    """Per-row columns from ``gpu: float[..., G]``; means and minima run over the GPUs (and
-    nodes) that have not failed (``topology.failed_gpus``)."""
-    node = gpu.reshape(*gpu.shape[:-1], topology.num_nodes, topology.gpus_per_node).sum(-1)
-    if topology.failed_gpus:
-        alive = np.ones(topology.num_gpus, dtype=bool)
-        alive[list(topology.failed_gpus)] = False
-        node = node[..., alive.reshape(topology.num_nodes, -1).any(-1)]
-        gpu = gpu[..., alive]
-    mx, mean = gpu.max(-1), gpu.mean(-1)
-    nmx, nmean = node.max(-1), node.mean(-1)
-    return {
-        "picks": gpu.sum(-1),  # expert picks through the layer (tokens x top-k)
-        "gpu_max": mx,
-        "gpu_mean": mean,
-        "gpu_min": gpu.min(-1),
-        "balancedness": _ratio(mean, mx, 1.0),
-        "max_over_mean": _ratio(mx, mean, 1.0),
-        "imbalance": _ratio(mx, mean, 1.0) - 1.0,
-        "node_max_over_mean": _ratio(nmx, nmean, 1.0),
-        "node_balancedness": _ratio(nmean, nmx, 1.0),
-    }
 
 
 def score(

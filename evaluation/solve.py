@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation.align import align, check_placement, check_trace
-from eplb.evaluation.metrics import balancedness, max_over_mean, score, summarize
+from eplb.evaluation.balance import balance_summary, closed_bound, group_layer_bound
 from eplb.placement import Placement
 from eplb.topology import Topology
 from eplb.traces.model import Trace
@@ -47,8 +46,8 @@ class SolveResult:
     - ``windows: int64[T']``: the window positions used, of ``num_windows``.
     - ``forecast``: the policy placed for the next window from the windows themselves
       (`solvers.takes_windows`); the figures still score their sum.
-    - ``balance``: `metrics.summarize` of `metrics.score` against `metrics.BOUND_NAME` (and
-      the group bound where the group-to-node contract can hold).
+    - ``balance``: `metrics.summarize`'s figures (`balance.balance_summary`, no pandas) against
+      `balance.BOUND_NAME` (and the group bound where the group-to-node contract can hold).
     """
 
     placement: Placement
@@ -57,7 +56,7 @@ class SolveResult:
     num_windows: int
     ema: float | None
     forecast: bool
-    balance: pd.Series
+    balance: dict[str, float]
 
 
 def solve_trace(
@@ -117,15 +116,11 @@ def solve_trace(
                           placement.replica_share, {**placement.meta, "source": source},
                           trace.layer_ids)
     gpu = placement.gpu_load(load)
-    bal, mom = balancedness(gpu), max_over_mean(gpu)
-    placement = placement.with_meta(metrics={
-        "balancedness_mean": float(bal.mean()),
-        "balancedness_min": float(bal.min()),
-        "max_over_mean_mean": float(mom.mean()),
-        "max_over_mean_worst": float(mom.max()),
-    })
-    # the one bound of every table (metrics.BOUND_NAME); groups that do not divide the
+    # the one bound of every table (balance.BOUND_NAME); groups that do not divide the
     # experts (a policy that fell back to its global variant) have no group bound
     groups = num_groups if num_groups is not None and load.shape[1] % num_groups == 0 else None
-    balance = summarize(score(placement, load, num_groups=groups))
+    balance = balance_summary(gpu, placement.topology, closed_bound(load, topology, groups),
+                              group_layer_bound(load, topology, groups))
+    placement = placement.with_meta(metrics={k: balance[k] for k in (
+        "balancedness_mean", "balancedness_min", "max_over_mean_mean", "max_over_mean_worst")})
     return SolveResult(placement, load, chosen, trace.num_windows, ema, forecast, balance)
