@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         ("load", f"{'all windows' if windows is None else args.windows}: "
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
                  f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
-        ("max GPU load / bound", "n/a (solvers.analysis.bounds not available)"
+        ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
          f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "
          f"{BOUND_NAME}, any placement)"),

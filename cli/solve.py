@@ -101,7 +101,7 @@ def summary_rows(placement, balance) -> list[tuple[str, str]]:
     L = placement.num_layers
     rows = []
     if np.isfinite(s.get("max_over_bound_mean", np.nan)):
-        rows.append(("max GPU load / bound",
+        rows.append(("max GPU load / lower bound",
                      f"mean {s['max_over_bound_mean']:.4f}  worst {s['max_over_bound_worst']:.4f}"
                      f" over {L} layers (1 = provably optimal; {BOUND_NAME}, any placement)"))
     if np.isfinite(s.get("max_over_group_bound_mean", np.nan)):
