@@ -121,8 +121,10 @@ def run_info(args: argparse.Namespace) -> int:
     if meta.get("model"):
         rows.append(("model", str(meta["model"])))
     nml = meta.get("num_model_layers")
+    kind = "vLLM MoE-layer indices" if (meta.get("provenance") or {}).get("format") == \
+        "vllm" else "model layers"
     rows.append(("shape", f"{trace.num_windows} windows x {trace.num_layers} layers x "
-                 f"{trace.num_experts} experts (model layers {ids.min()}..{ids.max()}"
+                 f"{trace.num_experts} experts ({kind} {ids.min()}..{ids.max()}"
                  + (f" of {nml}" if nml else "") + ")"))
     per = picks_spread(trace.counts)
     rows.append(("picks per window-layer",
