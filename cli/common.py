@@ -170,12 +170,14 @@ def seconds_arg(text: str) -> float:
     return value
 
 
-def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups") -> None:
-    """Refuse expert groups that do not divide the experts, and bad ``--topk-groups``."""
+def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups",
+                 fallback: bool = False) -> None:
+    """Refuse expert groups that do not divide the experts (unless ``fallback``: the solver
+    places globally where groups do not apply, as DeepSeek's rule), and bad ``--topk-groups``."""
     if groups is not None:
         if groups < 1:
             raise InputError(f"{flag} must be >= 1, got {groups}")
-        if num_experts % groups:
+        if num_experts % groups and not fallback:
             divisors = [d for d in range(1, min(num_experts, 64) + 1) if num_experts % d == 0]
             raise InputError(
                 f"{flag} {groups} does not divide the {num_experts} experts (groups are equal "

@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.lazy_epilog = _epilog
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or directories")
     p.add_argument("--solvers", metavar="A,B",
-                   help="comma-separated solver names (default: every registered solver)")
+                   help="comma-separated solver names (default: every registered solver that runs "
+                   "without a live placement, i.e. all but repair)")
     p.add_argument("--topologies", default="4x8:288", metavar="SPECS",
                    help="comma-separated NxG:SLOTS, NxGxSLOTS_PER_GPU, NxG+REDUNDANT or NxG "
                    "(default 4x8:288); several slot counts make a redundancy sweep")
@@ -55,6 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="time limit of search solvers (ilp), wall seconds (default 1)")
     p.add_argument("--option", action="append", metavar="[SOLVER.]KEY=VALUE",
                    help="solver option, for every solver or one (e.g. greedy.rdma_weight=0.1)")
+    p.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="import MODULE first (repeatable): a module registering its own "
+                   "policies (eplb.solvers.register); or an 'eplb.solvers' entry point")
     p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
     p.add_argument("--nvlink-gbps", type=float, default=NVLINK_GBPS, metavar="GB/s")
     p.add_argument("--rdma-gbps", type=float, default=RDMA_GBPS, metavar="GB/s")
@@ -125,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
                   {"--plot": args.plot})
     check_policy(args.dispatch)
     check_policy(args.pareto_dispatch)
+    solvers.load_plugins(args.plugin or ())
     names = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else \
-        solvers.available()
+        [n for n in solvers.available() if not solvers.needs_previous(n)]
     for name in names:
         solvers.get(name)
     options = _options(args.option, names)

@@ -12,7 +12,7 @@ import numpy as np
 from eplb.atomic import atomic_write_bytes
 from eplb.cli.common import check_groups, check_outputs, seed_arg, windows_arg
 from eplb.errors import InputError
-from eplb.format import json_text, text_table
+from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
+    from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
+
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
@@ -145,7 +147,12 @@ def run(args: argparse.Namespace) -> int:
                  f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
         ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
-         f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal)"),
+         f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "
+         f"{BOUND_NAME}, any placement)"),
+        *([("max GPU load / group bound",
+            f"mean {balance['max_over_group_bound_mean']:.4f}  worst "
+            f"{balance['max_over_group_bound_worst']:.4f} (bound for placements keeping each "
+            "expert group on one node)")] if "max_over_group_bound_mean" in balance else []),
         ("step max/mean GPU load", f"{balance['step_max_over_mean']:.4f} (sum over layers of "
                                    "the max GPU load / sum of the mean)"),
         ("max/mean GPU load", f"mean {balance['max_over_mean_mean']:.4f}  "
@@ -154,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
                                   f"min {balance['balancedness_min']:.4f} over layers"),
         ("imbalance (max-mean)/mean", f"mean {balance['imbalance_mean']:.4f} over layers"),
         ("node max/mean", f"mean {balance['node_max_over_mean_mean']:.4f} over layers"),
+        *([("routing groups", "none: the trace records no expert groups (SGLang dumps carry "
+                              "none), so traffic assumes unrestricted top-k routing; for "
+                              "DeepSeek-V3 pass --groups 8 --topk-groups 4")]
+          if not report.meta.get("groups") and args.groups is None else []),
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
                        if report.meta.get("groups") else "")
@@ -163,15 +174,15 @@ def run(args: argparse.Namespace) -> int:
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
-                         f"{totals['nvlink_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                         f"{number(totals['nvlink_bytes'] / 1e9)} GB in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),
         ("RDMA bytes", f"{per['rdma_bytes']:,.0f} B per token per layer; "
-                       f"{totals['rdma_bytes'] / 1e9:.4g} GB in all (dispatch + combine, "
+                       f"{number(totals['rdma_bytes'] / 1e9)} GB in all (dispatch + combine, "
                        f"{len(layer_tokens)} layers)"),
-        ("all-to-all time", f"{per['alltoall_seconds'] * 1e9:.4g} us per 1k tokens per layer; "
-                            f"{totals['alltoall_seconds'] * 1e3:.4g} ms in all (dispatch "
-                            f"{totals['dispatch_seconds'] * 1e3:.4g} + combine "
-                            f"{totals['combine_seconds'] * 1e3:.4g}, {len(layer_tokens)} "
+        ("all-to-all time", f"{number(per['alltoall_seconds'] * 1e9)} us per 1k tokens per "
+                            f"layer; {number(totals['alltoall_seconds'] * 1e3)} ms in all "
+                            f"(dispatch {number(totals['dispatch_seconds'] * 1e3)} + combine "
+                            f"{number(totals['combine_seconds'] * 1e3)}, {len(layer_tokens)} "
                             "layers, modelled bandwidth bound)"),
     ]
     rows += [("wrote", path) for path in (args.output, args.save_slots, args.plot)

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "check the output against the dense single-device forward (exit 1 on mismatch) and "
         "print per-rank load and NVLink/RDMA traffic. With a token-level trace its topk_ids and "
         "token_rank are replayed; otherwise random activations go through the layer's router "
-        "(biased towards the trace's expert popularity when a counts trace is given) and tokens "
+        "(drawn from the trace's expert popularity when a counts trace is given) and tokens "
         "are spread evenly over the ranks.",
         epilog="example: eplb execute placement.json --trace traces/data/deepseek-v3-tokens.npz "
         "--layer 3 --tokens 4096 --hidden 512 --dispatch local_first",
@@ -132,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
     source = {
         "picks": f"trace {args.trace} tokens (layer {report.layer_id}), router weights of "
                  "those picks",
-        "biased": f"router on random activations, biased by trace {args.trace} layer "
-                  f"{report.layer_id} expert popularity",
+        "biased": f"picks drawn from trace {args.trace} layer {report.layer_id}'s expert "
+                  "popularity (each expert's expected share of the picks is its share of the "
+                  "load), router weights biased by it",
         "router": "router on random activations",
     }[report.routing]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 
@@ -51,6 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--solver", default="deepseek", metavar="NAME",
                    help="placement policy (default deepseek; the list and each one's --option "
                    "keys are below)")
+    p.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="import MODULE first (repeatable): a module registering its own "
+                   "policies with eplb.solvers.register; installed packages can instead "
+                   "declare an 'eplb.solvers' entry point")
     p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed for randomised solvers, 0..2**31-1 (default 0)")
     p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
@@ -64,9 +69,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["native", "npz", "sglang", "trtllm"],
+        choices=["native", "npz", "sglang", "trtllm", "vllm"],
         help="output format (default: from the suffix of -o)",
     )
+    p.add_argument("--previous", metavar="PLACEMENT",
+                   help="the live placement file (any format eplb reads): policies that take "
+                   "it place for the fewest moved replicas from it; repair needs it")
     p.add_argument("-o", "--output", metavar="FILE", help="placement file to write")
     p.set_defaults(func=run)
 
@@ -87,15 +95,20 @@ def describe_load(chosen, num_windows: int, ema: float | None) -> str:
 def summary_rows(placement, balance) -> list[tuple[str, str]]:
     """Balance rows of a solve summary (``balance``: `SolveResult.balance`); every figure says
     what it runs over."""
+    from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
+
     s = balance
     L = placement.num_layers
     rows = []
     if np.isfinite(s.get("max_over_bound_mean", np.nan)):
         rows.append(("max GPU load / lower bound",
                      f"mean {s['max_over_bound_mean']:.4f}  worst {s['max_over_bound_worst']:.4f}"
-                     f" over {L} layers (1 = provably optimal; closed-form bound"
-                     + (", loose at 2 slots per GPU: eplb evaluate uses the LP bound)"
-                        if placement.topology.slots_per_gpu <= 2 else ")")))
+                     f" over {L} layers (1 = provably optimal; {BOUND_NAME}, any placement)"))
+    if np.isfinite(s.get("max_over_group_bound_mean", np.nan)):
+        rows.append(("max GPU load / group bound",
+                     f"mean {s['max_over_group_bound_mean']:.4f}  worst "
+                     f"{s['max_over_group_bound_worst']:.4f} (bound for placements keeping "
+                     "each expert group on one node)"))
     rows += [
         ("max / mean GPU load", f"mean {s['max_over_mean_mean']:.4f}  worst "
                                 f"{s['max_over_mean_worst']:.4f} over {L} layers"),
@@ -119,17 +132,45 @@ def summary_rows(placement, balance) -> list[tuple[str, str]]:
     return rows
 
 
+def contract_rows(info: dict, groups: int | None, topology, num_experts: int) -> list:
+    """A ``groups`` row when a policy given expert groups placed globally (DeepSeek's rule:
+    hierarchical only when the groups divide the experts and are a multiple of the nodes)."""
+    if groups is None or info.get("policy") != "global":
+        return []
+    why = (f"{groups} does not divide the {num_experts} experts" if num_experts % groups else
+           f"{groups} groups are not a multiple of the {topology.num_nodes} nodes")
+    return [("groups", f"{why}: placed by the global policy (DeepSeek's rule), so expert groups "
+                       "are not kept on one node")]
+
+
+def live_slots(topology) -> int:
+    """Slots per layer on the GPUs that have not failed."""
+    return (topology.num_gpus - len(topology.failed_gpus)) * topology.slots_per_gpu
+
+
+def failed_rows(topology, num_experts: int) -> list[tuple[str, str]]:
+    """A ``failed GPUs`` row when some have failed: which, and the slots that are left."""
+    if not topology.failed_gpus:
+        return []
+    gpus = ", ".join(map(str, topology.failed_gpus))
+    n = len(topology.failed_gpus)
+    return [("failed GPUs", f"{gpus} ({n} of {topology.num_gpus}; their "
+                            f"{n * topology.slots_per_gpu} slots stay empty, "
+                            f"{live_slots(topology)} slots left for {num_experts} experts)")]
+
+
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
     from eplb.evaluation.solve import solve_trace
-    from eplb.io import format_for, write_placement
+    from eplb.io import format_for, read_placement, write_placement
 
-    check_outputs({"LOAD": args.load}, {"-o": args.output})
+    check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
+    solvers.load_plugins(args.plugin or ())
     solvers.get(args.solver)  # unknown names fail before reading anything
-    check_solver_options(args.solver, options)
+    check_solver_options(args.solver, options, previous=args.previous is not None)
     trace = traces.read(args.load)
     windows = windows_arg(args.windows)
     trace.load(windows, ema=args.ema)  # a bad selection or ema fails here, before the topology
@@ -139,10 +180,16 @@ def run(args: argparse.Namespace) -> int:
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
                               failed_gpus=failed_gpus_arg(args.failed_gpus))
-    check_groups(args.groups, E)
+    check_groups(args.groups, E, fallback=solvers.group_fallback(args.solver))
+    previous = None
+    if args.previous is not None:
+        vllm = format_for(args.previous) == "vllm"
+        # runtime files carry no topology: the cluster before any GPU failed
+        previous = read_placement(args.previous, topology=replace(topology, failed_gpus=()),
+                                  num_experts=E, layer_ids=trace.layer_ids if vllm else None)
     result = solve_trace(args.solver, trace, topology, windows=args.windows, ema=args.ema,
                          num_groups=args.groups, seed=args.seed, time_limit=args.time_limit,
-                         path=args.load, **options)
+                         path=args.load, previous=previous, **options)
     placement, load = result.placement, result.load
     info = placement.meta["solver"]
     policy = f" ({info['policy']})" if "policy" in info else ""
@@ -163,15 +210,24 @@ def run(args: argparse.Namespace) -> int:
                  f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
                           "score their sum)")] if result.forecast else []),
+        *contract_rows(info, args.groups, topology, E),
         *summary_rows(placement, result.balance),
+        *failed_rows(topology, placement.num_experts),
         (
             "redundant slots",
-            f"{topology.num_slots - placement.num_experts} per layer, "
+            f"{live_slots(topology) - placement.num_experts} per layer on the live GPUs, "
             f"max replicas of one expert {int(np.max(placement.logcnt))}",
         ),
+        *([("replicas moved", f"{int(info['replicas_moved_total']):,} from {args.previous} "
+                              f"(over {placement.num_layers} layers)")]
+          if previous is not None and "replicas_moved_total" in info else []),
         ("solve time", f"{info['seconds'] * 1e3:.1f} ms (wall)"),
     ]
     if args.output is not None:
+        if fmt in ("sglang", "trtllm") and \
+                (trace.meta.get("provenance") or {}).get("format") == "vllm":
+            raise InputError(f"{args.load} is vLLM's record: its rows are MoE-layer indices, "
+                             f"not the model layer ids {fmt} files need; export --format vllm")
         nml = trace.meta.get("num_model_layers")
         write_placement(
             placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None,

@@ -1,4 +1,5 @@
-"""``eplb trace``: inspect (``info``), generate (``synth``) and convert (``convert``) traces."""
+"""``eplb trace``: inspect (``info``), generate (``synth``), convert (``convert``) and stack
+(``stack``) traces."""
 
 from __future__ import annotations
 
@@ -77,6 +78,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--in-format", help="input format (default: sniffed)")
     conv.set_defaults(func=run_convert)
 
+    stk = tsub.add_parser(
+        "stack", help="stack several traces as the windows of one",
+        description="Read each FILE (any supported format, e.g. SGLang dumps taken at "
+        "different times) and write one trace whose windows are theirs, in order: input for "
+        "replay, the windowed policies and advise. Layers are matched by model layer id.",
+        epilog="example: eplb trace stack dump_0900.json dump_1000.json dump_1100.json "
+        "-o windows.npz",
+    )
+    stk.add_argument("files", nargs="+", metavar="FILE", help="traces, oldest first")
+    stk.add_argument("-o", "--output", required=True, metavar="OUT",
+                     help="output trace (.npz lossless, .parquet, .csv, SGLang .json)")
+    stk.add_argument("--format", help="output format: npz, parquet, csv, sglang")
+    stk.set_defaults(func=run_stack)
+
     p.set_defaults(func=lambda args: _no_sub(p))
 
 
@@ -106,8 +121,10 @@ def run_info(args: argparse.Namespace) -> int:
     if meta.get("model"):
         rows.append(("model", str(meta["model"])))
     nml = meta.get("num_model_layers")
+    kind = "vLLM MoE-layer indices" if (meta.get("provenance") or {}).get("format") == \
+        "vllm" else "model layers"
     rows.append(("shape", f"{trace.num_windows} windows x {trace.num_layers} layers x "
-                 f"{trace.num_experts} experts (model layers {ids.min()}..{ids.max()}"
+                 f"{trace.num_experts} experts ({kind} {ids.min()}..{ids.max()}"
                  + (f" of {nml}" if nml else "") + ")"))
     per = picks_spread(trace.counts)
     rows.append(("picks per window-layer",
@@ -189,6 +206,23 @@ def run_convert(args: argparse.Namespace) -> int:
     trace = traces.read(args.input, format=args.in_format)
     traces.write(trace, args.output, fmt)
     print(f"wrote {args.output} ({fmt}): {trace}")
+    _say_dropped(trace, fmt)
+    return 0
+
+
+# ------------------------------------------------------------------ stack
+def run_stack(args: argparse.Namespace) -> int:
+    from eplb import traces  # lazy: keeps eplb --help fast
+    check_outputs({"FILE": args.files}, {"-o": args.output})
+    fmt = traces.writers.write_format(args.output, args.format)
+    trace = traces.stack(args.files)
+    traces.write(trace, args.output, fmt)
+    counts = ", ".join(str(p["windows"]) for p in trace.meta["provenance"]["parts"])
+    print(f"wrote {args.output} ({fmt}): {trace.num_windows:,} windows ({counts} from "
+          f"{len(args.files)} files) x {trace.num_layers} layers x {trace.num_experts} experts")
+    lost = trace.meta["provenance"].get("dropped_token_level")
+    if lost:
+        print(f"note: token-level routing of {', '.join(lost)} is not stacked (counts are)")
     _say_dropped(trace, fmt)
     return 0
 

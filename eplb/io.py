@@ -1,7 +1,9 @@
-"""Placement files: native JSON and NPZ (lossless), SGLang and TensorRT-LLM exports.
+"""Placement files: native JSON and NPZ (lossless), SGLang, TensorRT-LLM and vLLM exports.
 
-Exports index rows by *model* layer id and refuse the default ``0..L-1`` unless
-``layer_ids_are_model_ids=True``. Writes are atomic; reads raise `PlacementError` or `InputError`
+SGLang and TensorRT-LLM exports index rows by *model* layer id and refuse the default ``0..L-1``
+unless ``layer_ids_are_model_ids=True``; vLLM's mapping file is keyed by MoE-layer index
+(``0..L-1`` in model-layer order), so its rows are the placement's rows sorted by layer id.
+Writes are atomic; reads raise `PlacementError` or `InputError`
 naming the file and field. Formats: docs/deployment.md, section "Placement file formats".
 """
 
@@ -21,7 +23,8 @@ from eplb.placement import Placement
 from eplb.safeload import ZIP_MAGIC, check_regular, json_loads, read_npz, read_text, yaml_load
 from eplb.topology import Topology
 
-FORMATS = ("native", "npz", "sglang", "trtllm")
+FORMATS = ("native", "npz", "sglang", "trtllm", "vllm")
+VLLM_RECORD = "eplb_initial_mapping"  # vLLM offline EPLB (PR #41141): docs/deployment.md
 _MAGIC = "eplb.placement"
 _VERSION = 1
 _META_BLOCKS = ("solver", "source", "metrics")
@@ -66,9 +69,11 @@ def format_for(path: str | os.PathLike, format: str | None = None) -> str:
         return "trtllm"
     if suffix == ".json":
         return "native"
+    if suffix == ".jsonl":
+        return "vllm"
     raise InputError(
         f"cannot tell the placement format of {str(path)!r} from its suffix; "
-        f"name it .json/.npz/.yaml or pass format= ({', '.join(FORMATS)})"
+        f"name it .json/.npz/.yaml/.jsonl or pass format= ({', '.join(FORMATS)})"
     )
 
 
@@ -162,6 +167,33 @@ def sglang_map(p: Placement, num_model_layers: int | None = None) -> np.ndarray:
     return out
 
 
+_RUNTIME = {"sglang": "SGLang", "trtllm": "TensorRT-LLM", "vllm": "vLLM"}
+
+
+def vllm_record(p: Placement) -> dict:
+    """vLLM's offline-EPLB mapping record: ``initial_global_assignments`` maps the MoE-layer
+    index ``"0".."L-1"`` (the placement's rows in model-layer order) to that layer's
+    ``physical_to_logical`` slot list; ``num_redundant_experts = num_slots - num_experts``."""
+    if p.replica_share is not None:
+        raise InputError("vLLM's expert mapping cannot carry replica_share; vLLM splits tokens "
+                         "evenly. Solve without weighted shares or export the native format")
+    order = np.argsort(p.layer_ids, kind="stable")
+    return {
+        "record_type": VLLM_RECORD,
+        "version": 1,
+        "num_redundant_experts": int(p.num_slots - p.num_experts),
+        "num_slots": int(p.num_slots),
+        "initial_global_assignments": {
+            str(i): p.phy2log[row].tolist() for i, row in enumerate(order)
+        },
+    }
+
+
+def dumps_vllm(p: Placement) -> str:
+    """The vLLM mapping file: one JSON line holding `vllm_record`."""
+    return json.dumps(vllm_record(p)) + "\n"
+
+
 def write_placement(
     placement: Placement,
     path: str | os.PathLike,
@@ -173,7 +205,9 @@ def write_placement(
     """Write ``placement`` atomically; returns the format written.
 
     ``num_model_layers`` (SGLang only) sets the row count of the map; default is the largest
-    layer id + 1. SGLang and TensorRT-LLM exports refuse a placement whose ``layer_ids`` are
+    layer id + 1. vLLM files (``.jsonl``) number the rows by MoE-layer index in model-layer
+    order, so the placement must cover every MoE layer of the model.
+    SGLang and TensorRT-LLM exports refuse a placement whose ``layer_ids`` are
     the default ``0..L-1`` unless ``layer_ids_are_model_ids=True`` (docs/deployment.md).
     """
     if not isinstance(placement, Placement):
@@ -184,15 +218,14 @@ def write_placement(
     if num_model_layers is not None and fmt != "sglang":
         raise InputError(f"num_model_layers applies to the sglang format only, not {fmt}")
     p = placement
+    if fmt in ("sglang", "trtllm", "vllm") and p.topology.failed_gpus:
+        raise InputError(
+            f"the placement leaves failed GPUs {list(p.topology.failed_gpus)} empty; "
+            f"{_RUNTIME[fmt]} files have no empty slot: export the native format, or solve "
+            "for the smaller cluster that is left"
+        )
     if fmt in ("sglang", "trtllm"):
-        check_model_layer_ids(p, {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[fmt],
-                              layer_ids_are_model_ids)
-        if p.topology.failed_gpus:
-            raise InputError(
-                f"the placement leaves failed GPUs {list(p.topology.failed_gpus)} empty; "
-                f"{'SGLang' if fmt == 'sglang' else 'TensorRT-LLM'} files have no empty slot: "
-                "export the native format, or solve for the smaller cluster that is left"
-            )
+        check_model_layer_ids(p, _RUNTIME[fmt], layer_ids_are_model_ids)
     if fmt == "native":
         atomic_write_text(path, dumps_native(p))
     elif fmt == "npz":
@@ -214,6 +247,8 @@ def write_placement(
             )
         rows = sglang_map(p, num_model_layers).tolist()
         atomic_write_text(path, json.dumps({"physical_to_logical_map": rows}) + "\n")
+    elif fmt == "vllm":
+        atomic_write_text(path, dumps_vllm(p))
     else:  # trtllm
         import yaml  # lazy: PyYAML is needed only for TensorRT-LLM files
 
@@ -375,19 +410,66 @@ def _read_trtllm(path, topology, num_experts) -> Placement:
     return _build(path, phy2log, topo, num_experts, np.asarray(ids), meta)
 
 
+def _read_vllm(path, topology, num_experts, layer_ids) -> Placement:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read placement file {str(path)!r}: {exc}") from None
+    records = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not records:
+        raise _fail(path, "file is empty")
+    found = []
+    for n, line in records:
+        doc = _parse_json(f"{path}:{n}", line)
+        if isinstance(doc, dict) and doc.get("record_type") == VLLM_RECORD:
+            found.append((n, doc))
+    if len(found) != 1:
+        raise _fail(path, f"expected exactly one {VLLM_RECORD!r} record (one JSON object per "
+                    f"line), found {len(found)}")
+    n, doc = found[0]
+    where = f"{path}:{n}"
+    if doc.get("version") != 1:
+        raise _fail(where, f"unsupported version {doc.get('version')!r}; this eplb reads 1")
+    assign = doc.get("initial_global_assignments")
+    if not isinstance(assign, dict) or not assign:
+        raise _fail(where, "initial_global_assignments must map MoE-layer indices to slot lists")
+    L = len(assign)
+    if set(assign) != {str(i) for i in range(L)}:
+        raise _fail(where, f"initial_global_assignments keys must be the MoE-layer indices "
+                    f"\"0\"..\"{L - 1}\", got {sorted(assign)[:8]}")
+    phy2log = _int_table(where, "initial_global_assignments",
+                         [assign[str(i)] for i in range(L)])
+    P = phy2log.shape[1]
+    if doc.get("num_slots") != P:
+        raise _fail(where, f"num_slots {doc.get('num_slots')!r} but rows have {P} slots")
+    E = int(phy2log.max()) + 1 if num_experts is None else int(num_experts)
+    if doc.get("num_redundant_experts") != P - E:
+        raise _fail(where, f"num_redundant_experts {doc.get('num_redundant_experts')!r} but "
+                    f"{P} slots - {E} experts = {P - E}")
+    topo = _need_topology(path, "vllm", topology)
+    ids = np.arange(L) if layer_ids is None else np.asarray(layer_ids)
+    if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"layer_ids must be {L} integers (the model layer id of each MoE "
+                         f"layer), got {str(layer_ids)[:60]}")
+    meta = {"source": {"format": "vllm"}}
+    return _build(where, phy2log, topo, E, ids.astype(np.int64), meta)
+
+
 def read_placement(
     path: str | os.PathLike,
     format: str | None = None,
     *,
     topology: Topology | None = None,
     num_experts: int | None = None,
+    layer_ids=None,
 ) -> Placement:
     """Read and validate a placement file.
 
     Native and npz files carry their topology. SGLang and TensorRT-LLM files do not: pass
     ``topology`` (and ``num_experts`` if some expert id is absent; default max id + 1).
     A ``.json`` file is sniffed: native when it has ``"format": "eplb.placement"``, SGLang
-    when it has ``physical_to_logical_map``.
+    when it has ``physical_to_logical_map``. vLLM files (``.jsonl``) are keyed by MoE-layer
+    index: ``layer_ids: int[L]`` gives each row's model layer id (default ``0..L-1``).
     """
     fmt = format_for(path, format)
     if topology is not None and not isinstance(topology, Topology):
@@ -401,6 +483,8 @@ def read_placement(
             if fh.read(4) == ZIP_MAGIC:
                 raise _fail(path, f"is a zip/npz archive, not a {fmt} file; name it .npz or "
                             "pass format='npz' (CLI: the .npz suffix)")
+    if layer_ids is not None and fmt != "vllm":
+        raise InputError(f"layer_ids= applies to vLLM files only; {fmt} files carry their own")
     doc = None
     if fmt in ("native", "sglang"):
         doc = _read_json(path)
@@ -412,4 +496,6 @@ def read_placement(
         return _read_npz(path)
     if fmt == "sglang":
         return _read_sglang(path, topology, num_experts, doc)
+    if fmt == "vllm":
+        return _read_vllm(path, topology, num_experts, layer_ids)
     return _read_trtllm(path, topology, num_experts)

@@ -35,7 +35,7 @@ from eplb.atomic import atomic_write_text
 from eplb.errors import EplbError, InputError, TopologyError
 from eplb.evaluation import plots
 from eplb.evaluation.align import check_trace, with_layers
-from eplb.evaluation.metrics import layer_bound, score, summarize
+from eplb.evaluation.metrics import group_layer_bound, layer_bound, rescore, score, summarize
 from eplb.evaluation.tables import markdown, slug, write_csv
 from eplb.evaluation.traffic import check_traffic_options, simulate
 from eplb.executor.routing import check_policy
@@ -123,9 +123,14 @@ def parse_topologies(text: str | Sequence[str]) -> list[TopologySpec]:
 # what each summary column means (compare --help, docs/evaluation.md); per-layer figures are
 # over the layers of the scored windows, traffic from `evaluation.traffic` (counts mode)
 SUMMARY_COLUMNS = {
-    "max_over_bound_mean": "max GPU load / lower bound, mean over layers (1 = provably optimal; "
-                           "the bound is solvers.analysis.bounds.lower_bound)",
+    "max_over_bound_mean": "max GPU load / closed-form lower bound (any placement), mean over "
+                           "layers (1 = provably optimal; solvers.analysis.bounds.lower_bound, "
+                           "lp=False)",
     "max_over_bound_worst": "max GPU load / lower bound, worst layer",
+    "max_over_group_bound_mean": "max GPU load / group bound (the bound for placements keeping "
+                                 "each expert group on one node; where that contract can hold)",
+    "balance_dispatch": "dispatch policy the balance columns are measured under (picks per "
+                        "GPU as it routes them; even = the placement's even split)",
     "step_max_over_mean": "step max/mean GPU load: sum over layers of the max GPU load / sum of "
                           "the mean (layers run one after another, so the slowest GPU of each "
                           "layer adds up; 1 = perfect balance, not always reachable)",
@@ -148,11 +153,17 @@ SUMMARY_COLUMNS = {
 }
 # the printed tables, in order
 TABLES = {
-    "max_over_bound_mean": "max GPU load / lower bound, mean over layers (1 = optimal)",
+    "max_over_bound_mean": "max GPU load / closed-form lower bound, mean over layers "
+                           "(1 = optimal)",
+    "max_over_group_bound_mean": "max GPU load / group bound (each expert group on one node), "
+                                 "mean over layers",
     "step_max_over_mean": "step max/mean GPU load (sum of layer maxima / sum of layer means)",
     "rdma_bytes_per_token_layer": "RDMA bytes per token per layer (dispatch + combine)",
     "solve_seconds": "solve wall seconds",
 }
+
+
+_BALANCE = {"max_over_bound_mean", "max_over_group_bound_mean", "step_max_over_mean"}
 
 
 # -------------------------------------------------------------------------- tasks
@@ -229,8 +240,7 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         info = placement.meta.get("solver", {})
         row.update(variant=info.get("policy", ""), solve_seconds=float(info.get("seconds", wall)))
         layers = score(placement, task["eval_load"], num_groups=task["num_groups"],
-                       bound=task.get("bound", True))
-        row.update(summarize(layers).drop("layers").to_dict())
+                       bound=task.get("bound", True), group_bound=task.get("group_bound"))
         src = task["source_counts"]
         kw = dict(policy=task["policy"], num_groups=task["num_groups"],
                   topk_groups=task["topk_groups"], **task["traffic"])
@@ -240,6 +250,10 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
             rep, row["traffic_source"] = simulate(placement, source_counts=src, **kw), "per-rank"
         else:
             rep, row["traffic_source"] = simulate(placement, load=task["eval_load"], **kw), "even"
+        if task["policy"] != "even":  # balance as the asked-for dispatch routes the picks
+            layers = rescore(layers, rep.gpu_tokens, topo)
+        row["balance_dispatch"] = task["policy"]
+        row.update(summarize(layers).drop("layers").to_dict())
         row.update(rep.summary())
         L = len(task["layer_ids"])
         tokens = max(float(task["eval_load"].sum() / L) / rep.meta["top_k"], 1e-12)  # per layer
@@ -249,7 +263,8 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         row["nvlink_bytes_per_token_layer"] = row["nvlink_bytes"] / tokens / L
         row["alltoall_us_per_1k_tokens_layer"] = row["alltoall_seconds"] / tokens / L * 1e9
         row["status"] = "ok"
-        gpu = placement.gpu_load(task["eval_load"])
+        gpu = (placement.gpu_load(task["eval_load"]) if task["policy"] == "even"
+               else np.asarray(rep.gpu_tokens))
     except EplbError as exc:
         row["status"] = f"{type(exc).__name__}: {exc}"
         return {"row": row, "layers": None, "gpu_load": None}
@@ -260,16 +275,19 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ runners
-def run_bound_task(task: Mapping[str, Any]) -> np.ndarray:
-    """``float64[L]`` lower bound of one (trace, topology): shared by all its solver tasks."""
+def run_bound_task(task: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(bound: float64[L], group_bound: float64[L] | None)`` of one (trace, topology), shared
+    by all its solver tasks: `metrics.BOUND_NAME` and, where the group-to-node contract can
+    hold, the bound for placements keeping each group on one node."""
 
     spec: TopologySpec = task["spec"]
     E = task["eval_load"].shape[1]
     try:
         topo = spec.resolve(E)
-        return layer_bound(task["eval_load"], topo, task["num_groups"])
+        return (layer_bound(task["eval_load"], topo, task["num_groups"]),
+                group_layer_bound(task["eval_load"], topo, task["num_groups"]))
     except EplbError:
-        return np.full(task["eval_load"].shape[0], np.nan)
+        return np.full(task["eval_load"].shape[0], np.nan), None
 
 
 # ------------------------------------------------------------------------ results
@@ -295,9 +313,12 @@ class CompareResult:
         parts = []
         for topo, part in ok.groupby("topology", sort=False):
             for col in values:
-                if col not in part:
+                if col not in part or part[col].isna().all():
                     continue
                 label = TABLES.get(col, SUMMARY_COLUMNS.get(col, col))
+                policies = set(part.get("balance_dispatch", pd.Series(["even"])))
+                if col in _BALANCE and policies != {"even"}:
+                    label += f"; picks as {', '.join(sorted(policies))} dispatch routes them"
                 pivot = part.pivot_table(index="trace", columns="solver", values=col,
                                          aggfunc="mean")
                 parts.append(f"### {topo}: `{col}`, {label}\n\n{markdown(pivot)}")
@@ -371,8 +392,9 @@ def compare(
     progress: bool = True,
     traffic: Mapping[str, Any] | None = None,
 ) -> CompareResult:
-    """Sweep ``solvers`` (default: all registered) x ``traces`` (``{name: Trace}`` or paths)
-    x ``topologies`` (specs, see `parse_topologies`; several slot counts = a redundancy sweep).
+    """Sweep ``solvers`` (default: all registered but those needing ``previous=``) x
+    ``traces`` (``{name: Trace}`` or paths) x ``topologies`` (specs, see `parse_topologies`;
+    several slot counts = a redundancy sweep).
 
     ``num_groups`` (default: each trace's ``meta["num_groups"]``; dropped for traces whose
     expert count it does not divide), ``topk_groups`` (default: each trace's
@@ -423,10 +445,17 @@ def compare(
         if num_groups is not None and trace.num_experts % num_groups:
             raise InputError(f"num_groups {num_groups} does not divide trace {name!r}'s "
                              f"{trace.num_experts} experts")
-    names = list(solvers) if solvers else registry.available()
+    # by default every registered solver that can run on a load alone (not repair)
+    names = list(solvers) if solvers else [n for n in registry.available()
+                                            if not registry.needs_previous(n)]
     for name in names:
         registry.get(name)  # unknown names fail before any work
     specs = parse_topologies(topologies)
+    if not progress:  # quiet: no solver prints its own progress either (ilp's layers)
+        solver_options = {**(solver_options or {})}
+        for name in names:
+            if "progress" in registry.options(name):
+                solver_options[name] = {"progress": False, **solver_options.get(name, {})}
     if "ilp" in names and (workers > 1 or scheduler is not None):
         # the sweep already runs tasks in parallel: one ilp layer at a time per task
         solver_options = {**(solver_options or {})}
@@ -449,7 +478,8 @@ def compare(
     bounds = dict(zip(keys, run([first[k] for k in keys], run_bound_task, "lower bounds"),
                       strict=True))
     for t in tasks:
-        t["bound"] = bounds[(t["trace"], t["spec"].text)]
+        t["bound"], gb = bounds[(t["trace"], t["spec"].text)]
+        t["group_bound"] = False if gb is None else gb
     # slow solvers first so a pool is not left waiting on one long task at the end
     order = sorted(range(len(tasks)), key=lambda i: tasks[i]["solver"] != "ilp")
     ordered = [tasks[i] for i in order]

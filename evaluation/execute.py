@@ -1,6 +1,6 @@
 """The reference executor driven by a trace: `execute_trace` picks the layer, top-k and groups
-from the trace and replays its token-level picks, or biases the router towards its expert
-popularity (counts traces), then runs `eplb.executor.run.execute`.
+from the trace and replays its token-level picks, or draws picks from its expert popularity
+(counts traces), then runs `eplb.executor.run.execute`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def execute_trace(
 
     - a token-level trace (``topk_ids``): its picks and source ranks of that layer are replayed
       (the first ``num_tokens``); ``top_k`` is the trace's width (a different one is refused);
-    - a counts trace: the router is biased towards the layer's expert popularity
-      (``trace.load()``); ``top_k`` defaults to the trace's ``meta["top_k"]``.
+    - a counts trace: each token's picks are drawn from the layer's expert popularity
+      (``trace.load()``, `executor.popularity`: executed loads converge to `evaluate`'s as
+      tokens grow); ``top_k`` defaults to the trace's ``meta["top_k"]``.
 
     ``num_groups`` (and, with it, ``topk_groups``) default to the trace's ``meta``. Other
     keywords (``num_tokens``, ``hidden``, ``policy``, ``seed``, ...) go to ``execute``.

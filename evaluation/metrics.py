@@ -23,9 +23,12 @@ from eplb.evaluation.align import (
     check_trace,
     with_layers,
 )
+from eplb.evaluation.balance import BOUND_NAME, bound_ratio, group_layer_bound  # noqa: F401
+from eplb.evaluation.balance import closed_bound as _layer_bound
+from eplb.evaluation.balance import load_columns as _load_columns
+from eplb.evaluation.balance import ratio as _ratio
 from eplb.loads import MAX_COUNT, as_real_array, check_load
 from eplb.placement import Placement
-from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
 
@@ -117,54 +120,26 @@ def layer_bound(
     return _layer_bound(load, topology, num_groups)
 
 
-def _layer_bound(load: np.ndarray, topology: Topology, num_groups: int | None) -> np.ndarray:
-    """`layer_bound` on checked arguments."""
-    return np.asarray(lower_bound(load, topology, num_groups=num_groups), np.float64)
-
-
-def _ratio(num: np.ndarray, den: np.ndarray, idle: float) -> np.ndarray:
-    return np.divide(num, den, out=np.full(np.shape(num), idle, dtype=np.float64), where=den > 0)
-
-
-def _load_columns(gpu: np.ndarray, topology: Topology) -> dict[str, np.ndarray]:
-    """Per-row columns from ``gpu: float[..., G]``; means and minima run over the GPUs (and
-    nodes) that have not failed (``topology.failed_gpus``)."""
-    node = gpu.reshape(*gpu.shape[:-1], topology.num_nodes, topology.gpus_per_node).sum(-1)
-    if topology.failed_gpus:
-        alive = np.ones(topology.num_gpus, dtype=bool)
-        alive[list(topology.failed_gpus)] = False
-        node = node[..., alive.reshape(topology.num_nodes, -1).any(-1)]
-        gpu = gpu[..., alive]
-    mx, mean = gpu.max(-1), gpu.mean(-1)
-    nmx, nmean = node.max(-1), node.mean(-1)
-    return {
-        "tokens": gpu.sum(-1),
-        "gpu_max": mx,
-        "gpu_mean": mean,
-        "gpu_min": gpu.min(-1),
-        "balancedness": _ratio(mean, mx, 1.0),
-        "max_over_mean": _ratio(mx, mean, 1.0),
-        "imbalance": _ratio(mx, mean, 1.0) - 1.0,
-        "node_max_over_mean": _ratio(nmx, nmean, 1.0),
-        "node_balancedness": _ratio(nmean, nmx, 1.0),
-    }
-
-
 def score(
     placement: Placement,
     load: ArrayLike | Trace,
     *,
     num_groups: int | None = None,
     bound: bool | ArrayLike = True,
+    group_bound: bool | ArrayLike | None = None,
 ) -> pd.DataFrame:
     """One row per layer of ``placement`` on ``load: float[L, E]`` (tokens per expert) or on a
     `traces.Trace` (its summed load, scored on the trace's layers: the ``layer`` column holds
     the trace's model layer ids; a placement still numbered ``0..L-1`` is labelled with them).
 
-    Columns: ``layer`` (model layer id), ``tokens``, ``gpu_max``/``gpu_mean``/``gpu_min``
-    (tokens per GPU), ``balancedness``, ``max_over_mean``, ``imbalance``, ``lower_bound``
+    Columns: ``layer`` (model layer id), ``picks`` (expert picks through the layer: tokens x
+    top-k), ``gpu_max``/``gpu_mean``/``gpu_min`` (picks per GPU), ``balancedness``,
+    ``max_over_mean``, ``imbalance``, ``lower_bound``
     and ``max_over_bound`` (NaN without `solvers.analysis.bounds`, or with ``bound=False``;
-    ``bound`` may also be a precomputed ``float[L]`` bound),
+    ``bound`` may also be a precomputed ``float[L]`` bound; `BOUND_NAME`, for every placement),
+    and with ``num_groups`` whose group-to-node contract can hold, ``group_bound`` and
+    ``max_over_group_bound`` (the bound for placements keeping each group on one node,
+    `group_layer_bound`; ``group_bound=False`` skips it, an array gives it),
     ``node_max_over_mean``, ``node_balancedness``, ``replicas_max`` (most replicas of one
     expert), ``replicas_mean`` (``P / E``), ``experts_replicated`` (experts with >= 2
     replicas), ``hottest_replicas`` (replicas of the layer's heaviest expert).
@@ -190,7 +165,39 @@ def score(
         if lb.shape != (load.shape[0],):
             raise InputError(f"bound must be True, False or float[{load.shape[0]}], got shape "
                              f"{lb.shape}")
-    return _score(placement, load, lb)
+    frame = _score(placement, load, lb)
+    if group_bound is None or (isinstance(group_bound, (bool, np.bool_)) and group_bound):
+        gb = group_layer_bound(load, placement.topology, num_groups) if bound is not False \
+            else None
+    elif isinstance(group_bound, (bool, np.bool_)):
+        gb = None
+    else:
+        gb = as_real_array(group_bound, "group_bound")
+    if gb is not None:
+        frame["group_bound"] = gb
+        frame["max_over_group_bound"] = np.divide(
+            frame["gpu_max"].to_numpy(), gb, out=np.ones_like(gb), where=gb > 0)
+    return frame
+
+
+def rescore(frame: pd.DataFrame, gpu_load: ArrayLike, topology: Topology) -> pd.DataFrame:
+    """``frame`` (a `score` frame) with its load columns taken from ``gpu_load: float[L, G]``
+    instead of the placement's even split: picks per GPU as a dispatch policy routes them
+    (`evaluation.traffic` ``gpu_tokens``); the bound ratios follow."""
+    gpu = check_gpu_load(gpu_load)
+    if gpu.shape != (len(frame), topology.num_gpus):
+        raise InputError(f"gpu_load has shape {gpu.shape}, expected [{len(frame)}, "
+                         f"{topology.num_gpus}]")
+    out = frame.copy()
+    for key, col in _load_columns(gpu, topology).items():
+        out[key] = col
+    for ratio, bound in (("max_over_bound", "lower_bound"),
+                         ("max_over_group_bound", "group_bound")):
+        if bound in out:
+            b = out[bound].to_numpy()
+            out[ratio] = np.divide(out["gpu_max"].to_numpy(), b, out=np.full_like(b, np.nan),
+                                   where=np.isfinite(b) & (b > 0))
+    return out
 
 
 def _score(placement: Placement, load: np.ndarray, lb: np.ndarray) -> pd.DataFrame:
@@ -220,7 +227,7 @@ def score_windows(
     """Per (window, layer) rows for ``counts: float[T, L, E]`` on one placement (vectorised).
 
     Columns: ``window`` (the given ``windows`` labels, default ``0..T-1``), ``layer`` and the
-    load columns of `score` (``tokens`` ... ``node_balancedness``). No lower bound here: it is
+    load columns of `score` (``picks`` ... ``node_balancedness``). No lower bound here: it is
     per-layer work; use `score` on the windows that matter.
     """
     check_placement(placement)
@@ -251,7 +258,8 @@ def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Seri
 
     ``layers``, ``step_max_over_mean`` (sum of per-layer max over sum of per-layer mean),
     ``balancedness_mean``/``_min``, ``max_over_mean_mean``/``_worst``, ``imbalance_mean``,
-    ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst``.
+    ``node_max_over_mean_mean``, and when present ``max_over_bound_mean``/``_worst`` and
+    ``max_over_group_bound_mean``/``_worst``.
     """
     check_type("frame", frame, pd.DataFrame, "a pandas DataFrame (from score)")
     missing = [c for c in ("gpu_max", "gpu_mean", "balancedness", "max_over_mean", "imbalance",
@@ -282,4 +290,7 @@ def summarize(frame: pd.DataFrame, by: str | list[str] | None = None) -> pd.Seri
     if "max_over_bound" in frame:
         out["max_over_bound_mean"] = float(frame["max_over_bound"].mean())
         out["max_over_bound_worst"] = float(frame["max_over_bound"].max())
+    if "max_over_group_bound" in frame:
+        out["max_over_group_bound_mean"] = float(frame["max_over_group_bound"].mean())
+        out["max_over_group_bound_worst"] = float(frame["max_over_group_bound"].max())
     return pd.Series(out)

@@ -178,7 +178,8 @@ _X_AXES = {
 def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "",
                  x: str = "rdma_bytes", y: str = "step_max_over_mean") -> Path:
     """Scatter of ``y`` (balance) against ``x`` (RDMA bytes), one series per ``label``;
-    sweeps (rows with ``rdma_weight``) joined by lines; the front outlined."""
+    sweeps (rows with ``rdma_weight``) joined by lines, each point labelled ``w=`` its
+    ``rdma_weight``; the front outlined."""
     plt = _plt()
     scale, xlabel = _X_AXES.get(x, (1.0, x))
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -196,6 +197,11 @@ def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "
                            lw=1 if sweep else 0, color=colours.get(label),
                            label=label if label not in colours else None)[0]
             colours.setdefault(label, line.get_color())
+            if sweep:  # each point of a sweep says its rdma_weight
+                for xv, yv, w in zip(sub[x] * scale, sub[y], sub["rdma_weight"], strict=True):
+                    if np.isfinite(w):
+                        ax.annotate(f"w={w:g}", (xv, yv), textcoords="offset points",
+                                    xytext=(4, 4), fontsize=7, color=line.get_color())
     if len(traces_) > 1:
         for tname in traces_:
             ax.plot([], [], ls="", marker=markers.get(tname, "o"), color="grey",

@@ -94,7 +94,9 @@ def replay(
         raise TraceError("the trace has no windows; replay needs at least 2 windows of counts")
     if T < 2:
         raise TraceError(
-            f"the trace has {T} window; replay needs at least 2 (one to learn from, one to score)"
+            f"the trace has {T} window; replay needs at least 2 (one to learn from, one to "
+            "score): stack dumps taken at different times (eplb trace stack A.json B.json "
+            "... -o windows.npz; traces.stack)"
         )
     interval = _positive_int("interval", interval)
     history = _positive_int("history", history, allow_none=True)

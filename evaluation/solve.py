@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from eplb import solvers
 from eplb.errors import InputError
-from eplb.evaluation.align import check_trace
-from eplb.evaluation.metrics import balancedness, max_over_mean, score, summarize
+from eplb.evaluation.align import align, check_placement, check_trace
+from eplb.evaluation.balance import balance_summary, closed_bound, group_layer_bound
 from eplb.placement import Placement
-from eplb.solvers.analysis.bounds import lower_bound
 from eplb.topology import Topology
 from eplb.traces.model import Trace
 from eplb.traces.windows import parse_windows
@@ -48,8 +46,8 @@ class SolveResult:
     - ``windows: int64[T']``: the window positions used, of ``num_windows``.
     - ``forecast``: the policy placed for the next window from the windows themselves
       (`solvers.takes_windows`); the figures still score their sum.
-    - ``balance``: `metrics.summarize` of `metrics.score` against the closed-form lower bound
-      (``lp=False``: the LP bound can take seconds per layer at 2 slots per GPU).
+    - ``balance``: `metrics.summarize`'s figures (`balance.balance_summary`, no pandas) against
+      `balance.BOUND_NAME` (and the group bound where the group-to-node contract can hold).
     """
 
     placement: Placement
@@ -58,7 +56,7 @@ class SolveResult:
     num_windows: int
     ema: float | None
     forecast: bool
-    balance: pd.Series
+    balance: dict[str, float]
 
 
 def solve_trace(
@@ -72,6 +70,7 @@ def solve_trace(
     seed: int = 0,
     time_limit: float | None = None,
     path: str | os.PathLike | None = None,
+    previous: Placement | None = None,
     **options: Any,
 ) -> SolveResult:
     """Place ``trace``'s load on ``topology`` with ``solver`` (`solvers.solve`) and score it.
@@ -80,9 +79,22 @@ def solve_trace(
     ``ema``: exponential average over them instead of the sum (refused for a policy that takes
     windows: it weights them itself). ``path``: the trace's file, recorded with its SHA-256 in
     ``meta["source"]`` (with the windows as given, ``ema`` and the trace's
-    ``num_model_layers``). ``num_groups``, ``seed``, ``time_limit``, ``options``: the solver's.
+    ``num_model_layers``). ``previous``: the live placement (its rows matched to the trace's
+    layers by layer id, `align`), for a policy that takes it (`solvers.takes_previous`): the
+    result moves few replicas from it. ``num_groups``, ``seed``, ``time_limit``, ``options``:
+    the solver's.
     """
     check_trace(trace)
+    if previous is not None:
+        check_placement(previous, "previous")
+        if not solvers.takes_previous(solver):
+            takers = [n for n in solvers.available() if solvers.takes_previous(n)]
+            raise InputError(f"solver {solver} does not take a previous placement; use one of "
+                             f"{', '.join(takers)} or drop the previous placement")
+        previous = align(previous, trace)
+    elif solvers.needs_previous(solver):
+        raise InputError(f"solver {solver} repairs a live placement: give the previous "
+                         "placement (CLI: --previous PLACEMENT)")
     label = windows
     if isinstance(windows, str):
         windows = parse_windows(windows)
@@ -95,7 +107,7 @@ def solve_trace(
             raise InputError(f"solver {solver} weights the windows itself; drop ema")
         solver_load = trace.counts[np.sort(chosen)]
     placement = solvers.solve(solver, solver_load, topology, num_groups=num_groups, seed=seed,
-                              time_limit=time_limit, **options)
+                              time_limit=time_limit, previous=previous, **options)
     if label is not None and not isinstance(label, str):
         label = [int(i) for i in chosen]
     source = {"path": str(path), "sha256": file_sha256(path)} if path is not None else {}
@@ -104,14 +116,11 @@ def solve_trace(
                           placement.replica_share, {**placement.meta, "source": source},
                           trace.layer_ids)
     gpu = placement.gpu_load(load)
-    bal, mom = balancedness(gpu), max_over_mean(gpu)
-    placement = placement.with_meta(metrics={
-        "balancedness_mean": float(bal.mean()),
-        "balancedness_min": float(bal.min()),
-        "max_over_mean_mean": float(mom.mean()),
-        "max_over_mean_worst": float(mom.max()),
-    })
-    # the closed-form bound: the LP bound (2 slots per GPU) can take seconds per layer
-    bound = lower_bound(load, placement.topology, num_groups=num_groups, lp=False)
-    balance = summarize(score(placement, load, num_groups=num_groups, bound=bound))
+    # the one bound of every table (balance.BOUND_NAME); groups that do not divide the
+    # experts (a policy that fell back to its global variant) have no group bound
+    groups = num_groups if num_groups is not None and load.shape[1] % num_groups == 0 else None
+    balance = balance_summary(gpu, placement.topology, closed_bound(load, topology, groups),
+                              group_layer_bound(load, topology, groups))
+    placement = placement.with_meta(metrics={k: balance[k] for k in (
+        "balancedness_mean", "balancedness_min", "max_over_mean_mean", "max_over_mean_worst")})
     return SolveResult(placement, load, chosen, trace.num_windows, ema, forecast, balance)

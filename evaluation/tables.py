@@ -10,15 +10,14 @@ import pandas as pd
 
 from eplb.args import check_bool, check_int, check_str, check_type
 from eplb.atomic import atomic_write_text
+from eplb.format import number
 
 
 def _cell(value, digits: int) -> str:
     if isinstance(value, (float, np.floating)):
-        if not np.isfinite(value):
-            return "" if np.isnan(value) else str(value)
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 10 ** -digits):
-            return f"{value:.{digits}g}"
-        return f"{value:.{digits}f}"
+        if np.isnan(value):
+            return ""
+        return number(value, digits)  # the one number format (eplb.format.number)
     return str(value)
 
 

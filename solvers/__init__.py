@@ -16,13 +16,18 @@ from eplb.solvers.registry import (
     available,
     check_options,
     get,
+    group_fallback,
+    load_plugins,
+    needs_previous,
     options,
     register,
     resolve,
     solve,
+    takes_previous,
     takes_windows,
     unregister,
 )
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
+__all__ += ["group_fallback", "load_plugins", "needs_previous", "takes_previous"]
 __all__ += ["takes_windows", "unregister"]

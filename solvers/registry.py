@@ -6,10 +6,14 @@ result, records ``meta["solver"]``. See docs/solvers.md, section "The registry a
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
 import inspect
+import os
+import sys
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,12 +59,14 @@ class Spec:
     open_options: bool  # the function takes **kwargs: any option is passed through
     windows: bool = False  # the function takes float64[W, L, E] windows
     group_fallback: bool = False  # num_groups need not divide the experts (see register)
+    needs_previous: bool = False  # the policy cannot run without previous= (see register)
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
 
 
-def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> Spec:
+def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False,
+          needs_previous: bool = False) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -82,11 +88,14 @@ def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> 
     if missing:
         raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
     hinted = {k: hints[k] for k in opts if k in hints}
-    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback)
+    if needs_previous and "previous" not in common:
+        raise TypeError(f"{fn.__name__} needs previous= but does not take it")
+    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous)
 
 
 def register(
-    name: str, *, windows: bool = False, group_fallback: bool = False
+    name: str, *, windows: bool = False, group_fallback: bool = False,
+    needs_previous: bool = False,
 ) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
@@ -94,16 +103,19 @@ def register(
     ``group_fallback=True``: `solve` passes a ``num_groups`` that does not divide the experts
     (any integer ``>= 1``); the policy falls back where the groups do not apply (``deepseek``:
     the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
+    ``needs_previous=True``: the policy only runs against a live placement (``repair``);
+    sweeps leave it out by default.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
     if not isinstance(windows, bool):
         raise InputError(f"windows must be True or False, got {windows!r}")
-    if not isinstance(group_fallback, bool):
-        raise InputError(f"group_fallback must be True or False, got {group_fallback!r}")
+    for flag, value in (("group_fallback", group_fallback), ("needs_previous", needs_previous)):
+        if not isinstance(value, bool):
+            raise InputError(f"{flag} must be True or False, got {value!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        spec = _spec(fn, windows, group_fallback)
+        spec = _spec(fn, windows, group_fallback, needs_previous)
         _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
@@ -116,17 +128,75 @@ def takes_windows(name: str) -> bool:
     return _lookup(name).windows
 
 
+def group_fallback(name: str) -> bool:
+    """Whether policy ``name`` takes any ``num_groups >= 1`` and falls back to its global policy
+    where the groups do not apply (registered ``group_fallback``: ``deepseek``)."""
+    return _lookup(name).group_fallback
+
+
+def takes_previous(name: str) -> bool:
+    """Whether policy ``name`` takes ``previous=`` (places for few moves from a live one)."""
+    return "previous" in _lookup(name).common
+
+
+def needs_previous(name: str) -> bool:
+    """Whether policy ``name`` only runs with ``previous=`` (registered ``needs_previous``)."""
+    return _lookup(name).needs_previous
+
+
 def unregister(name: str) -> None:
     """Remove policy ``name`` from the registry (e.g. a test's spy policy)."""
     _REGISTRY.remove(name)
 
 
 def available() -> list[str]:
-    """Names of the registered solvers, sorted."""
+    """Names of the registered solvers (plugins' included), sorted."""
+    if not _PLUGINS_LOADED:
+        load_plugins()
     return sorted(_REGISTRY)
 
 
+ENTRY_POINT_GROUP = "eplb.solvers"
+_PLUGINS_LOADED = False
+
+
+def load_plugins(modules: Sequence[str] = ()) -> list[str]:
+    """Import ``modules`` (e.g. ``--plugin mypolicies``: a module that calls `register`) and,
+    once per process, every entry point of the group ``eplb.solvers`` (a module, loaded for
+    its `register` calls, or a policy function, registered under the entry point's name).
+    Returns the solver names added. A module that fails to import is an `InputError`."""
+    global _PLUGINS_LOADED
+    before = set(_REGISTRY.names())
+    for mod in modules:
+        if not isinstance(mod, str) or not mod.strip():
+            raise InputError(f"a plugin is a module name (e.g. mypolicies), got {mod!r}")
+        try:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError:
+                if os.getcwd() in sys.path:
+                    raise
+                sys.path.append(os.getcwd())  # `eplb` (a console script) lacks the cwd
+                importlib.import_module(mod)
+        except ImportError as exc:
+            raise InputError(f"plugin module {mod!r} cannot be imported ({exc}); put it on "
+                             "PYTHONPATH or in the current directory") from None
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plugin names itself, never a traceback
+                raise InputError(f"entry point {ep.name} = {ep.value} of group "
+                                 f"{ENTRY_POINT_GROUP} fails to load: {exc}") from None
+            if callable(obj) and not inspect.ismodule(obj) and ep.name not in _REGISTRY.names():
+                register(ep.name)(obj)
+    return sorted(set(_REGISTRY.names()) - before)
+
+
 def _lookup(name) -> Spec:
+    if isinstance(name, str) and name not in _REGISTRY.names() and not _PLUGINS_LOADED:
+        load_plugins()  # a name a plugin package provides
     return _REGISTRY.get(name)
 
 

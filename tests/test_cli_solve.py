@@ -94,7 +94,7 @@ def test_summary_reports_the_numbers_it_wrote(tmp_path):
         ),
         (["--topology", "4x8", "--slots", "224"], "224 slots cannot hold 256 experts"),
         (
-            ["--topology", "4x8", "--slots", "288", "--groups", "12"],
+            ["--topology", "4x8", "--slots", "288", "--groups", "12", "--solver", "greedy"],
             "--groups 12 does not divide the 256 experts",
         ),
         (["--topology", "4x8", "--slots", "288", "--solver", "magic"], "unknown solver 'magic'"),

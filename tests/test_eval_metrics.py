@@ -77,7 +77,7 @@ def test_window_scores_match_per_layer_scores(seed, weighted, shape):
         one = score(p, counts[t], bound=False)
         part = wide[wide["window"] == t].reset_index(drop=True)
         for col in ("gpu_max", "gpu_mean", "balancedness", "max_over_mean", "imbalance",
-                    "node_max_over_mean", "tokens"):
+                    "node_max_over_mean", "picks"):
             np.testing.assert_allclose(part[col], one[col], err_msg=col)
     np.testing.assert_allclose(wide["balancedness"], 1 / wide["max_over_mean"])
     np.testing.assert_allclose(balancedness(loads[0]), 1 / max_over_mean(loads[0]))

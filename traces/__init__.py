@@ -8,6 +8,7 @@ section "The traces package".
 from eplb.traces import synth
 from eplb.traces.model import Trace
 from eplb.traces.readers import FORMATS, read, sniff
+from eplb.traces.stack import stack
 from eplb.traces.tables import from_frame
 from eplb.traces.writers import WRITE_FORMATS, dropped, write, write_csv, write_npz, write_parquet
 
@@ -19,6 +20,7 @@ __all__ = [
     "from_frame",
     "read",
     "sniff",
+    "stack",
     "synth",
     "write",
     "write_csv",

@@ -12,7 +12,7 @@ from eplb.errors import TraceError
 from eplb.loads import MAX_COUNT, as_real_array
 from eplb.traces.model import Trace
 
-FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir")
+FORMATS = ("npz", "npy", "sglang", "pt", "csv", "parquet", "rankdir", "vllm")
 FIX_FORMAT = f"pass format= (CLI: --format) with one of {', '.join(FORMATS)}"
 
 

@@ -1,7 +1,8 @@
 """Reading traces: ``traces.read(path, format=None) -> Trace``, sniffing by content and suffix.
 
 Formats: ``npz`` (native), ``npy``, ``sglang`` JSON, ``pt`` (SGLang recorder dumps), long
-``csv``/``parquet``, ``rankdir``. Dense formats drop all-zero layers, keeping model layer ids.
+``csv``/``parquet``, ``rankdir``, ``vllm`` (vLLM's expert-load stats JSONL).
+Dense formats drop all-zero layers, keeping model layer ids.
 Every failure raises `TraceError` naming the file, the field and the fix. See docs/data.md,
 section "Reading traces".
 """
@@ -38,11 +39,12 @@ from eplb.traces.checks import (
     make_trace,
 )
 from eplb.traces.model import Trace
+from eplb.traces.vllm import looks_like_vllm, read_vllm
 
 __all__ = ["FORMATS", "drop_dense", "read", "sniff"]
 
 _SUFFIXES = {".npz": "npz", ".npy": "npy", ".json": "sglang", ".pt": "pt", ".pth": "pt",
-             ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+             ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "vllm"}
 
 
 def sniff(path: str | os.PathLike) -> str:
@@ -67,6 +69,8 @@ def sniff(path: str | os.PathLike) -> str:
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         return "pt"  # legacy (non-zip) torch.save file: a pickle stream
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if looks_like_vllm(text):
+        return "vllm"
     if text[:1] in (b"{", b"["):
         return "sglang"
     if suffix == ".csv" or re.match(rb"[^\n]*\bwindow\b[^\n]*\bexpert\b", text, re.I):
@@ -257,7 +261,8 @@ _READERS = {"npz": _read_npz, "npy": _read_npy, "sglang": _read_sglang,
             "pt": _lazy("eplb.traces.sglang_pt", "read_pt"),
             "csv": _lazy("eplb.traces.tables", "read_csv"),
             "parquet": _lazy("eplb.traces.tables", "read_parquet"),
-            "rankdir": _lazy("eplb.traces.rankdir", "read_rankdir")}
+            "rankdir": _lazy("eplb.traces.rankdir", "read_rankdir"),
+            "vllm": read_vllm}
 
 
 def read(path: str | os.PathLike, format: str | None = None) -> Trace:

@@ -15,8 +15,10 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from eplb.args import as_float_array, as_int_array, check_int
 from eplb.errors import InputError
+from eplb.executor.blas import one_blas_thread
 from eplb.executor.executor import ExecutorStats, ReferenceExecutor, even_token_rank
 from eplb.executor.model import MoELayer
+from eplb.executor.popularity import popularity_picks
 from eplb.placement import Placement
 from eplb.safeload import check_size
 
@@ -142,8 +144,10 @@ def execute(
     - ``topk_ids: int[N', K]`` with ``token_rank: int[N']`` (source GPU per token): the first
       ``min(num_tokens, N')`` of those picks are replayed, weighted by the router's scores of
       them normalised per token;
-    - else the router picks, biased towards ``expert_load: float[E]`` when given
-      (`popularity_bias`), and the tokens are spread evenly over the GPUs.
+    - else, with ``expert_load: float[E]``, each token's picks are drawn so that every expert's
+      expected share of the picks is its share of the load (`popularity.popularity_picks`,
+      group limits kept), weighted by the router's scores biased by `popularity_bias`;
+      without it the router picks; the tokens are spread evenly over the GPUs.
 
     ``policy``, ``seed``, ``dispatch_bytes``, ``combine_bytes``: `ReferenceExecutor`'s.
     """
@@ -205,16 +209,23 @@ def execute(
             lay.router_bias = popularity_bias(load, lay.dtype)
             routing = "biased"
         x = rng.standard_normal((n, hidden)).astype(lay.dtype)
-        ids, w = lay.route(x)
+        if expert_load is None:
+            ids, w = lay.route(x)
+        else:  # picks drawn with the popularity as inclusion probabilities (converge to it)
+            ids = popularity_picks(load, n, top_k, np.random.default_rng([seed, 2]),
+                                   num_groups=num_groups, topk_groups=topk_groups)
+            s = np.take_along_axis(lay.scores(x), ids, axis=1)  # the biased router's scores
+            w = (s / s.sum(axis=1, keepdims=True)).astype(lay.dtype)
         rank = even_token_rank(n, G)
 
     executor = ReferenceExecutor(lay, placement, policy, seed, dispatch_bytes=dispatch_bytes,
                                  combine_bytes=combine_bytes)
-    t0 = time.perf_counter()
-    out, stats = executor.forward(x, ids, w, rank, layer_index=row)
-    t1 = time.perf_counter()
-    ref = lay.dense_forward(x, ids, w)
-    t2 = time.perf_counter()
+    with one_blas_thread():  # many small matmuls: BLAS threads cost more than they give
+        t0 = time.perf_counter()
+        out, stats = executor.forward(x, ids, w, rank, layer_index=row)
+        t1 = time.perf_counter()
+        ref = lay.dense_forward(x, ids, w)
+        t2 = time.perf_counter()
     err = float(np.abs(out - ref).max()) if out.size else 0.0
     return ExecuteReport(
         placement=placement, layer=lay, row=row, layer_id=int(placement.layer_ids[row]),

@@ -19,7 +19,7 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("repair")
+@register("repair", needs_previous=True)
 def repair(
     load: np.ndarray,
     topology: Topology,

@@ -10,7 +10,6 @@ by a min-cost assignment, pairs put on GPUs keeping replicas in place. docs/solv
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from eplb.solvers.primitives import pairing
 from eplb.solvers.primitives.layout import moved, replica_counts
@@ -67,6 +66,8 @@ def repair_pairs(w: np.ndarray, live: np.ndarray, counts: np.ndarray, target: fl
     """One layer: ``int64[P]`` re-paired from ``live: int64[P]`` (two slots per GPU) with replica
     counts ``counts: int64[E]`` and every GPU load ``<= target`` for expert loads ``w:
     float[E]``; None if no such pairing was found (docs/solvers.md, chain repair, steps 2-4)."""
+    from scipy.optimize import linear_sum_assignment  # lazy: scipy is heavy; start-up avoids it
+
     P = live.size
     G = P // 2
     row = _repoint(w, live, counts)

@@ -8,7 +8,6 @@ node pair, then of nodes). docs/solvers.md, "Low-migration rebalancing".
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from eplb.errors import InputError
 from eplb.placement import Placement
@@ -54,6 +53,8 @@ def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
 
     ``ov: int[G, G]`` overlaps; nodes map to nodes as blocks, GPUs inside a node freely.
     """
+    from scipy.optimize import linear_sum_assignment  # lazy: scipy is heavy; start-up avoids it
+
     G = ov.shape[0]
     gpn = gpus_per_node
     N = G // gpn

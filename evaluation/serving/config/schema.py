@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -174,7 +175,9 @@ class EplbConfig:
     weights at ``migration_gbps`` (GB/s per GPU) either stalls the unit (``stall``) or runs
     beside serving (``overlap``). ``initial``: the placement at the start, ``trivial`` (slot
     ``p`` holds expert ``p mod E``, a runtime's default) or ``history`` (solved on the
-    ``history_s`` of expected load before the start, as from a recorded distribution).
+    ``history_s`` of expected load before the start, as from a recorded distribution) or the
+    path of a placement file in any format eplb writes (`eplb.io.read_placement`: the exact
+    file an operator deploys; SGLang/TensorRT-LLM/vLLM files take the unit's topology).
     ``base_solver``: the registered solver ``static`` (for a ``history`` start) and
     ``oracle`` place with. ``emergency``: after a GPU failure orphans experts, ``patch``
     (re-home only the orphaned experts, the fewest moves; the next scheduled rebalance
@@ -208,7 +211,13 @@ class EplbConfig:
                 f"eplb.base_solver {self.base_solver!r} is unknown; use one of "
                 f"{', '.join(solvers.available())}"
             )
-        _choice("eplb.initial", self.initial, INITIAL_PLACEMENTS)
+        if self.initial not in INITIAL_PLACEMENTS:
+            _str("eplb.initial", self.initial)
+            if not os.path.isfile(self.initial):
+                raise InputError(
+                    f"eplb.initial must be one of {', '.join(INITIAL_PLACEMENTS)} or a placement "
+                    f"file; {self.initial!r} is not a file"
+                )
         _num("eplb.rebalance_interval_s", self.rebalance_interval_s)
         _num("eplb.history_s", self.history_s)
         _choice("eplb.migration", self.migration, MIGRATION_MODES)

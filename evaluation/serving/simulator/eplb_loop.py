@@ -13,9 +13,12 @@ import math
 
 import numpy as np
 
+from eplb.errors import InputError
 from eplb.evaluation.serving.simulator.events import LIVE, REBAL
+from eplb.io import read_placement
+from eplb.placement import Placement
 
-__all__ = ["EplbLoop", "Recorder", "rebalance_row"]
+__all__ = ["EplbLoop", "Recorder", "placement_file", "rebalance_row"]
 
 
 def rebalance_row(t: float, phase: str, u: int, kind: str, solver: str, plan, stall: bool) -> dict:
@@ -38,6 +41,30 @@ def rebalance_row(t: float, phase: str, u: int, kind: str, solver: str, plan, st
         "expected_balance_after": plan.balance_after,
         "predicted_gain": plan.predicted_gain,
     }
+
+
+def placement_file(path: str, model, topology) -> Placement:
+    """``eplb.initial = PATH``: the placement file as the simulator's ``[moe_layers, P]``
+    placement on ``topology`` (rows in model-layer order; an SGLang map's dense-layer rows
+    dropped). Raises `InputError` naming eplb.initial when it does not fit the unit."""
+    p = read_placement(path, topology=topology, num_experts=model.num_experts)
+    L = model.moe_layers
+    if p.num_layers == model.num_layers and L < p.num_layers:  # SGLang: every model layer
+        p = Placement(p.phy2log[model.dense_layers:], p.num_experts, p.topology,
+                      p.replica_share, p.meta, p.layer_ids[model.dense_layers:])
+    t, pt = topology, p.topology
+    if p.num_layers != L or p.num_experts != model.num_experts or \
+            (pt.num_nodes, pt.gpus_per_node, pt.slots_per_gpu) != \
+            (t.num_nodes, t.gpus_per_node, t.slots_per_gpu):
+        raise InputError(
+            f"eplb.initial {path}: {p.num_layers} layers x {p.num_experts} experts on "
+            f"{pt.num_nodes}x{pt.gpus_per_node}x{pt.slots_per_gpu}, but the unit has {L} MoE "
+            f"layers x {model.num_experts} experts on {t.num_nodes}x{t.gpus_per_node}x"
+            f"{t.slots_per_gpu}; solve for this unit (eplb solve --topology ...)"
+        )
+    order = np.argsort(p.layer_ids, kind="stable")
+    share = None if p.replica_share is None else p.replica_share[order]
+    return Placement(p.phy2log[order], p.num_experts, topology, share, p.meta).validate()
 
 
 class Recorder:
@@ -83,11 +110,15 @@ class EplbLoop:
     def initial_placements(self) -> None:
         """Every unit's placement at the start, and its first rebalance event."""
         eplb, sim = self.cfg, self.sim
+        from_file = eplb.initial not in ("trivial", "history") and \
+            eplb.solver not in ("balanced", "oracle")
         for phase in ("prefill", "decode"):
             pop = sim.popularity[phase]
             for unit in sim.units[phase]:
+                pl = unit.planner
                 unit.set_placement(
-                    unit.planner.initial(
+                    placement_file(eplb.initial, pl.model, pl.topology) if from_file else
+                    pl.initial(
                         lambda pop=pop: pop.mean(-eplb.history_s, 0.0),
                         lambda pop=pop: pop.mean(0.0, eplb.rebalance_interval_s),
                     )
