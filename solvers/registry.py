@@ -37,6 +37,7 @@ from eplb.traces.model import Trace
 
 SolverFn = Callable[..., Placement]
 COMMON = ("num_groups", "previous", "seed", "time_limit")
+GUARANTEES = frozenset({"no_duplicates", "group_contract"})  # what `register` may declare
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,15 @@ class Spec:
     open_options: bool  # the function takes **kwargs: any option is passed through
     windows: bool = False  # the function takes float64[W, L, E] windows
     group_fallback: bool = False  # num_groups need not divide the experts (see register)
+    guarantees: Any = frozenset()  # names or fn(options, topology, num_groups) -> names
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
 
 
-def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> Spec:
+def _spec(
+    fn: SolverFn, windows: bool = False, group_fallback: bool = False, guarantees: Any = ()
+) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -77,11 +81,21 @@ def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False) -> 
     if missing:
         raise TypeError(f"solver options need defaults: {fn.__name__} has {missing}")
     hinted = {k: hints[k] for k in opts if k in hints}
-    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback)
+    if not callable(guarantees):
+        guarantees = frozenset(guarantees)
+        if guarantees - GUARANTEES:
+            raise InputError(
+                f"unknown guarantees {sorted(guarantees - GUARANTEES)}; known: {sorted(GUARANTEES)}"
+            )
+    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, guarantees)
 
 
 def register(
-    name: str, *, windows: bool = False, group_fallback: bool = False
+    name: str,
+    *,
+    windows: bool = False,
+    group_fallback: bool = False,
+    guarantees: Any = (),
 ) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
@@ -89,6 +103,12 @@ def register(
     ``group_fallback=True``: `solve` passes a ``num_groups`` that does not divide the experts
     (any integer ``>= 1``); the policy falls back where the groups do not apply (``deepseek``:
     the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
+    ``guarantees``: what every placement of the policy keeps beyond validity, checked by
+    `eplb.testing.check_solver`: names from `GUARANTEES` (``"no_duplicates"``: no GPU holds two
+    replicas of an expert; ``"group_contract"``: each of ``num_groups`` groups of consecutive
+    experts on one node of the topology as given, failed GPUs included; the policy may then
+    raise `InfeasibleError` exactly where no placement keeps it), or a function
+    ``(options, topology, num_groups) -> names`` when they depend on the options or problem.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
@@ -98,7 +118,7 @@ def register(
         raise InputError(f"group_fallback must be True or False, got {group_fallback!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        spec = _spec(fn, windows, group_fallback)
+        spec = _spec(fn, windows, group_fallback, guarantees)
         _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
@@ -109,6 +129,18 @@ def takes_windows(name: str) -> bool:
     """Whether policy ``name`` takes the load history ``float64[W, L, E]`` (registered with
     ``windows=True``) rather than one load ``float64[L, E]``."""
     return _lookup(name).windows
+
+
+def guarantees(
+    name: str, options: dict[str, Any], topology: Topology, num_groups: int | None
+) -> frozenset[str]:
+    """What policy ``name`` declares (`register`'s ``guarantees``) for a solve with
+    ``options`` (defaults filled in) on ``topology`` with ``num_groups``."""
+    spec = _lookup(name)
+    g = spec.guarantees
+    if callable(g):
+        g = g({**spec.options, **options}, topology, num_groups)
+    return frozenset(g)
 
 
 def unregister(name: str) -> None:
