@@ -243,6 +243,7 @@ def check_solver(
 
             @(quick if report.failures else conf)
             @given(strategy)
+            @_hard_examples
             def test(case):
                 (load, topo, groups), c = case
                 note[0] = ""
@@ -526,6 +527,24 @@ def _live(load, topo) -> Placement | None:
     row = np.full(topo.num_slots, -1, dtype=np.int64)
     row[alive] = np.arange(int(alive.sum())) % E
     return Placement(np.broadcast_to(row, (L, topo.num_slots)).copy(), E, topo)
+
+
+def _hard_examples(test):
+    """Every property also runs on these explicit cases (`hypothesis.example`): all-equal
+    tiny loads (issue 18's scale counterexample), all-equal layers, one expert, huge loads on
+    a partly failed cluster; each with a scale factor."""
+    from hypothesis import example  # lazy: hypothesis is needed only when checks run
+
+    counts = np.array([[3.0, 1.0, 4.0, 1.0], [5.0, 9.0, 2.0, 6.0]])
+    cases = [
+        ((np.full((1, 3), 1e-9), Topology(1, 2, 3), 1), 2.0**30),
+        ((np.full((3, 4), 7.0), Topology(2, 1, 3), 2), 2.0**-30),
+        ((np.array([[5.0], [0.0]]), Topology(1, 2, 2), 1), 1e-9),
+        ((counts * 1e12, Topology(2, 2, 2, failed_gpus=[3]), 2), 1 / 7),
+    ]
+    for case in cases:
+        test = example(case)(test)
+    return test
 
 
 def _hard_inputs() -> dict[str, tuple[np.ndarray, Topology, int]]:
