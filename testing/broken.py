@@ -25,6 +25,7 @@ class Broken:
 
     fn: Callable[..., Any]
     wrong: str
+    caught_by: str  # the property that must catch it
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,25 +120,37 @@ def mutates_load(load, topology):
 
 
 BROKEN: dict[str, Broken] = {
-    "always_infeasible": Broken(always_infeasible, "always raises InfeasibleError"),
-    "infeasible_on_ties": Broken(infeasible_on_ties, "raises InfeasibleError on tied loads"),
-    "drops_from_layer_2": Broken(drops_from_layer_2, "drops an expert from the third layer on"),
-    "relabeled_junk": Broken(relabeled_junk, "sets meta relabeled and returns junk"),
+    "always_infeasible": Broken(always_infeasible, "always raises InfeasibleError", "places"),
+    "infeasible_on_ties": Broken(
+        infeasible_on_ties, "raises InfeasibleError on tied loads", "places"
+    ),
+    "drops_from_layer_2": Broken(
+        drops_from_layer_2, "drops an expert from the third layer on", "valid"
+    ),
+    "relabeled_junk": Broken(
+        relabeled_junk, "sets meta relabeled and returns junk", "previous_relabels"
+    ),
     "duplicates": Broken(
-        duplicates, "duplicates on a GPU while declaring no_duplicates",
+        duplicates,
+        "duplicates on a GPU while declaring no_duplicates",
+        "no_duplicates",
         {"guarantees": {"no_duplicates"}},
     ),
     "breaks_contract": Broken(
-        breaks_contract, "ignores the groups while declaring group_contract",
+        breaks_contract,
+        "ignores the groups while declaring group_contract",
+        "group_contract",
         {"guarantees": {"group_contract"}},
     ),
-    "scale_dependent": Broken(scale_dependent, "round robin for loads under 1e-6"),
-    "ignores_failed_gpus": Broken(
-        ignores_failed_gpus, "keeps the live placement after a GPU failed"
+    "scale_dependent": Broken(
+        scale_dependent, "round robin for loads under 1e-6", "scale_invariant"
     ),
-    "drops_an_expert": Broken(drops_an_expert, "drops an expert (more than 3 experts)"),
-    "wrong_shape": Broken(wrong_shape, "returns one slot too few"),
-    "nondeterministic": Broken(nondeterministic, "shuffles each call"),
-    "half_integer": Broken(half_integer, "returns expert ids + 0.5"),
-    "mutates_load": Broken(mutates_load, "writes into the load"),
+    "ignores_failed_gpus": Broken(
+        ignores_failed_gpus, "keeps the live placement after a GPU failed", "failed_gpus"
+    ),
+    "drops_an_expert": Broken(drops_an_expert, "drops an expert (more than 3 experts)", "valid"),
+    "wrong_shape": Broken(wrong_shape, "returns one slot too few", "valid"),
+    "nondeterministic": Broken(nondeterministic, "shuffles each call", "deterministic"),
+    "half_integer": Broken(half_integer, "returns expert ids + 0.5", "valid"),
+    "mutates_load": Broken(mutates_load, "writes into the load", "valid"),
 }
