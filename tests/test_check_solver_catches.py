@@ -118,8 +118,7 @@ def _all_runs():
         if name.startswith(("eval_", "test_", "_check_")):
             continue
         for o in SOLVER_OPTIONS.get(name, [{}]):
-            opts = o.values[0] if hasattr(o, "values") else o
-            marks = o.marks if hasattr(o, "marks") else ()
+            opts, marks = (o, ()) if isinstance(o, dict) else (o.values[0], o.marks)
             yield pytest.param(name, opts, marks=marks, id=f"{name}-{'-'.join(opts) or 'plain'}")
 
 
