@@ -241,18 +241,18 @@ def check_solver(
             last: list[str] = []
             counts = {"ran": 0, "refused": 0, "skip": 0}
 
-            @(quick if report.failures else conf)
-            @given(strategy)
-            @_hard_examples
-            def test(case):
+            def one(case):
                 (load, topo, groups), c = case
                 note[0] = ""
                 last[:] = [_describe(load, topo, groups, f", factor={c!r}")]
                 out = body(load, topo, groups, c)
                 counts["ran" if out is None else out] += 1
 
+            test = (quick if report.failures else conf)(given(strategy)(one))
             try:
-                test()
+                test()  # random problems first (shrunk), then the hard cases as given
+                for case in _hard_cases():
+                    one(case)
             except Exception as exc:
                 err = exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
                 report.failures.append(Failure(prop, err, (last[0] if last else "?") + note[0]))
@@ -529,22 +529,17 @@ def _live(load, topo) -> Placement | None:
     return Placement(np.broadcast_to(row, (L, topo.num_slots)).copy(), E, topo)
 
 
-def _hard_examples(test):
-    """Every property also runs on these explicit cases (`hypothesis.example`): all-equal
-    tiny loads (issue 18's scale counterexample), all-equal layers, one expert, huge loads on
-    a partly failed cluster; each with a scale factor."""
-    from hypothesis import example  # lazy: hypothesis is needed only when checks run
-
+def _hard_cases() -> list[tuple[tuple[np.ndarray, Topology, int], float]]:
+    """Every property also runs on these cases after the random ones: all-equal tiny loads
+    (issue 18's scale counterexample), all-equal layers, one expert, huge loads on a partly
+    failed cluster; each ``((load, topology, num_groups), scale factor)``."""
     counts = np.array([[3.0, 1.0, 4.0, 1.0], [5.0, 9.0, 2.0, 6.0]])
-    cases = [
+    return [
         ((np.full((1, 3), 1e-9), Topology(1, 2, 3), 1), 2.0**30),
         ((np.full((3, 4), 7.0), Topology(2, 1, 3), 2), 2.0**-30),
         ((np.array([[5.0], [0.0]]), Topology(1, 2, 2), 1), 1e-9),
         ((counts * 1e12, Topology(2, 2, 2, failed_gpus=[3]), 2), 1 / 7),
     ]
-    for case in cases:
-        test = example(case)(test)
-    return test
 
 
 def _hard_inputs() -> dict[str, tuple[np.ndarray, Topology, int]]:
