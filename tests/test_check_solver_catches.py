@@ -16,9 +16,7 @@ from eplb.testing.check import contract_feasible
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_each_broken_policy_is_caught(name):
     b = BROKEN[name]
-    report = check_solver(b.fn, max_examples=10, raise_on_failure=False, **b.kwargs)
-    assert b.caught_by in report.failed, (name, str(report))
-    with pytest.raises(AssertionError, match=b.caught_by):
+    with pytest.raises(AssertionError, match=f"\n- {b.caught_by}: "):
         check_solver(b.fn, max_examples=10, **b.kwargs)
 
 
@@ -98,7 +96,9 @@ SOLVER_OPTIONS = {
             strict=True, reason=_PART3)),
         {**ILP, "rdma_weight": 1.0},
     ],
-    "ilp_weighted": [{"workers": 1, "max_examples": 10}],
+    "ilp_weighted": [pytest.param({"workers": 1, "max_examples": 10}, marks=pytest.mark.xfail(
+        strict=True, reason="issue 18 parts 1/4: scale-dependent on issue 4's 1e-9 load "
+        "(warm-started from greedy_weighted)"))],
     "relaxed": [],  # tests/test_solvers_relaxed.py runs check_solver at relax 0, 0.5 and 1
     "robust": [
         {},
