@@ -46,6 +46,7 @@ from eplb.traces.model import Trace
 
 SolverFn = Callable[..., Placement]
 COMMON = ("num_groups", "previous", "seed", "time_limit")
+GUARANTEES = frozenset({"no_duplicates", "group_contract"})  # what `register` may declare
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,16 @@ class Spec:
     windows: bool = False  # the function takes float64[W, L, E] windows
     group_fallback: bool = False  # num_groups need not divide the experts (see register)
     needs_previous: bool = False  # the policy cannot run without previous= (see register)
+    guarantees: Any = frozenset()  # names or fn(options, topology, num_groups) -> names
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
 
 
-def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False,
-          needs_previous: bool = False) -> Spec:
+def _spec(
+    fn: SolverFn, windows: bool = False, group_fallback: bool = False,
+    needs_previous: bool = False, guarantees: Any = (),
+) -> Spec:
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -90,12 +94,23 @@ def _spec(fn: SolverFn, windows: bool = False, group_fallback: bool = False,
     hinted = {k: hints[k] for k in opts if k in hints}
     if needs_previous and "previous" not in common:
         raise TypeError(f"{fn.__name__} needs previous= but does not take it")
-    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous)
+    if not callable(guarantees):
+        guarantees = frozenset(guarantees)
+        if guarantees - GUARANTEES:
+            raise InputError(
+                f"unknown guarantees {sorted(guarantees - GUARANTEES)}; known: {sorted(GUARANTEES)}"
+            )
+    return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous,
+                guarantees)
 
 
 def register(
-    name: str, *, windows: bool = False, group_fallback: bool = False,
+    name: str,
+    *,
+    windows: bool = False,
+    group_fallback: bool = False,
     needs_previous: bool = False,
+    guarantees: Any = (),
 ) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
@@ -105,6 +120,12 @@ def register(
     the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
     ``needs_previous=True``: the policy only runs against a live placement (``repair``);
     sweeps leave it out by default.
+    ``guarantees``: what every placement of the policy keeps beyond validity, checked by
+    `eplb.testing.check_solver`: names from `GUARANTEES` (``"no_duplicates"``: no GPU holds two
+    replicas of an expert; ``"group_contract"``: each of ``num_groups`` groups of consecutive
+    experts on one node of the topology as given, failed GPUs included; the policy may then
+    raise `InfeasibleError` exactly where no placement keeps it), or a function
+    ``(options, topology, num_groups) -> names`` when they depend on the options or problem.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"a solver name must be a non-empty string, got {name!r}")
@@ -115,7 +136,7 @@ def register(
             raise InputError(f"{flag} must be True or False, got {value!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        spec = _spec(fn, windows, group_fallback, needs_previous)
+        spec = _spec(fn, windows, group_fallback, needs_previous, guarantees)
         _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
@@ -142,6 +163,18 @@ def takes_previous(name: str) -> bool:
 def needs_previous(name: str) -> bool:
     """Whether policy ``name`` only runs with ``previous=`` (registered ``needs_previous``)."""
     return _lookup(name).needs_previous
+
+
+def guarantees(
+    name: str, options: dict[str, Any], topology: Topology, num_groups: int | None
+) -> frozenset[str]:
+    """What policy ``name`` declares (`register`'s ``guarantees``) for a solve with
+    ``options`` (defaults filled in) on ``topology`` with ``num_groups``."""
+    spec = _lookup(name)
+    g = spec.guarantees
+    if callable(g):
+        g = g({**spec.options, **options}, topology, num_groups)
+    return frozenset(g)
 
 
 def unregister(name: str) -> None:

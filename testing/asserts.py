@@ -52,7 +52,8 @@ def assert_valid_placement(
         g = p.phy2log.reshape(L, topo.num_gpus, S)
         for layer in range(L):
             for gpu_id in range(topo.num_gpus):
-                vals, cnt = np.unique(g[layer, gpu_id], return_counts=True)
+                held = g[layer, gpu_id]
+                vals, cnt = np.unique(held[held >= 0], return_counts=True)
                 if (cnt > 1).any():
                     raise AssertionError(
                         f"layer {layer}: GPU {gpu_id} holds {int(cnt.max())} replicas of expert "

@@ -1,14 +1,16 @@
 """`check_solver`: the invariant suite of the toolkit's solvers, for any policy.
 
-Properties ``valid``, ``deterministic``, ``lower_bound``, ``previous_relabels``, ``bad_input``
-(and ``windows``), each a derandomised hypothesis test through `solvers.solve`. See
-docs/solvers.md, section "The properties `check_solver` runs".
+Properties ``places``, ``valid``, ``deterministic``, ``lower_bound``, ``scale_invariant``,
+``previous_relabels``, ``no_duplicates`` / ``group_contract`` (where declared), ``failed_gpus``,
+``bad_input`` (and ``windows``), each a derandomised hypothesis test through `solvers.solve` on
+problems of 1-5 layers, some with failed GPUs. See docs/solvers.md, section "The properties
+`check_solver` runs".
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +20,28 @@ from eplb import solvers
 from eplb.errors import EplbError, InfeasibleError
 from eplb.placement import Placement
 from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.registry import guarantees as declared_guarantees
 from eplb.testing.asserts import assert_valid_placement
+from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
+__all__ = ["PROPERTIES", "CheckReport", "Failure", "check_solver", "contract_feasible"]
+
+PROPERTIES = (
+    "places",
+    "valid",
+    "deterministic",
+    "lower_bound",
+    "scale_invariant",
+    "previous_relabels",
+    "no_duplicates",
+    "group_contract",
+    "failed_gpus",
+    "bad_input",
+    "windows",
+)
 _COUNTER = itertools.count()
+_FACTORS = (1e12, 1e-9, 3.0, 1 / 7)  # besides powers of two 2**-40 .. 2**40
 
 
 @dataclass
@@ -38,31 +58,102 @@ class Failure:
 
 @dataclass
 class CheckReport:
-    """What `check_solver` found: ``passed``, ``skipped`` and ``failures`` by property."""
+    """What `check_solver` found: ``passed``, ``skipped`` and ``failures`` by property;
+    ``refusals``: problems the policy refused (``InfeasibleError``) out of ``examples`` in
+    ``places``, ``declared`` of them where it declared it may refuse."""
 
     solver: str
     passed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    refusals: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the failed properties."""
+        return [f.prop for f in self.failures]
 
     def __str__(self) -> str:
         head = (
             f"check_solver({self.solver!r}): {len(self.passed)} passed, "
             f"{len(self.failures)} failed, {len(self.skipped)} skipped"
         )
+        if self.refusals.get("refused"):
+            r = self.refusals
+            head += (
+                f"; refused {r['refused']} of {r['examples']} problems "
+                f"({r['declared']} where declared)"
+            )
         return "\n".join([head] + [f"- {f}" for f in self.failures])
+
+
+def _topo_text(t: Topology) -> str:
+    failed = f", failed_gpus={list(t.failed_gpus)}" if t.failed_gpus else ""
+    return f"Topology({t.num_nodes}, {t.gpus_per_node}, {t.slots_per_gpu}{failed})"
 
 
 def _describe(load, topology, groups, extra: str = "") -> str:
     arr = np.array2string(np.asarray(load), separator=", ", max_line_width=200)
-    return (
-        f"load={arr}, topology=Topology({topology.num_nodes}, {topology.gpus_per_node}, "
-        f"{topology.slots_per_gpu}), num_groups={groups}{extra}"
-    )
+    return f"load={arr}, topology={_topo_text(topology)}, num_groups={groups}{extra}"
+
+
+def contract_feasible(topology: Topology, num_experts: int, num_groups: int) -> bool:
+    """Whether some placement keeps every one of ``num_groups`` groups (consecutive experts)
+    on one node of ``topology``: each node's surviving slots hold whole groups of
+    ``num_experts / num_groups`` experts (one slot each at least)."""
+    size = num_experts // num_groups
+    alive = topology.slot_alive.reshape(topology.num_nodes, -1).sum(1)
+    return int((alive // size).sum()) >= num_groups
+
+
+class _Solver:
+    """`solvers.solve` for one policy and its options, with a cache of results (or errors)
+    by input so the properties share solves; ``fresh=True`` solves again."""
+
+    def __init__(self, name, seed, options, needs_previous):
+        self.name, self.seed, self.options = name, seed, options
+        self.needs_previous = needs_previous
+        self.cache: dict[Any, Any] = {}
+
+    def __call__(self, load, topo, groups, *, previous=None, fresh=False, **kw):
+        if self.needs_previous and previous is None:
+            previous = _live(load, topo)
+        key = (
+            np.asarray(load).tobytes(),
+            np.shape(load),
+            str(np.asarray(load).dtype),
+            topo,
+            groups,
+            None if previous is None else (previous.phy2log.tobytes(), previous.topology),
+            None if previous is None or previous.replica_share is None
+            else previous.replica_share.tobytes(),
+            tuple(sorted(kw.items())),
+        )
+        if not fresh and key in self.cache:
+            out = self.cache[key]
+        else:
+            try:
+                out = solvers.solve(
+                    self.name,
+                    load,
+                    topo,
+                    num_groups=groups,
+                    seed=self.seed,
+                    previous=previous,
+                    **self.options,
+                    **kw,
+                )
+            except Exception as exc:  # cached too: the same input fails the same way
+                out = exc
+            if not fresh:
+                self.cache[key] = out
+        if isinstance(out, Exception):
+            raise out
+        return out
 
 
 def check_solver(
@@ -75,7 +166,11 @@ def check_solver(
     max_nodes: int = 2,
     max_gpus_per_node: int = 3,
     max_group_size: int = 3,
+    max_layers: int = 5,
     windows: bool = False,
+    guarantees: Iterable[str] = (),
+    may_refuse: Callable[[np.ndarray, Topology, int], bool] | None = None,
+    max_refusals: float = 0.05,
     **options: Any,
 ) -> CheckReport:
     """Run the invariant suite (docs/solvers.md) on solver ``name_or_fn``.
@@ -83,19 +178,26 @@ def check_solver(
     ``name_or_fn``: a registered name or a function ``fn(load, topology, ...)`` returning a
     `Placement` or ``phy2log``. ``options``: passed to every solve (e.g. ``budget=100``).
     ``needs_previous``: the policy repairs a live placement (every call gets a
-    ``previous=``). Sizes: nodes, GPUs per node and experts per group of the random
+    ``previous=``). Sizes: nodes, GPUs per node, experts per group and layers of the random
     problems. ``windows``: a plain function takes the history ``[W, L, E]`` (registered
-    with ``windows=True``; a registered name says so itself). Returns a `CheckReport`; with
-    ``raise_on_failure`` (default) an ``AssertionError`` listing every failure instead when
-    any property fails.
+    with ``windows=True``; a registered name says so itself). ``guarantees``: names from
+    `solvers.registry.GUARANTEES` the policy keeps, besides those it declared at
+    registration (a plain function declares them here). ``may_refuse(load, topology,
+    num_groups)``: where an ``InfeasibleError`` is a declared refusal; otherwise a policy may
+    refuse at most ``max_refusals`` of the feasible problems (``places``). Returns a
+    `CheckReport`; with ``raise_on_failure`` (default) an ``AssertionError`` listing every
+    failure instead when any property fails.
     """
     # lazy: hypothesis is needed only when checks run
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
 
     from eplb.testing.strategies import problems
 
-    name, temporary = _registered(name_or_fn, windows)
+    extra = frozenset(guarantees)
+    name, temporary = _registered(name_or_fn, windows, extra)
     try:
+        policy, opts = solvers.resolve(name, dict(options))
         report = CheckReport(name)
         conf = settings(
             max_examples=max_examples,
@@ -106,97 +208,193 @@ def check_solver(
             print_blob=False,
             suppress_health_check=list(HealthCheck),
         )
-        strategy = problems(
-            max_nodes=max_nodes, max_gpus_per_node=max_gpus_per_node, max_group_size=max_group_size
+        # after the first failure, later properties report their first failing example
+        # unshrunk (one shrink per report keeps a broken policy's check fast)
+        quick = settings(conf, phases=[p for p in Phase if p is not Phase.shrink])
+        factor = st.one_of(st.integers(-40, 40).map(lambda k: 2.0**k), st.sampled_from(_FACTORS))
+        strategy = st.tuples(
+            problems(
+                max_nodes=max_nodes,
+                max_gpus_per_node=max_gpus_per_node,
+                max_group_size=max_group_size,
+                max_layers=max_layers,
+                failures=True,
+            ),
+            factor,
         )
+        solve = _Solver(name, seed, options, needs_previous)
 
-        def solve(load, topo, groups, **kw):
-            prev = kw.pop("previous", None)
-            if needs_previous and prev is None:
-                prev = _live(load, topo)
-            return solvers.solve(
-                name, load, topo, num_groups=groups, seed=seed, previous=prev, **options, **kw
+        def declared(topo, groups) -> frozenset[str]:
+            return declared_guarantees(policy, opts, topo, groups) | extra
+
+        def allowed(load, topo, groups) -> bool:
+            """Whether the policy declared it may refuse this problem."""
+            if may_refuse is not None and may_refuse(load, topo, groups):
+                return True
+            return "group_contract" in declared(topo, groups) and not contract_feasible(
+                topo, load.shape[1], groups
             )
+
+        note = [""]  # what a property adds to the counterexample
 
         def run(prop: str, body: Callable[..., str | None]) -> None:
             last: list[str] = []
-            ran = [0]
+            counts = {"ran": 0, "refused": 0, "skip": 0}
 
-            @conf
-            @given(strategy)
-            def test(problem):
-                load, topo, groups = problem
-                last[:] = [_describe(load, topo, groups)]
-                if body(load, topo, groups) != "skip":
-                    ran[0] += 1
+            def one(case):
+                (load, topo, groups), c = case
+                note[0] = ""
+                last[:] = [_describe(load, topo, groups, f", factor={c!r}")]
+                out = body(load, topo, groups, c)
+                counts["ran" if out is None else out] += 1
 
+            test = (quick if report.failures else conf)(given(strategy)(one))
             try:
-                test()
+                test()  # random problems first (shrunk), then the hard cases as given
+                for case in _hard_cases():
+                    one(case)
             except Exception as exc:
                 err = exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
-                report.failures.append(Failure(prop, err, last[0] if last else "?"))
+                report.failures.append(Failure(prop, err, (last[0] if last else "?") + note[0]))
                 return
-            (report.passed if ran[0] else report.skipped).append(prop)
+            if counts["ran"]:
+                report.passed.append(prop)
+            elif counts["refused"]:
+                report.failures.append(
+                    Failure(
+                        prop,
+                        f"never ran: the policy refused all {counts['refused']} problems it "
+                        "was given",
+                        "see places",
+                    )
+                )
+            else:
+                report.skipped.append(prop)
 
-        def valid(load, topo, groups):
+        refused: list[tuple[str, str, bool]] = []  # (example, error, declared)
+        examples = [0]
+
+        def places(load, topo, groups, c):
+            examples[0] += 1
             try:
-                p = solve(load, topo, groups)
+                solve(load, topo, groups)
+            except InfeasibleError as exc:
+                ok = allowed(load, topo, groups)
+                refused.append((_describe(load, topo, groups), str(exc), ok))
+            except Exception:  # not a refusal: `valid` reports it
+                pass
+            return None
+
+        def base(load, topo, groups):
+            """The plain solve, or None when refused (``places`` counts refusals)."""
+            try:
+                return solve(load, topo, groups)
             except InfeasibleError:
                 return None
+
+        def valid(load, topo, groups, c):
+            p = base(load, topo, groups)
+            if p is None:
+                return "refused"
             assert_valid_placement(p, load)
             return None
 
-        def deterministic(load, topo, groups):
-            try:
-                a = solve(load, topo, groups)
-            except InfeasibleError:
-                return None
-            b = solve(load.copy(), topo, groups)
+        def deterministic(load, topo, groups, c):
+            a = base(load, topo, groups)
+            if a is None:
+                return "refused"
+            b = solve(load.copy(), topo, groups, fresh=True)
             assert a.equals(b), "two solves of the same input and seed differ"
             return None
 
-        def bound(load, topo, groups):
-            try:
-                p = solve(load, topo, groups)
-            except InfeasibleError:
-                return None
-            lb = lower_bound(load, topo, weighted=p.replica_share is not None, lp=False)
-            got = p.gpu_load(load).max(1)
-            bad = got < lb * (1 - 1e-9) - 1e-9
-            assert not bad.any(), (
-                f"layer {int(np.argmax(bad))}: max GPU load {got[bad][0]!r} is "
-                f"below the lower bound {lb[bad][0]!r}"
-            )
+        def bound(load, topo, groups, c):
+            p = base(load, topo, groups)
+            if p is None:
+                return "refused"
+            _assert_bound(p, load, topo)
             return None
 
-        def relabels(load, topo, groups):
-            if needs_previous:
-                return "skip"
+        def scale(load, topo, groups, c):
+            a = base(load, topo, groups)
+            if a is None:
+                return "refused"
+            top = float(load.max()) * c
+            if top > 2.0**52:  # solve() refuses counts above 2**53: scale down by powers of 2
+                c /= 2.0 ** np.ceil(np.log2(top / 2.0**52))
+            scaled = load * c
+            try:
+                b = solve(scaled, topo, groups)
+            except InfeasibleError:
+                raise AssertionError(f"the load times {c!r} was refused") from None
+            _assert_scaled(a, b, load, scaled, c)
+            return None
+
+        def relabels(load, topo, groups, c):
+            plain = base(load, topo, groups)
+            if plain is None:
+                return "refused"
             try:
                 old = solve(load * (1 + np.arange(load.shape[1]) % 3) / 2, topo, groups)
-                plain = solve(load, topo, groups)
             except InfeasibleError:
-                return None
-            if plain.meta.get("solver", {}).get("relabeled"):
-                return "skip"
+                return "refused"
             moved = solve(load, topo, groups, previous=old)
-            if moved.meta["solver"].get("relabeled"):
-                return "skip"
-            a = np.sort(plain.gpu_load(load), 1)
-            b = np.sort(moved.gpu_load(load), 1)
-            assert np.allclose(a, b, rtol=1e-9, atol=1e-9), (
-                f"previous= changed the GPU loads: {a.tolist()} without, {b.tolist()} with"
-            )
+            _assert_previous(plain, old, moved, load)
             return None
 
-        def windows(load, topo, groups):
+        def no_duplicates(load, topo, groups, c):
+            if "no_duplicates" not in declared(topo, groups):
+                return "skip"
+            p = base(load, topo, groups)
+            if p is None:
+                return "refused"
+            assert_valid_placement(p, load, no_duplicates=True)
+            return None
+
+        def group_contract(load, topo, groups, c):
+            if "group_contract" not in declared(topo, groups):
+                return "skip"
+            p = base(load, topo, groups)
+            if p is None:
+                return "skip" if allowed(load, topo, groups) else "refused"
+            assert_valid_placement(p, load, group_contract=groups)
+            return None
+
+        def failed(load, topo, groups, c):
+            """A GPU fails under a live placement: solve with ``previous=`` the placement
+            from before (the path of `eplb replay` and the serving fault model)."""
+            healthy = Topology(topo.num_nodes, topo.gpus_per_node, topo.slots_per_gpu)
+            if topo.failed_gpus:
+                broken = topo
+            elif healthy.num_gpus > 1 and (healthy.num_gpus - 1) * healthy.slots_per_gpu >= (
+                load.shape[1]
+            ):
+                broken = healthy.with_failed([healthy.num_gpus - 1])
+            else:
+                return "skip"
+            if broken is not topo:  # the failure this property made: in the counterexample
+                note[0] = f" (then GPU {healthy.num_gpus - 1} failed)"
+            try:
+                live = solve(load, healthy, groups)
+            except InfeasibleError:
+                live = _live(load, healthy)
+            try:
+                p = solve(load, broken, groups, previous=live)
+            except InfeasibleError:
+                return "skip" if allowed(load, broken, groups) else "refused"
+            assert_valid_placement(p, load)
+            _assert_bound(p, load, broken)
+            if "group_contract" in declared(broken, groups):
+                assert_valid_placement(p, load, group_contract=groups)
+            return None
+
+        def windows_prop(load, topo, groups, c):
             stack = np.stack([load, load * (1 + np.arange(load.shape[1]) % 3) / 2, load])
             try:
                 a = solve(stack, topo, groups)
             except InfeasibleError:
-                return None
+                return "refused"
             assert_valid_placement(a, stack.sum(0))
-            again = solve(stack.copy(), topo, groups)
+            again = solve(stack.copy(), topo, groups, fresh=True)
             assert a.equals(again), "two solves of the same windows differ"
             try:
                 solve(stack[None], topo, groups)
@@ -204,17 +402,41 @@ def check_solver(
                 return None
             raise AssertionError("a 4-D load [1, W, L, E] was accepted")
 
+        run("places", places)
+        r = {
+            "examples": examples[0],
+            "refused": len(refused),
+            "declared": sum(d for *_, d in refused),
+        }
+        report.refusals = r
+        undeclared = [x for x in refused if not x[2]]
+        if len(undeclared) > max_refusals * max(1, examples[0]):
+            ex, err, _ = min(undeclared, key=lambda x: len(x[0]))
+            report.failures.append(
+                Failure(
+                    "places",
+                    f"refused {len(undeclared)} of {examples[0]} problems it did not declare "
+                    f"it may refuse (at most {max_refusals:.0%} allowed): InfeasibleError: {err}",
+                    ex,
+                )
+            )
+        elif "places" not in report.passed + report.failed:
+            report.passed.append("places")
         props = [
             ("valid", valid),
             ("deterministic", deterministic),
             ("lower_bound", bound),
+            ("scale_invariant", scale),
             ("previous_relabels", relabels),
+            ("no_duplicates", no_duplicates),
+            ("group_contract", group_contract),
+            ("failed_gpus", failed),
         ]
         if solvers.takes_windows(name):
-            props.append(("windows", windows))
+            props.append(("windows", windows_prop))
         for prop, body in props:
             run(prop, body)
-        _bad_input(solve, report)
+        _bad_input(solve, report, allowed)
     finally:
         if temporary:
             solvers.registry.unregister(name)
@@ -223,28 +445,120 @@ def check_solver(
     return report
 
 
-def _registered(name_or_fn, windows: bool = False) -> tuple[str, bool]:
+def _assert_bound(p: Placement, load: np.ndarray, topo: Topology) -> None:
+    lb = lower_bound(load, topo, weighted=p.replica_share is not None, lp=False)
+    got = p.gpu_load(load).max(1)
+    bad = got < lb * (1 - 1e-9) - 1e-300
+    assert not bad.any(), (
+        f"layer {int(np.argmax(bad))}: max GPU load {got[bad][0]!r} is "
+        f"below the lower bound {lb[bad][0]!r}"
+    )
+
+
+def _assert_scaled(a: Placement, b: Placement, load, scaled, c: float) -> None:
+    """``b`` (for ``load * c``) is ``a`` (for ``load``): the same table when scaling is exact
+    in floating point (powers of two), else the same max GPU load per layer, scaled."""
+    exact = np.array_equal(scaled / c, load) and np.array_equal(load * c, scaled)
+    if exact and float(np.log2(c)).is_integer():
+        assert np.array_equal(a.phy2log, b.phy2log), (
+            f"the load times {c!r} (exact in floating point) gives another placement: "
+            f"{a.phy2log.tolist()} vs {b.phy2log.tolist()}"
+        )
+        if a.replica_share is not None or b.replica_share is not None:
+            sa = a.replica_share if a.replica_share is not None else 1 / a.logcnt[
+                np.arange(a.num_layers)[:, None], np.maximum(a.phy2log, 0)]
+            sb = b.replica_share if b.replica_share is not None else 1 / b.logcnt[
+                np.arange(b.num_layers)[:, None], np.maximum(b.phy2log, 0)]
+            assert np.allclose(sa, sb, rtol=1e-9, atol=1e-12), (
+                f"the load times {c!r} gives other replica shares"
+            )
+        return
+    got = b.gpu_load(scaled).max(1) / c
+    want = a.gpu_load(load).max(1)
+    bad = ~np.isclose(got, want, rtol=1e-6, atol=0)
+    assert not bad.any(), (
+        f"layer {int(np.argmax(bad))}: the load times {c!r} gives max GPU load "
+        f"{got[bad][0] * c!r}, {got[bad][0] / want[bad][0]:.6g} times the scaled "
+        f"{want[bad][0] * c!r} of the unscaled load"
+    )
+
+
+def _assert_previous(plain: Placement, old: Placement, moved: Placement, load) -> None:
+    """``previous=old`` only relabels ``plain`` (GPU loads per layer as a multiset), or, where
+    the policy placed against ``old`` itself (``meta["solver"]["relabeled"]``), its max GPU
+    load per layer is no worse than both keeping ``old`` and the placement without it."""
+    new = moved.gpu_load(load)
+    if moved.meta.get("solver", {}).get("relabeled"):
+        cap = np.maximum(old.gpu_load(load).max(1), plain.gpu_load(load).max(1))
+        got = new.max(1)
+        bad = got > cap * (1 + REL_TOL) + 1e-300
+        assert not bad.any(), (
+            f"layer {int(np.argmax(bad))}: placed against previous= (relabeled), max GPU load "
+            f"{got[bad][0]!r} is worse than both keeping previous and solving without it "
+            f"({cap[bad][0]!r})"
+        )
+        return
+    a = np.sort(plain.gpu_load(load), 1)
+    b = np.sort(new, 1)
+    assert np.allclose(a, b, rtol=1e-9, atol=1e-300), (
+        f"previous= changed the GPU loads: {a.tolist()} without, {b.tolist()} with"
+    )
+
+
+def _registered(name_or_fn, windows: bool = False, guarantees=frozenset()) -> tuple[str, bool]:
     if isinstance(name_or_fn, str):
         solvers.get(name_or_fn)  # InputError for an unknown name
         return name_or_fn, False
     if not callable(name_or_fn):
         raise TypeError(f"check_solver needs a solver name or function, got {name_or_fn!r}")
     name = f"_check_{getattr(name_or_fn, '__name__', 'fn')}_{next(_COUNTER)}"
-    solvers.register(name, windows=windows)(name_or_fn)
+    solvers.register(name, windows=windows, guarantees=guarantees)(name_or_fn)
     return name, True
 
 
 def _live(load, topo) -> Placement | None:
-    """A live placement for repair-like policies: round robin (valid, rarely balanced); None
-    for a load that is not ``[L, E]`` or does not fit (the bad-input cases)."""
-    if np.ndim(load) != 2 or np.shape(load)[1] > topo.num_slots:
+    """A live placement for repair-like policies: round robin on the surviving slots (valid,
+    rarely balanced); None for a load that is not ``[L, E]`` or does not fit (the bad-input
+    cases)."""
+    if np.ndim(load) != 2 or np.shape(load)[1] > int(topo.slot_alive.sum()):
         return None
     L, E = np.shape(load)
-    row = np.arange(topo.num_slots) % E
+    alive = topo.slot_alive
+    row = np.full(topo.num_slots, -1, dtype=np.int64)
+    row[alive] = np.arange(int(alive.sum())) % E
     return Placement(np.broadcast_to(row, (L, topo.num_slots)).copy(), E, topo)
 
 
-def _bad_input(solve, report: CheckReport) -> None:
+def _hard_cases() -> list[tuple[tuple[np.ndarray, Topology, int], float]]:
+    """Every property also runs on these cases after the random ones: all-equal tiny loads
+    (issue 18's scale counterexample), all-equal layers, one expert, huge loads on a partly
+    failed cluster; each ``((load, topology, num_groups), scale factor)``."""
+    counts = np.array([[3.0, 1.0, 4.0, 1.0], [5.0, 9.0, 2.0, 6.0]])
+    return [
+        ((np.full((1, 3), 1e-9), Topology(1, 2, 3), 1), 2.0**30),
+        ((np.full((3, 4), 7.0), Topology(2, 1, 3), 2), 2.0**-30),
+        ((np.array([[5.0], [0.0]]), Topology(1, 2, 2), 1), 1e-9),
+        ((counts * 1e12, Topology(2, 2, 2, failed_gpus=[3]), 2), 1 / 7),
+    ]
+
+
+def _hard_inputs() -> dict[str, tuple[np.ndarray, Topology, int]]:
+    """Inputs `solve` accepts that are hard for a policy: ``(load, topology, num_groups)``."""
+    rng = np.random.default_rng(0)
+    counts = rng.integers(1, 1000, size=(2, 8)).astype(np.float64)
+    two = Topology(2, 2, 3)
+    return {
+        "one expert": (np.array([[5.0], [0.0]]), Topology(1, 2, 2), 1),
+        "all-equal loads": (np.full((3, 8), 7.0), two, 2),
+        "all-zero load": (np.zeros((2, 8)), two, 2),
+        "a layer of zeros": (np.vstack([np.zeros(8), counts[0]]), two, 2),
+        "huge loads (1e12 scale)": (counts * 1e12, two, 2),
+        "tiny loads (1e-9 scale)": (counts * 1e-9, two, 2),
+        "one hot expert": (np.array([[1e6, 1, 1, 1, 1, 1, 1, 1]]), two, 2),
+    }
+
+
+def _bad_input(solve, report: CheckReport, allowed) -> None:
     topo = Topology(1, 2, 2)
     good = np.ones((1, 4))
     cases = {
@@ -264,6 +578,16 @@ def _bad_input(solve, report: CheckReport) -> None:
             failed.append(f"{what}: raised {exc.__class__.__name__}: {exc}")
             continue
         failed.append(f"{what}: accepted")
+    for what, (load, t, groups) in _hard_inputs().items():
+        try:
+            p = solve(load, t, groups)
+            assert_valid_placement(p, load)
+            _assert_bound(p, load, t)
+        except InfeasibleError as exc:
+            if not allowed(load, t, groups):
+                failed.append(f"{what} (valid input) refused: {exc}")
+        except Exception as exc:
+            failed.append(f"{what} (valid input): {exc.__class__.__name__}: {exc}")
     if failed:
         report.failures.append(Failure("bad_input", "; ".join(failed), "see the error"))
     else:

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-__all__ = ["loads", "placements", "problems", "token_routing", "topologies"]
+__all__ = ["failed_gpus", "loads", "placements", "problems", "token_routing", "topologies"]
 
 
 _LAYERS = st.integers(1, 2)
@@ -72,10 +72,12 @@ def problems(
     max_group_size: int = 3,
     max_layers: int = 2,
     spare_slots: int = 2,
+    failures: bool = False,
 ) -> tuple[np.ndarray, Topology, int]:
     """``(load: float64[L, E], topology, num_groups)`` with ``E = num_groups * M``,
     ``num_groups`` a multiple of the nodes and ``S`` between the fewest slots per GPU that
-    hold the experts and ``spare_slots`` more."""
+    hold the experts and ``spare_slots`` more. ``failures``: the topology may have failed
+    GPUs (a whole node or part of one; the survivors still hold the experts)."""
     N = draw(st.integers(1, max_nodes))
     gpn = draw(st.integers(1, max_gpus_per_node))
     groups = N * draw(st.integers(1, 2))
@@ -85,7 +87,27 @@ def problems(
     S0 = max(1, -(-E // G))
     S = draw(st.integers(S0, S0 + spare_slots))
     load = draw(loads(st.integers(1, max_layers), E))
-    return load, Topology(N, gpn, S), groups
+    topo = Topology(N, gpn, S)
+    if failures and G > 1:
+        failed = draw(failed_gpus(topo, E))
+        if failed:
+            topo = topo.with_failed(failed)
+    return load, topo, groups
+
+
+@st.composite
+def failed_gpus(draw, topology: Topology, num_experts: int) -> list[int]:
+    """Sorted GPU indices to fail (possibly none): a whole node, or some GPUs of nodes, such
+    that the surviving slots still hold ``num_experts`` experts."""
+    G, S, gpn = topology.num_gpus, topology.slots_per_gpu, topology.gpus_per_node
+    most = G - -(-num_experts // S)  # survivors must hold every expert
+    if most < 1:
+        return []
+    if draw(st.booleans()) and topology.num_nodes > 1 and gpn <= most:
+        node = draw(st.integers(0, topology.num_nodes - 1))
+        return list(range(node * gpn, (node + 1) * gpn))
+    k = draw(st.integers(0, most))
+    return sorted(draw(st.lists(st.integers(0, G - 1), min_size=k, max_size=k, unique=True)))
 
 
 @st.composite

@@ -66,12 +66,18 @@ def test_a_correct_plain_function_passes():
     report = check_solver(_round_robin, max_examples=10)
     assert report.ok
     assert set(report.passed) == {
+        "places",
         "valid",
         "deterministic",
         "lower_bound",
+        "scale_invariant",
         "previous_relabels",
+        "failed_gpus",
         "bad_input",
     }
+    assert set(report.skipped) == {"no_duplicates", "group_contract"}  # not declared
+    assert report.refusals == {"examples": report.refusals["examples"], "refused": 0,
+                               "declared": 0}
     assert not any(n.startswith("_check_") for n in solvers.available())  # cleaned up
 
 
@@ -109,6 +115,28 @@ def test_broken_policies_are_caught_with_shrunk_counterexamples():
 
     with pytest.raises(AssertionError, match="valid: PlacementError"):
         check_solver(invalid, max_examples=5)
+
+
+def test_problems_have_one_to_five_layers_and_failed_gpus():
+    seen_layers, failed = set(), 0
+
+    @settings(max_examples=80, deadline=None, derandomize=True, database=None)
+    @given(est.problems(max_layers=5, failures=True))
+    def collect(problem):
+        nonlocal failed
+        load, topo, groups = problem
+        seen_layers.add(load.shape[0])
+        failed += bool(topo.failed_gpus)
+
+    collect()
+    assert seen_layers == {1, 2, 3, 4, 5} and failed
+
+
+def test_unknown_guarantees_are_refused_at_registration():
+    from eplb import InputError
+
+    with pytest.raises(InputError, match="unknown guarantees"):
+        solvers.register("test_bad_guarantee", guarantees={"fast"})(_round_robin)
 
 
 def test_docs_example_runs():

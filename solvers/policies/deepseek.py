@@ -15,7 +15,13 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("deepseek", group_fallback=True)
+@register(
+    "deepseek",
+    group_fallback=True,
+    guarantees=lambda o, topology, groups: {"group_contract"}
+    if groups and groups % topology.num_nodes == 0 and not topology.failed_gpus
+    else set(),
+)
 def deepseek(load: np.ndarray, topology: Topology, *, num_groups: int | None = None) -> Placement:
     """DeepSeek EPLB on ``load: float64[L, E]``; hierarchical iff ``num_groups % N == 0``
     (``None`` or any other count: global). Deterministic and fast: no seed, no time limit;

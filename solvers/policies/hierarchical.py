@@ -17,7 +17,7 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("hierarchical")
+@register("hierarchical", guarantees={"group_contract"})
 def hierarchical(
     load: np.ndarray,
     topology: Topology,

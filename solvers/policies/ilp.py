@@ -37,7 +37,13 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("ilp")
+@register(
+    "ilp",
+    guarantees=lambda o, topology, groups: (
+        ({"group_contract"} if o["hierarchical"] else set())
+        | (set() if o["duplicates"] else {"no_duplicates"})
+    ),
+)
 def ilp(
     load: np.ndarray,
     topology: Topology,

@@ -27,7 +27,10 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("ilp_weighted")
+@register(
+    "ilp_weighted",
+    guarantees=lambda o, topology, groups: {"group_contract"} if o["hierarchical"] else set(),
+)
 def ilp_weighted(
     load: np.ndarray,
     topology: Topology,

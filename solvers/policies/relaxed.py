@@ -155,7 +155,10 @@ def _lf_max(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.nda
     return local_first.gpu_loads(load, phy2log, topology).max(1)
 
 
-@register("relaxed")
+@register(
+    "relaxed",
+    guarantees=lambda o, topology, groups: {"group_contract"} if o["relax"] == 0 else set(),
+)
 def relaxed(
     load: np.ndarray,
     topology: Topology,

@@ -1,0 +1,52 @@
+"""Which property of `eplb.testing.check_solver` catches which broken policy.
+
+Runs `check_solver` (default settings unless --max-examples) on every policy of
+`eplb.testing.broken` and prints, per property, how many of them it catches and which, then
+per broken policy the properties that failed. For issue 18 part 6's note:
+``python scripts/check_solver_catches.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from eplb.format import text_table
+from eplb.testing import check_solver
+from eplb.testing.broken import BROKEN
+from eplb.testing.check import PROPERTIES
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-examples", type=int, default=25, help="hypothesis examples per property")
+    args = ap.parse_args()
+    failed = {}
+    for name, b in BROKEN.items():
+        report = check_solver(
+            b.fn, max_examples=args.max_examples, raise_on_failure=False, **b.kwargs
+        )
+        failed[name] = report.failed
+    rows = []
+    for prop in PROPERTIES:
+        caught = [n for n, f in failed.items() if prop in f]
+        rows.append([prop, f"{len(caught)}/{len(BROKEN)}", ", ".join(caught) or "-"])
+    print(f"check_solver(max_examples={args.max_examples}) on {len(BROKEN)} broken policies")
+    print("property: of check_solver; caught: broken policies it fails; which: their names")
+    print(text_table(rows, ["property", "caught", "which"]))
+    print()
+    print("broken policy: what is wrong; first: the property meant to catch it; failed: all failed")
+    print(
+        text_table(
+            [
+                [n, b.wrong, b.caught_by, ", ".join(failed[n]) or "NONE (not caught)"]
+                for n, b in BROKEN.items()
+            ],
+            ["broken policy", "what is wrong", "first", "failed"],
+        )
+    )
+    missed = [n for n, f in failed.items() if not f]
+    print(f"\ncaught {len(BROKEN) - len(missed)} of {len(BROKEN)} broken policies")
+
+
+if __name__ == "__main__":
+    main()

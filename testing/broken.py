@@ -1,0 +1,156 @@
+"""Broken policies `check_solver` must catch: each a correct base (``greedy``) with one of the
+mistakes users make. ``BROKEN``: name -> `Broken` (the function, what it declares, what is
+wrong). tests/test_check_solver_catches.py and scripts/check_solver_catches.py use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eplb import solvers
+from eplb.errors import InfeasibleError
+from eplb.placement import Placement
+
+__all__ = ["BROKEN", "Broken"]
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A broken policy: ``fn(load, topology, ...)``, the ``check_solver`` keywords it runs
+    with (its declared ``guarantees``...) and what is wrong with it."""
+
+    fn: Callable[..., Any]
+    wrong: str
+    caught_by: str  # the property that must catch it
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _greedy(load, topology, num_groups=None):
+    return solvers.get("greedy")(load, topology, num_groups=num_groups).phy2log.copy()
+
+
+def always_infeasible(load, topology):
+    raise InfeasibleError("cannot place this load")
+
+
+def infeasible_on_ties(load, topology):
+    rows = np.sort(load, 1)
+    if (rows[:, 1:] == rows[:, :-1]).any():
+        raise InfeasibleError("tied loads")
+    return _greedy(load, topology)
+
+
+def drops_from_layer_2(load, topology):
+    out = _greedy(load, topology)
+    E = load.shape[1]
+    if E > 1:
+        out[2:][out[2:] == E - 1] = 0  # expert E - 1 lost from the third layer on
+    return out
+
+
+def relabeled_junk(load, topology, *, previous=None):
+    """Fine alone; with previous= claims to have placed against it and returns junk: the
+    hottest experts packed onto the first GPUs, every spare slot to the coldest."""
+    if previous is None:
+        return _greedy(load, topology)
+    L, E = load.shape
+    order = np.argsort(-load, axis=1, kind="stable")
+    P = topology.num_slots
+    out = np.concatenate([order, np.repeat(order[:, -1:], P - E, axis=1)], axis=1)
+    return Placement(out, E, topology, meta={"solver": {"relabeled": True}})
+
+
+def duplicates(load, topology):
+    """Declares no_duplicates; stacks every spare slot on expert 0 (duplicates on a GPU)."""
+    L, E = load.shape
+    P = topology.num_slots
+    return np.broadcast_to(np.r_[np.zeros(P - E, np.int64), np.arange(E)], (L, P)).copy()
+
+
+def breaks_contract(load, topology, *, num_groups=None):
+    """Declares group_contract; places like greedy, ignoring the groups."""
+    return _greedy(load, topology)
+
+
+def scale_dependent(load, topology):
+    """Treats loads under 1e-6 tokens as noise: a round robin then (valid, unbalanced)."""
+    if load.max() < 1e-6:
+        L, E = load.shape
+        return np.broadcast_to(np.arange(topology.num_slots) % E, (L, topology.num_slots)).copy()
+    return _greedy(load, topology)
+
+
+def ignores_failed_gpus(load, topology, *, previous=None):
+    """Keeps the live placement (claiming to have placed against it), whatever failed since."""
+    if previous is None:
+        return _greedy(load, topology)
+    return Placement(
+        previous.phy2log.copy(), load.shape[1], topology, meta={"solver": {"relabeled": True}}
+    )
+
+
+def drops_an_expert(load, topology):
+    out = _greedy(load, topology)
+    E = load.shape[1]
+    if E > 3:
+        out[out == E - 1] = 0
+    return out
+
+
+def wrong_shape(load, topology):
+    return _greedy(load, topology)[:, :-1]
+
+
+def nondeterministic(load, topology):
+    rng = np.random.default_rng()
+    return np.stack([rng.permutation(r) for r in _greedy(load, topology)])
+
+
+def half_integer(load, topology):
+    return _greedy(load, topology) + 0.5
+
+
+def mutates_load(load, topology):
+    load[:] = 0  # writes into the caller's array
+    return _greedy(load, topology)
+
+
+BROKEN: dict[str, Broken] = {
+    "always_infeasible": Broken(always_infeasible, "always raises InfeasibleError", "places"),
+    "infeasible_on_ties": Broken(
+        infeasible_on_ties, "raises InfeasibleError on tied loads", "places"
+    ),
+    "drops_from_layer_2": Broken(
+        drops_from_layer_2, "drops an expert from the third layer on", "valid"
+    ),
+    "relabeled_junk": Broken(
+        relabeled_junk, "sets meta relabeled and returns junk", "previous_relabels"
+    ),
+    "duplicates": Broken(
+        duplicates,
+        "duplicates on a GPU while declaring no_duplicates",
+        "no_duplicates",
+        {"guarantees": {"no_duplicates"}},
+    ),
+    "breaks_contract": Broken(
+        breaks_contract,
+        "ignores the groups while declaring group_contract",
+        "group_contract",
+        {"guarantees": {"group_contract"}},
+    ),
+    "scale_dependent": Broken(
+        scale_dependent, "round robin for loads under 1e-6", "scale_invariant"
+    ),
+    "ignores_failed_gpus": Broken(
+        ignores_failed_gpus, "keeps the live placement after a GPU failed", "failed_gpus"
+    ),
+    "drops_an_expert": Broken(drops_an_expert, "drops an expert (more than 3 experts)", "valid"),
+    "wrong_shape": Broken(wrong_shape, "returns one slot too few", "valid"),
+    "nondeterministic": Broken(nondeterministic, "shuffles each call", "deterministic"),
+    "half_integer": Broken(half_integer, "returns expert ids + 0.5", "valid"),
+    "mutates_load": Broken(mutates_load, "writes into the load", "valid"),
+}
