@@ -593,6 +593,17 @@ def check_table(rows: list[dict]) -> str:
         "Errors are model / published - 1 (TBO: on the with / without throughput ratio, 0 "
         "inside a published range; Day 6: the range over the prompt-length spreads).",
     ]
+    for r in rows:
+        if r.get("fits"):
+            lines.append("")
+        for sigma, st in r.get("fits", ()):
+            lines.append(
+                f"- Day-6 mix at prompt sigma {sigma:g}: prefix-hit rate {st['hit_rate']:.3f} "
+                f"(Day 6: {342 / 608:.3f}), input / output {st['io_ratio']:.2f} "
+                f"({608 / 168:.2f}), KV length per output token {st['kv_per_output']:,.0f} "
+                f"(4,989), mean prompt {st['input_mean']:,.0f}, mean output "
+                f"{st['output_mean']:,.0f} tokens."
+            )
     return "\n".join(lines)
 
 
