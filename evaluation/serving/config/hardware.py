@@ -157,10 +157,10 @@ def _from_times(nodes: int, dispatch_s: float, combine_s: float) -> tuple[float,
 # ------------------------------------------------------------------------------ tables
 # DeepGEMM README @a6d97a1 (deepseek-ai/DeepGEMM, the first release's tables), the one version
 # both DeepGEMM tables below come from: its dense table sits beside contiguous grouped rows of
-# 1297 / 1099 TFLOPS (checked on a stored copy of that README). "Normal GEMMs for dense models" (H800 SXM5,
-# NVCC 12.8): M, N, K, TFLOPS. The (N, K) pairs are DeepSeek-V3's own GEMMs: fused q_a+kv_a
-# (2112, 7168), q_b (24576, 1536), kv_b (32768, 512), o_proj (7168, 16384), expert gate+up
-# (4096, 7168) and down (7168, 2048).
+# 1297 / 1099 TFLOPS (checked on a stored copy of that README). "Normal GEMMs for dense
+# models" (H800 SXM5, NVCC 12.8): M, N, K, TFLOPS. The (N, K) pairs are DeepSeek-V3's own
+# GEMMs: fused q_a+kv_a (2112, 7168), q_b (24576, 1536), kv_b (32768, 512), o_proj (7168,
+# 16384), expert gate+up (4096, 7168) and down (7168, 2048).
 DEEPGEMM_DENSE = (
     (64, 2112, 7168, 206.0),
     (64, 24576, 1536, 289.0),

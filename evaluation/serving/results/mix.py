@@ -122,3 +122,61 @@ def decode_batches(
         ctx = mix.input_tokens[i] + np.floor(rng.random(i.size) * mix.output_tokens[i]) + 1
         out.append(RankBatch.decode(ctx, rank, num_ranks=G, query_tokens=query_tokens))
     return out
+
+
+def prefill_ttft(
+    mix: LengthMix, step_model, budget: int, rate: float, prompts: int, seed: int
+) -> np.ndarray:
+    """``float64[prompts]``: seconds from arrival to the end of prefill of ``prompts`` Poisson
+    arrivals at ``rate`` req/s on one prefill unit (``step_model``: its `StepModel`), each sent
+    on arrival to the rank with the fewest queued tokens, every step taking up to ``budget``
+    tokens per rank from the head of each queue (first come, first served). A step-level
+    queue: no KV transfer, no decode admission, balanced expert routing."""
+    rng = np.random.default_rng(seed)
+    G = step_model.topology.num_gpus
+    pick = rng.integers(mix.new_tokens.size, size=prompts)
+    new, cached = mix.new_tokens[pick], mix.cached_tokens[pick]
+    arrive = np.cumsum(rng.exponential(1.0 / rate, prompts))
+    queues: list[list[list]] = [[] for _ in range(G)]  # [index, todo, done, cached]
+    queued = np.zeros(G)
+    ttft = np.full(prompts, np.nan)
+    t, nxt = 0.0, 0
+    while nxt < prompts or queued.any():
+        while nxt < prompts and arrive[nxt] <= t:  # route what arrived before the step starts
+            r = int(queued.argmin())
+            queues[r].append([nxt, int(new[nxt]), 0, int(cached[nxt])])
+            queued[r] += new[nxt]
+            nxt += 1
+        if not queued.any():
+            t = float(arrive[nxt])
+            continue
+        sizes, ctx, ranks, last, chunks = [], [], [], [], []
+        for r, q in enumerate(queues):
+            left = budget
+            for e in q:
+                if left <= 0:
+                    break
+                take = min(e[1], left)
+                sizes.append(take)
+                ctx.append(e[2] + e[3])
+                ranks.append(r)
+                last.append(take == e[1])
+                chunks.append((r, e, take))
+                left -= take
+        batch = RankBatch.prefill(
+            np.asarray(sizes, dtype=np.float64),
+            np.asarray(ctx, dtype=np.float64),
+            np.asarray(ranks),
+            num_ranks=G,
+            last_chunk=np.asarray(last, dtype=np.float64),
+        )
+        t += step_model.time(batch).total_s
+        for r, e, take in chunks:
+            e[1] -= take
+            e[2] += take
+            queued[r] -= take
+            if e[1] == 0:
+                ttft[e[0]] = t - arrive[e[0]]
+        for r in range(G):
+            queues[r] = [e for e in queues[r] if e[1] > 0]
+    return ttft
