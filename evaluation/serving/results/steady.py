@@ -10,7 +10,12 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from eplb.evaluation.serving.results.mix import LengthMix, decode_batches, prefill_batches
+from eplb.evaluation.serving.results.mix import (
+    LengthMix,
+    decode_batches,
+    prefill_batches,
+    prefill_ttft,
+)
 from eplb.evaluation.serving.steptime import RankBatch, StepModel, step_time
 from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.placement import Placement
@@ -214,3 +219,82 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         seed=seed,
     )
     return out
+
+
+def slo_rate(
+    config: ClusterConfig,
+    mix,
+    *,
+    goodput: float = 0.9,
+    prompts: int = 400,
+    seed: int = 0,
+    iterations: int = 8,
+) -> dict[str, Any]:
+    """The highest arrival rate (req/s, whole cluster) at which a steady-state estimate meets
+    ``goodput`` of requests within the config's SLO on the length mix ``mix`` (a `Workload`).
+
+    Prefill: `results.mix.prefill_ttft` (a step-level queue of one prefill unit, each unit
+    taking ``1 / count`` of the arrivals); the share of ``prompts`` whose prefill ends within
+    ``slo.ttft_s`` (at least ``prompts`` and a minute of arrivals, the first quarter left out
+    as warm-up). Decode: the running requests per GPU that Little's law gives at the rate
+    (fixed point with the step time, capped by the KV capacity), TPOT against ``slo.tpot_s``.
+    Estimated goodput = prefill share x (TPOT met); bisection over ``iterations`` halvings up
+    to `steady_state`'s capacity. Returns ``rate_rps`` (0 when even 1% of capacity misses),
+    ``capacity_rps`` and the estimate at the rate found.
+    """
+    lengths = LengthMix.of(mix, config.kv.store_capacity_blocks)
+    pre = steady_state(config, "prefill", mix=mix, seed=seed)
+    dec = steady_state(config, "decode", mix=mix, seed=seed)
+    cap = min(
+        config.prefill.count * pre["requests_per_s"], config.decode.count * dec["requests_per_s"]
+    )
+    unit_p, unit_d = config.prefill, config.decode
+    sm = StepModel(
+        "prefill",
+        config.topology("prefill"),
+        model=config.model_spec,
+        hardware=config.hardware_spec,
+        dispatch=config.dispatch,
+        micro_batches=unit_p.micro_batches,
+    )
+    budget = unit_p.token_budget or DEFAULT_TOKEN_BUDGET
+    accepted = 1 + unit_d.mtp_draft_tokens * unit_d.mtp_acceptance
+    out_mean = float(lengths.output_tokens.mean())
+    b_max = dec["batch"]
+
+    def estimate(rate: float) -> dict[str, float]:
+        per_unit = rate / unit_p.count
+        n = int(min(max(prompts, per_unit * 60.0), 20 * prompts))  # a minute of arrivals
+        ttft = prefill_ttft(lengths, sm, budget, per_unit, n, seed)[n // 4 :]  # after warm-up
+        share = float(np.mean(ttft <= config.slo.ttft_s))
+        step = dec["step_s"]
+        b = b_max
+        for _ in range(6):  # Little: running = arrivals per GPU x steps per request x step
+            b = rate / (unit_d.count * unit_d.num_gpus) * out_mean / accepted * step
+            b = max(1, min(b_max, int(np.ceil(b))))
+            step = steady_state(config, "decode", mix=mix, batch=b, steps=8, seed=seed)["step_s"]
+        tpot = step / accepted
+        ok = tpot <= config.slo.tpot_s
+        return {
+            "rate_rps": rate,
+            "prefill_share": share,
+            "tpot_s": tpot,
+            "goodput": share * float(ok),
+            "decode_batch": b,
+        }
+
+    lo, hi = 0.01 * cap, cap
+    best = estimate(lo)
+    if best["goodput"] < goodput:
+        return {"rate_rps": 0.0, "capacity_rps": cap, "at_lowest": best}
+    top = estimate(hi)
+    if top["goodput"] >= goodput:
+        return {"rate_rps": hi, "capacity_rps": cap, "estimate": top}
+    for _ in range(iterations):
+        mid = (lo * hi) ** 0.5
+        e = estimate(mid)
+        if e["goodput"] >= goodput:
+            lo, best = mid, e
+        else:
+            hi = mid
+    return {"rate_rps": lo, "capacity_rps": cap, "estimate": best}
