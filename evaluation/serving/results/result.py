@@ -205,9 +205,8 @@ class SimResult:
         return text_table(rows, header=("metric", "value", "unit"))
 
     # ------------------------------------------------------------------ output
-    def save(
-        self, folder: str | os.PathLike, config=None, *, window=None, plots: bool = True
-    ) -> Path:
+    def save(self, folder: str | os.PathLike, config=None, *, window=None,
+             plots: bool = True) -> Path:
         """Write the result into the existing empty ``folder`` (what `eplb simulate -o` holds):
         ``summary.json`` (summary over ``window`` and `meta`), ``requests.parquet``,
         ``steps.parquet``, ``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``,
@@ -223,14 +222,14 @@ class SimResult:
             long.insert(0, "unit", name)
             util.append(long)
         if util:
-            pd.concat(util, ignore_index=True).to_parquet(
-                folder / "utilisation.parquet", index=False
-            )
+            pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet",
+                                                         index=False)
         if config is not None:
             (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         payload = {"summary": self.summary(window), "window": window, "meta": self.meta}
         (folder / "summary.json").write_text(
-            json.dumps(_nan_to_none(payload), indent=1, default=_json_default, allow_nan=False),
+            json.dumps(_nan_to_none(payload), indent=1, default=_json_default,
+                       allow_nan=False),
             encoding="utf-8",
         )
         if plots:
