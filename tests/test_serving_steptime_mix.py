@@ -80,12 +80,12 @@ def test_prefill_queue_at_a_trickle_is_each_prompts_own_step():
 
     lengths = LengthMix.of(workload([300, 5000, 12000], [10, 10, 10]), 0)
     sm = StepModel("prefill", CFG.topology("prefill"))
-    ttft = prefill_ttft(lengths, sm, 16384, 1e-4, 6, seed=3)
+    ttft = prefill_ttft(lengths, lambda b: sm.time(b).total_s, 32, 16384, 1e-4, 6, seed=3)
     rng = np.random.default_rng(3)
     pick = rng.integers(3, size=6)
     for t, i in zip(ttft, pick, strict=True):
         alone = RankBatch.prefill([lengths.new_tokens[i]], rank=[0], num_ranks=32)
         assert t == pytest.approx(sm.time(alone).total_s, rel=1e-9)
     # a heavier load only waits longer (same draws, arrivals closer together)
-    busy = prefill_ttft(lengths, sm, 16384, 50.0, 60, seed=3)
+    busy = prefill_ttft(lengths, lambda b: sm.time(b).total_s, 32, 16384, 50.0, 60, seed=3)
     assert np.all(np.isfinite(busy)) and busy.mean() > ttft.mean()

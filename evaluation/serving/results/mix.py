@@ -125,15 +125,15 @@ def decode_batches(
 
 
 def prefill_ttft(
-    mix: LengthMix, step_model, budget: int, rate: float, prompts: int, seed: int
+    mix: LengthMix, step_s, G: int, budget: int, rate: float, prompts: int, seed: int
 ) -> np.ndarray:
     """``float64[prompts]``: seconds from arrival to the end of prefill of ``prompts`` Poisson
-    arrivals at ``rate`` req/s on one prefill unit (``step_model``: its `StepModel`), each sent
+    arrivals at ``rate`` req/s on one prefill unit of ``G`` ranks (``step_s``: a `RankBatch`'s
+    step seconds on it, e.g. ``lambda b: step_time("prefill", b, config=cfg).total_s``), each sent
     on arrival to the rank with the fewest queued tokens, every step taking up to ``budget``
     tokens per rank from the head of each queue (first come, first served). A step-level
     queue: no KV transfer, no decode admission, balanced expert routing."""
     rng = np.random.default_rng(seed)
-    G = step_model.topology.num_gpus
     pick = rng.integers(mix.new_tokens.size, size=prompts)
     new, cached = mix.new_tokens[pick], mix.cached_tokens[pick]
     arrive = np.cumsum(rng.exponential(1.0 / rate, prompts))
@@ -170,7 +170,7 @@ def prefill_ttft(
             num_ranks=G,
             last_chunk=np.asarray(last, dtype=np.float64),
         )
-        t += step_model.time(batch).total_s
+        t += step_s(batch)
         for r, e, take in chunks:
             e[1] -= take
             e[2] += take

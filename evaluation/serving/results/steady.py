@@ -16,7 +16,7 @@ from eplb.evaluation.serving.results.mix import (
     prefill_batches,
     prefill_ttft,
 )
-from eplb.evaluation.serving.steptime import RankBatch, StepModel, step_time
+from eplb.evaluation.serving.steptime import RankBatch, step_time
 from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.placement import Placement
 
@@ -143,14 +143,6 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
     unit = config.unit(phase)
     G, gpn = unit.num_gpus, unit.gpus_per_node
     lengths = LengthMix.of(mix, config.kv.store_capacity_blocks)
-    sm = StepModel(
-        phase,
-        config.topology(phase),
-        model=config.model_spec,
-        hardware=config.hardware_spec,
-        dispatch=config.dispatch,
-        micro_batches=unit.micro_batches,
-    )
     if phase == "prefill":
         per_rank = _positive(
             "batch", batch if batch is not None else unit.token_budget or DEFAULT_TOKEN_BUDGET
@@ -171,11 +163,11 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         q = 1 + unit.mtp_draft_tokens
         batches = decode_batches(lengths, G, b, steps, q, seed)
     times, means, parts = [], [], []
-    for rb in batches:
-        st = sm.time(rb, placement, load)
+    for rb in batches:  # step_time(config=...): the config's cached StepModel
+        st = step_time(phase, rb, placement, load, config=config)
         times.append(st.total_s)
         parts.append(st.breakdown)
-        means.append(sm.time(rb.mean(), placement, load).total_s)
+        means.append(step_time(phase, rb.mean(), placement, load, config=config).total_s)
     times_a = np.asarray(times)
     step_s = float(times_a.mean())
     breakdown = {k: float(np.mean([p[k] for p in parts])) for k in parts[0]}
@@ -249,15 +241,11 @@ def slo_rate(
         config.prefill.count * pre["requests_per_s"], config.decode.count * dec["requests_per_s"]
     )
     unit_p, unit_d = config.prefill, config.decode
-    sm = StepModel(
-        "prefill",
-        config.topology("prefill"),
-        model=config.model_spec,
-        hardware=config.hardware_spec,
-        dispatch=config.dispatch,
-        micro_batches=unit_p.micro_batches,
-    )
     budget = unit_p.token_budget or DEFAULT_TOKEN_BUDGET
+
+    def step_s(rb: RankBatch) -> float:
+        return step_time("prefill", rb, config=config).total_s
+
     accepted = 1 + unit_d.mtp_draft_tokens * unit_d.mtp_acceptance
     out_mean = float(lengths.output_tokens.mean())
     b_max = dec["batch"]
@@ -265,7 +253,8 @@ def slo_rate(
     def estimate(rate: float) -> dict[str, float]:
         per_unit = rate / unit_p.count
         n = int(min(max(prompts, per_unit * 60.0), 20 * prompts))  # a minute of arrivals
-        ttft = prefill_ttft(lengths, sm, budget, per_unit, n, seed)[n // 4 :]  # after warm-up
+        ttft = prefill_ttft(lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed)
+        ttft = ttft[n // 4 :]  # after warm-up
         share = float(np.mean(ttft <= config.slo.ttft_s))
         step = dec["step_s"]
         b = b_max
