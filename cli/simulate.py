@@ -131,6 +131,6 @@ def run(args: argparse.Namespace) -> int:
     print(result.summary_table(window))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
-        f"{len(result.rebalances)} rebalances)"
+        f"{len(result.rebalances)} rebalance rows: scheduled, skipped and emergency)"
     )
     return 0

@@ -8,6 +8,7 @@ docs/evaluation.md ("Runners").
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import multiprocessing
 import os
@@ -100,6 +101,8 @@ def _run_local(fn, tasks, workers, context, on_result) -> list[Any]:
 
 def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
     mp = _mp()
+    if mp.get_start_method() == "spawn":
+        _check_main_guard()
     task_q = mp.Queue()
     result_q = mp.Queue()
     for q in (task_q, result_q):
@@ -150,6 +153,53 @@ def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
         for p in procs:
             if p.pid is not None:
                 p.join(timeout=KILL_WAIT)
+
+
+def _check_main_guard() -> None:
+    """Spawned workers import the main script again: refuse (one `EplbError` saying what to
+    add) when this run was started from the script's top level outside an
+    ``if __name__ == "__main__":`` block, where every worker would start the run again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:  # interactive: nothing is re-run
+        return
+    frame = sys._getframe()
+    while frame is not None and not (
+        frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"
+    ):
+        frame = frame.f_back
+    if frame is None:  # not under the script's top-level code
+        return
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+                return
+    why = "not Linux" if not sys.platform.startswith("linux") else (
+        f"this process runs {threading.active_count()} threads, so it cannot fork safely"
+    )
+    raise EplbError(
+        f"{path}, line {line}: worker processes start with 'spawn' here ({why}), and a spawned "
+        "worker imports the main script again, so this top-level call would run again in every "
+        "worker. Put the script's code under `if __name__ == \"__main__\":` (the "
+        "multiprocessing docs' \"safe importing of the main module\"), or use workers=1."
+    )
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either order)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = (test.left, test.comparators[0])
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
 
 
 def _run_dask(fn, tasks, scheduler, on_result) -> list[Any]:

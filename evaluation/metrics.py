@@ -72,8 +72,9 @@ def gpu_matrix(placement: Placement) -> np.ndarray:
     topo = placement.topology
     L, P = placement.phy2log.shape
     E, G = placement.num_experts, topo.num_gpus
+    held = placement.phy2log >= 0  # empty slots (-1, failed GPUs) hold nothing: -1 is no index
     key = (np.arange(L)[:, None] * E + placement.phy2log) * G + topo.gpu_of_slot[None, :]
-    out = np.bincount(key.ravel(), weights=placement.share.ravel(), minlength=L * E * G)
+    out = np.bincount(key[held], weights=placement.share[held], minlength=L * E * G)
     return out.reshape(L, E, G)
 
 
@@ -95,8 +96,9 @@ def gpu_loads(placement: Placement, counts: ArrayLike, *, chunk: int = 64) -> np
     G, S = topo.num_gpus, topo.slots_per_gpu
     lead = counts.shape[:-2]
     flat = counts.reshape(-1, L * E)  # [T, L*E]
-    cols = (np.arange(L)[:, None] * E + placement.phy2log).ravel()  # [L*P] into L*E
-    share = placement.share  # [L, P]
+    # [L*P] into L*E; an empty slot (-1) reads its layer's expert 0 and has share 0
+    cols = (np.arange(L)[:, None] * E + np.maximum(placement.phy2log, 0)).ravel()
+    share = np.where(placement.phy2log >= 0, placement.share, 0.0)  # [L, P]
     out = np.empty((flat.shape[0], L, G))
     for start in range(0, flat.shape[0], chunk):
         slots = flat[start : start + chunk][:, cols].reshape(-1, L, G * S) * share

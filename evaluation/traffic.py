@@ -98,6 +98,7 @@ from eplb.args import (
 )
 from eplb.errors import InputError, TopologyError
 from eplb.evaluation.align import align, check_counts_shape, check_placement
+from eplb.executor.lp_shares import lp_shares
 from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
@@ -476,6 +477,19 @@ def slot_routing(
     )
 
 
+def with_share(rt: SlotRouting, share: np.ndarray, topology: Topology) -> SlotRouting:
+    """``rt`` with another ``share: float64[L, P]`` per slot (e.g. the ``lp`` split of one
+    step, `eplb.executor.lp_shares`): the same slots and keys, merged weights recomputed."""
+    return SlotRouting(
+        rt.expert,
+        share,
+        _merge_bins(rt.expert, share, topology.slots_per_gpu),
+        _merge_bins(rt.expert, share, topology.slots_per_gpu * topology.gpus_per_node),
+        rt.key_gpu,
+        rt.key_node,
+    )
+
+
 def group_model(p: np.ndarray, top_k: int, num_groups: int, topk_groups: int):
     """The group-limited model (`_group_probs`) for sources alike: ``q: float64[L, NG]`` (a
     token selects a group; ``NG = 1`` without a limit) and ``r: float64[L, E]`` (an expert of
@@ -587,8 +601,13 @@ def expected_slot_picks(
         dest = dispatch_tables(placement)  # [L, G, E]
         key = (np.arange(L)[:, None, None] * P + dest).ravel()
         return np.bincount(key, source_counts.ravel(), L * P).reshape(L, -1)
+    total = source_counts.sum(1)  # [L, E]
+    if policy == "lp":  # the min-max split of the step's picks (GPU loads as `simulate`'s)
+        return np.take_along_axis(total, np.maximum(placement.phy2log, 0), 1) * lp_shares(
+            placement, total
+        )
     rt = slot_routing(placement, policy, num_groups, topk_groups)
-    return np.take_along_axis(source_counts.sum(1), rt.expert, 1) * rt.share
+    return np.take_along_axis(total, rt.expert, 1) * rt.share
 
 
 def _lp_expected(placement: Placement, src, r, q, gid):

@@ -18,7 +18,12 @@ import numpy as np
 from eplb.errors import InfeasibleError, InputError
 from eplb.placement import Placement
 from eplb.registry import Registry
-from eplb.solvers.analysis.failures import expand, solve_surviving
+from eplb.solvers.analysis.failures import (
+    expand,
+    keep_contract,
+    solve_surviving,
+    survivor_nodes,
+)
 from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.legacy import LEGACY, route
 from eplb.solvers.primitives.relabel import relabel
@@ -318,6 +323,18 @@ def solve(
             start = time.perf_counter()
             placement = relabel(placement, previous).validate()
             seconds += time.perf_counter() - start
+    if (
+        topology.failed_gpus
+        and small.num_nodes < len(set(survivor_nodes(topology, slots).tolist()))
+        and info.get("policy") == "hierarchical"
+    ):  # a partly failed node: the survivors form one node; keep the contract on the real ones
+        rows = load if load.ndim == 2 else load.mean(0)
+        placement, fixed, dropped = keep_contract(placement, rows, topology, slots, num_groups)
+        if dropped:  # honest fallback: the placement is a global one
+            info.update(policy="global", contract_dropped=dropped)
+        elif fixed:
+            _uncertify(info, placement, rows, fixed)
+    if previous is not None:
         moved = replicas_moved(previous, placement)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     if name != requested or given != options:
@@ -337,6 +354,27 @@ def solve(
         {**placement.meta, "solver": info},
         ids if ids is not None else None,
     )  # the tables were validated above; only meta and layer ids are new
+
+
+def _uncertify(info: dict, placement: Placement, load: np.ndarray, layers: list[int]) -> None:
+    """Record in ``info`` (``meta["solver"]``) that ``layers`` were re-placed to keep the group
+    contract on a partly failed node: an exact solver's objective becomes the layer's max GPU
+    load and its status ``feasible`` (the bound stays valid: it bounds every placement)."""
+    info["contract_replaced_layers"] = list(layers)
+    if "status" not in info:
+        return
+    gpu = placement.gpu_load(load).max(1)
+    for key in ("objective", "status", "gap"):
+        info[key] = list(info[key])
+    for layer in layers:
+        info["objective"][layer] = float(gpu[layer])
+        info["status"][layer] = "feasible"
+        b = info["bound"][layer]
+        info["gap"][layer] = 0.0 if gpu[layer] <= 0 else max(0.0, 1 - b / gpu[layer])
+    info["objective_max"] = float(max(info["objective"]))
+    info["gap_max"] = float(max(info["gap"]))
+    info["gap_mean"] = float(np.mean(info["gap"]))
+    info["optimal_layers"] = sum(s == "optimal" for s in info["status"])
 
 
 def _same_cluster(old: Topology, new: Topology) -> bool:

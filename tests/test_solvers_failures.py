@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers
@@ -192,10 +192,99 @@ def test_bound_and_metrics_count_only_the_survivors(problem):
     small, _ = surviving(topo)
     lb = lower_bound(load, topo)
     np.testing.assert_array_equal(lb, lower_bound(load, small))
-    assert np.all(lb >= lower_bound(load, Topology(topo.num_nodes, topo.gpus_per_node,
-                                                   topo.slots_per_gpu)) - 1e-9)
+    assert np.all(
+        lb
+        >= lower_bound(load, Topology(topo.num_nodes, topo.gpus_per_node, topo.slots_per_gpu))
+        - 1e-9
+    )
     p = solvers.solve("greedy", load, topo)
     frame = metrics.score(p, load)
     alive = topo.num_gpus - len(topo.failed_gpus)
     np.testing.assert_allclose(frame["gpu_mean"], load.sum(-1) / alive)
     assert np.all(frame["gpu_max"] >= lb - 1e-9 * np.maximum(1.0, lb))
+
+
+def _contract_kept(p: Placement, groups: int) -> bool:
+    """Every group's replicas on one node of ``p.topology`` (empty slots ignored)."""
+    topo = p.topology
+    M = p.num_experts // groups
+    node = np.arange(topo.num_slots) // (topo.num_slots // topo.num_nodes)
+    for row in p.phy2log:
+        live = row >= 0
+        for k in range(groups):
+            if np.unique(node[live][row[live] // M == k]).size > 1:
+                return False
+    return True
+
+
+CONTRACT_RUNS = [
+    ("hierarchical", {}),
+    ("relaxed", {}),
+    ("ilp", {"hierarchical": True, "workers": 1, "deterministic_time": 1}),
+    ("ilp_weighted", {"hierarchical": True, "workers": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "opts"), CONTRACT_RUNS)
+def test_infeasible_group_contract_is_refused_by_name(name, opts):
+    """Issue 18: 3 groups of 2 experts on 2 nodes of 3 slots cannot keep the contract (one
+    node would need 4 slots): an InfeasibleError naming the contract, not ``KeyError: 7``."""
+    with pytest.raises(InfeasibleError, match="group contract is infeasible"):
+        solvers.solve(name, np.ones((1, 6)), Topology(2, 1, 3), num_groups=3, **opts)
+
+
+def test_infeasible_group_contract_at_the_cli(tmp_path):
+    load = tmp_path / "l.npy"
+    np.save(load, np.ones((1, 6)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "eplb.cli", "solve", str(load), "--topology", "2x1"]
+    cmd += [
+        "--slots",
+        "6",
+        "--groups",
+        "3",
+        "--solver",
+        "hierarchical",
+        "-o",
+        str(tmp_path / "p.json"),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "group contract is infeasible" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "opts"), [*CONTRACT_RUNS[:1], *CONTRACT_RUNS[2:], ("deepseek", {})]
+)
+def test_partly_failed_node_keeps_the_group_contract(name, opts):
+    """Issue 18: with GPU 2 failed the survivors are placed as one node, and ``[0, 1, -1, 1]``
+    split group 1 over both nodes while meta said hierarchical; ``[1, 1, -1, 0]`` keeps it
+    at the same max (4)."""
+    load = np.array([[1.0, 8.0]])
+    p = solvers.solve(name, load, Topology(2, 2, 1, failed_gpus=[2]), num_groups=2, **opts)
+    info = p.meta["solver"]
+    assert info["policy"] == "hierarchical"
+    assert _contract_kept(p, 2)
+    assert p.phy2log.tolist() == [[1, 1, -1, 0]]
+    assert p.gpu_load(load).max() == pytest.approx(4.0)
+    if "status" in info:  # an exact solver's certificate is not kept for a re-placed layer
+        assert info["status"] == ["feasible"] and info["objective"] == [4.0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(prob=failed_problems(), name=st.sampled_from(["deepseek", "hierarchical"]))
+def test_hierarchical_meta_means_the_contract_holds(prob, name):
+    """On any failure pattern: ``policy == "hierarchical"`` only where every group stays on
+    one real node; otherwise the metadata says the contract was dropped."""
+    load, topo, groups = prob
+    if groups < topo.num_nodes:
+        return
+    try:
+        p = solvers.solve(name, load, topo, num_groups=groups)
+    except InfeasibleError:
+        return
+    info = p.meta["solver"]
+    if info["policy"] == "hierarchical":
+        assert _contract_kept(p, groups)
+    else:
+        assert name == "deepseek" or "contract_dropped" in info

@@ -245,3 +245,76 @@ def test_two_slot_certificate_models():
         assert info["objective"][0] == pytest.approx(opt, rel=1e-9)
         assert info["bound"][0] <= opt * (1 + 1e-9)
         assert info["status"][0] == "optimal"
+
+
+# issue 18, part 1: SCIP's absolute tolerances certified false optima at loads of 1e10 and up
+# (the MIP now runs in units of the mean GPU load, and an "optimal" resting on its bound alone
+# is tested against independent wrap-around layouts)
+def test_ilp_weighted_large_load_counterexample():
+    w = np.array([505838305280.0, 926910775296.0, 17381195776.0])
+    p = solvers.solve("ilp_weighted", w[None], Topology(1, 2, 2), workers=1, progress=False)
+    info = p.meta["solver"]
+    truth = bf.optimum(w, 1, 2, 2, weighted=True)
+    assert truth == pytest.approx(w.sum() / 2, rel=1e-12)
+    assert info["bound"][0] <= truth * (1 + 1e-9)
+    assert p.gpu_load(w[None]).max() == pytest.approx(truth, rel=1e-9)
+    assert info["status"] == ["optimal"]
+
+
+def test_ilp_weighted_hierarchical_large_load_counterexample():
+    w = np.array([10878579605.0, 75264293613.0, 112014030578.0, 26679140945.0])
+    w = np.r_[w, 58418312077.0, 9468085141.0]
+    topo = Topology(2, 2, 2)
+    p = solvers.solve(
+        "ilp_weighted", w[None], topo, num_groups=6, hierarchical=True, workers=1, progress=False
+    )
+    info = p.meta["solver"]
+    truth = bf.optimum(w, 2, 2, 2, weighted=True, num_groups=6)  # 74,080,628,332
+    assert info["bound"][0] <= truth * (1 + 1e-9)
+    assert info["objective"][0] == pytest.approx(truth, rel=1e-9)
+    assert bf.groups_ok(p.phy2log, 6, w.size, 2)[0]
+
+
+def test_false_mip_bound_is_refuted_not_certified():
+    """A layer whose model bound is false (fed in as if the MIP had returned it) is reported
+    ``feasible`` at the analytic bound, with the better wrap-around placement."""
+    from eplb.solvers.primitives import ilp_model
+
+    w = np.array([505838305280.0, 926910775296.0, 17381195776.0])
+    pb = LayerProblem(w, Topology(1, 2, 2), np.array([0, 2, 1, 1]), weighted=True, bound=0.0)
+    found = ilp_model._refute(pb, pb.warm, float(w.max()))
+    assert found is not None and found[2] == pytest.approx(w.sum() / 2, rel=1e-12)
+
+
+# issue 18, part 1: the integer scale of ``ilp`` (1e8 units) was coarser than PROOF_TOL, so
+# truly optimal float-load layers stayed "feasible" (gap 1.2e-8)
+def test_ilp_certifies_truly_optimal_float_layer():
+    w = np.array([0.92900613, 0.28626949, 0.98313567, 1.16694766, 6.45488465, 2.21752948])
+    p = solvers.solve("ilp", w[None], Topology(1, 3, 3), workers=1, deterministic_time=2)
+    info = p.meta["solver"]
+    assert info["objective"][0] == pytest.approx(bf.optimum(w, 1, 3, 3), rel=1e-12)
+    assert info["status"] == ["optimal"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    exponent=st.floats(-9, 12),
+    weighted=st.booleans(),
+)
+def test_optimal_agrees_with_brute_force_at_every_scale(data, exponent, weighted):
+    """Whatever the load scale (1e-9 .. 1e12 tokens), an "optimal" layer is the brute-force
+    optimum and the bound never exceeds it."""
+    E, N, gpn, S = data.draw(st.sampled_from([c for c in CONFIGS if c[0] <= 4 and c[3] <= 2]))
+    w = np.array(data.draw(st.lists(st.floats(0.01, 1), min_size=E, max_size=E)))
+    w = w * 10.0**exponent
+    topo = Topology(N, gpn, S)
+    name = "ilp_weighted" if weighted else "ilp"
+    kw = {} if weighted else {"deterministic_time": 1}
+    p = solvers.solve(name, w[None], topo, workers=1, progress=False, **kw)
+    info = p.meta["solver"]
+    truth = bf.optimum(w, N, gpn, S, weighted=weighted)
+    assert info["bound"][0] <= truth * (1 + 1e-9)
+    assert p.gpu_load(w[None]).max() >= truth * (1 - 1e-9)
+    if info["status"][0] == "optimal":
+        assert p.gpu_load(w[None]).max() <= truth * (1 + 1e-9)

@@ -200,10 +200,17 @@ class ReferenceExecutor:
             topo, lay = self.topology, self.layer
             G, S, H, F = topo.num_gpus, topo.slots_per_gpu, lay.hidden, lay.ffn
             experts = self.placement.phy2log[row]
+            empty = experts < 0  # a failed GPU's slots hold no expert (-1 is no index)
+
+            def held(w: np.ndarray) -> np.ndarray:
+                out = w[np.maximum(experts, 0)]
+                out[empty] = 0
+                return out
+
             self._weights[row] = (
-                lay.w1[experts].reshape(G, S, H, F),
-                lay.w3[experts].reshape(G, S, H, F),
-                lay.w2[experts].reshape(G, S, F, H),
+                held(lay.w1).reshape(G, S, H, F),
+                held(lay.w3).reshape(G, S, H, F),
+                held(lay.w2).reshape(G, S, F, H),
             )
         return self._weights[row]
 

@@ -161,7 +161,7 @@ def _lp(ids, placement, layer, rank, seed):
 POLICIES = tuple(DISPATCH.names())
 
 
-def _gpu_slots(placement: Placement, layer: int) -> np.ndarray:
+def gpu_slots(placement: Placement, layer: int) -> np.ndarray:
     """``int64[E, G]``: lowest slot of expert ``e`` on GPU ``g`` (``-1`` if none)."""
     topo = placement.topology
     E, G, S = placement.num_experts, topo.num_gpus, topo.slots_per_gpu
@@ -203,7 +203,7 @@ def _plan(work: np.ndarray, placement: Placement, layer: int):
     flexible)."""
     topo = placement.topology
     G, E, N = topo.num_gpus, placement.num_experts, topo.num_nodes
-    held = _gpu_slots(placement, layer) >= 0  # [E, G]
+    held = gpu_slots(placement, layer) >= 0  # [E, G]
     ngpu = held.sum(1)
     flex = np.nonzero(ngpu >= 2)[0]
     home = np.where(ngpu == 1, held.argmax(1), -1)
@@ -247,4 +247,4 @@ def _lp_route(ids: np.ndarray, rank: np.ndarray, placement: Placement, layer: in
         order = np.argsort(sub, kind="stable")
         per = table[:, flex, :].reshape(-1)  # in (source, flexible expert, GPU) key order
         dest[moving[order]] = np.repeat(np.tile(np.arange(G), per.size // G), per)
-    return _gpu_slots(placement, layer)[flat, dest].reshape(N, K)
+    return gpu_slots(placement, layer)[flat, dest].reshape(N, K)

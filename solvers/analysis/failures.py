@@ -12,9 +12,11 @@ import numpy as np
 
 from eplb.errors import InfeasibleError
 from eplb.placement import Placement
+from eplb.solvers.primitives.group_placement import place_uneven_nodes
+from eplb.solvers.primitives.shares import optimal_shares
 from eplb.topology import Topology
 
-__all__ = ["expand", "solve_surviving", "surviving"]
+__all__ = ["expand", "keep_contract", "solve_surviving", "surviving"]
 
 
 def surviving(topology: Topology) -> tuple[Topology, np.ndarray]:
@@ -77,3 +79,50 @@ def solve_surviving(
             old = np.where(old < 0, 0, old)
         prev = Placement(old, previous.num_experts, small, None, previous.meta, previous.layer_ids)
     return run(load, small, prev), prev, small, slots
+
+
+def survivor_nodes(topology: Topology, slots: np.ndarray) -> np.ndarray:
+    """``int64[G']`` the node (of ``topology``) of each surviving GPU, for ``slots`` from
+    `surviving`."""
+    S = topology.slots_per_gpu
+    return slots[::S] // S // topology.gpus_per_node
+
+
+def keep_contract(
+    placement: Placement, load: np.ndarray, topology: Topology, slots: np.ndarray, groups: int
+) -> tuple[Placement, list[int], str | None]:
+    """``placement`` on the survivors (one node when a node is only partly failed, `surviving`)
+    with every layer that splits a group over two real nodes of ``topology`` re-placed by
+    `place_uneven_nodes` (``load: float64[L, E]``; shares made optimal where the placement
+    has shares). Returns the placement, the layers that split a group, and None, or the
+    reason the survivors cannot keep the contract (then the placement is returned as is)."""
+    S = topology.slots_per_gpu
+    node = np.repeat(survivor_nodes(topology, slots), S)  # [P'] real node of each slot
+    phy2log = placement.phy2log
+    L, E = load.shape
+    M = E // groups
+    grp = phy2log // M
+    bad = []
+    for layer in range(L):
+        on = np.zeros((groups, topology.num_nodes), dtype=bool)
+        on[grp[layer], node] = True
+        if (on.sum(1) > 1).any():
+            bad.append(layer)
+    if not bad:
+        return placement, [], None
+    _, node_gpus = np.unique(node[::S], return_counts=True)
+    try:
+        fixed = place_uneven_nodes(load[bad], node_gpus.tolist(), S, groups, 10_000)
+    except InfeasibleError as err:  # the survivors cannot keep it: say so, keep the placement
+        return placement, bad, str(err)
+    out = phy2log.copy()
+    out[bad] = fixed
+    share = placement.replica_share
+    if share is not None:
+        share = share.copy()
+        share[bad] = optimal_shares(load[bad], fixed, placement.topology)[0]
+    return (
+        Placement(out, E, placement.topology, share, placement.meta, placement.layer_ids),
+        bad,
+        None,
+    )

@@ -1,9 +1,10 @@
 """``greedy_weighted``: greedy that also chooses ``replica_share`` (weighted dispatch).
 
 Per layer the better of the even-split greedy placement and the chain layout designed for
-shares, each with optimal shares (with ``P - E >= G - 1`` spare slots the chain usually reaches
-``total / G``); ``rdma_weight > 0``: the traffic-aware placement with optimal shares
-(`solvers.primitives.weighted_placement`). ``meta["solver"]["structure"]`` per layer.
+shares (``S >= 3``), each with optimal shares (how often this reaches ``total / G``: measured
+in docs/solvers.md, "Weighted shares"); ``rdma_weight > 0``: the traffic-aware placement
+with optimal shares (`solvers.primitives.weighted_placement`). ``meta["solver"]["structure"]``
+per layer.
 """
 
 from __future__ import annotations

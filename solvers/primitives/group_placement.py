@@ -39,6 +39,27 @@ def _node_bounds(
     return out
 
 
+def _no_fit(num_experts: int, topology: Topology, num_groups: int) -> str:
+    M = num_experts // num_groups
+    node = topology.gpus_per_node * topology.slots_per_gpu
+    return (
+        f"the group contract is infeasible: {num_groups} groups of {M} experts cannot go to "
+        f"{topology.num_nodes} nodes of {node} slots with every node holding whole groups "
+        f"(at most {node // M} per node, every node at least one); use more slots per "
+        "GPU, another num_groups or a global policy"
+    )
+
+
+def check_contract(num_experts: int, topology: Topology, num_groups: int) -> None:
+    """Raise `InfeasibleError` (naming the cause) unless ``num_groups`` groups of
+    ``num_experts / num_groups`` experts can be split over the nodes: every node holds at
+    least one whole group and at most its slots' worth."""
+    M = num_experts // num_groups
+    room = (topology.gpus_per_node * topology.slots_per_gpu) // M
+    if room < 1 or room * topology.num_nodes < num_groups or num_groups < topology.num_nodes:
+        raise InfeasibleError(_no_fit(num_experts, topology, num_groups))
+
+
 def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
     """``int64[L, num_groups]`` node of each group of ``load: float64[L, E]``: LPT by group
     load (with room), then the
@@ -157,7 +178,9 @@ def exact_hierarchical(
         tab, val = exhaustive.best_tables(load[:, experts], gpn, S)
         f[mask] = val
         node_tab[mask] = experts[tab]  # [L, gpn * S] expert ids
-    _, masks = best_partitions(f, N)  # [L, N]
+    value, masks = best_partitions(f, N)  # [L, N]
+    if not np.all(np.isfinite(value)):  # no partition fits: the contract is infeasible
+        raise InfeasibleError(_no_fit(E, topology, num_groups))
     bits = (masks[:, :, None] >> np.arange(num_groups)) & 1
     if not np.all(bits.sum(1) == 1):
         return None
@@ -204,6 +227,7 @@ def best_hierarchical(
             f"a group of {M} experts does not fit in a node's "
             f"{topology.gpus_per_node * S} slots; use more slots or groups"
         )
+    check_contract(E, topology, groups)
     exact = exact_hierarchical(load, topology, groups)
     if exact is not None:
         phy2log, group_node = exact
@@ -242,3 +266,44 @@ def best_hierarchical(
         "deepseek_layers": np.nonzero(deepseek_layers)[0].tolist(),
     }
     return phy2log, info
+
+
+def place_uneven_nodes(
+    load: np.ndarray, node_gpus: list[int], slots_per_gpu: int, num_groups: int, budget: int
+) -> np.ndarray:
+    """``int64[L, sum(node_gpus) * S]`` placement of ``load: float64[L, E]`` keeping every
+    group on one node when node ``n`` has ``node_gpus[n] >= 1`` GPUs (a partly failed node
+    has fewer; nodes in slot order). Groups go heaviest first to the node with the smallest
+    load per GPU after taking them, with room, every node at least one group; then the
+    even-split greedy inside each node. `InfeasibleError` when the groups cannot fit."""
+    L, E = load.shape
+    S = slots_per_gpu
+    M = E // num_groups
+    gpus = np.asarray(node_gpus, dtype=np.int64)
+    N = gpus.size
+    room = gpus * S // M
+    if (room < 1).any() or room.sum() < num_groups or num_groups < N:
+        raise InfeasibleError(
+            f"the group contract is infeasible on the surviving GPUs: {num_groups} groups of "
+            f"{M} experts cannot go to nodes of {(gpus * S).tolist()} slots, every node holding "
+            "at least one whole group; use a global policy"
+        )
+    gl = load.reshape(L, num_groups, M).sum(2)
+    start = np.r_[0, np.cumsum(gpus * S)]
+    out = np.empty((L, int(start[-1])), dtype=np.int64)
+    for layer in range(L):
+        node_load = np.zeros(N)
+        size = np.zeros(N, dtype=np.int64)
+        members: list[list[int]] = [[] for _ in range(N)]
+        for left, g in enumerate(np.argsort(-gl[layer], kind="stable")):
+            empty = np.nonzero(size == 0)[0]
+            pool = empty if num_groups - left <= empty.size else np.nonzero(size < room)[0]
+            n = int(pool[np.argmin((node_load[pool] + gl[layer, g]) / gpus[pool])])
+            members[n].append(int(g))
+            node_load[n] += gl[layer, g]
+            size[n] += 1
+        for n in range(N):
+            experts = (np.array(sorted(members[n]))[:, None] * M + np.arange(M)).ravel()
+            packed = pack_even(load[layer : layer + 1, experts], int(gpus[n]), S, budget=budget)
+            out[layer, start[n] : start[n + 1]] = experts[packed.slot_e.reshape(-1)]
+    return out

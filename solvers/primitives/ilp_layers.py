@@ -121,6 +121,7 @@ def summary(
         "gap_mean": float(gap.mean()),
         "optimal_layers": int(sum(r.status == "optimal" for r in results)),
         "wall_limited": int(sum(r.stopped == "wall" for r in results)),
+        "refuted_bounds": int(sum(r.refuted for r in results)),
         "time_limit": time_limit,
         "deterministic_time": deterministic_time,
         "warm_start": warm_name,

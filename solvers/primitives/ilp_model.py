@@ -14,11 +14,11 @@ from typing import Literal
 import numpy as np
 
 from eplb.solvers.primitives import pairing, pairing_exact
-from eplb.solvers.primitives.shares import optimal_shares
-from eplb.tolerance import REL_TOL, better, proven
+from eplb.solvers.primitives.shares import optimal_shares, wrap_layout, wrap_orders
+from eplb.tolerance import PROOF_TOL, REL_TOL, better, proven
 from eplb.topology import Topology
 
-SCALE_TARGET = 1e8  # scaled max GPU load ~ this many integer units
+SCALE_TARGET = 1e8  # scaled max GPU load: at least this many integer units (see _scale)
 EXACT_SCALE_LIMIT = 1e13  # largest scaled load for the exact integer scale
 DEFAULT_DETERMINISTIC = 10.0  # CP-SAT deterministic seconds per layer without a wall limit
 CPSAT_MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
@@ -107,6 +107,7 @@ class LayerResult:
     method: str
     seconds: float
     stopped: str | None = None
+    refuted: bool = False  # the model's certificate was beaten by an independent layout
 
 
 # ----------------------------------------------------------------------------- objective
@@ -177,18 +178,33 @@ def _candidates(pb: LayerProblem, warm: np.ndarray, upper: float):
     return [list(range(int(a), int(b) + 1)) for a, b in zip(lo, hi, strict=True)], True
 
 
-def _scale(w: np.ndarray, cands: list[list[int]], max_load: float) -> float:
+def _rounding_units(pb: LayerProblem) -> int:
+    """Largest total rounding error of the scaled model's objective, in integer units: one
+    per replica on a GPU (``S``), one per traffic term (``E N``), one per moved replica."""
+    units = pb.S
+    if pb.rdma_weight:
+        units += pb.E * pb.N
+    if pb.migration_weight:
+        units += pb.P
+    return units
+
+
+def _scale(pb: LayerProblem, cands: list[list[int]], max_load: float) -> float:
     """Integer scale of the per-replica loads: exact (every ``scale * w_e / c`` an integer,
     so the model's optimum and bound are the true ones) for integer loads whose candidate
-    counts have a small common multiple; else ``SCALE_TARGET / max_load`` (rounded down:
-    the model's bound stays a valid lower bound, within ``S / SCALE_TARGET`` relative)."""
+    counts have a small common multiple; else ``max_load`` (the start's) becomes ``8 units /
+    PROOF_TOL`` integer units (``units``: `_rounding_units`), loads rounded down: the model's
+    bound stays a valid lower bound and its optimum is within ``PROOF_TOL / 8`` of the true
+    one, so a truly optimal layer is certified."""
+    w = pb.w
     if np.all(w == np.round(w)):
         lcm = 1
         for c in {c for cs in cands for c in cs}:
             lcm = math.lcm(lcm, c)
         if lcm * float(w.max(initial=0.0)) * max(len(cands), 1) <= EXACT_SCALE_LIMIT:
             return float(lcm)
-    return SCALE_TARGET / max_load if max_load > 0 else 1.0
+    target = max(SCALE_TARGET, 8 * _rounding_units(pb) / PROOF_TOL)
+    return target / max_load if max_load > 0 else 1.0
 
 
 def _limits(params, pb: LayerProblem, wall: float | None) -> None:
@@ -210,7 +226,7 @@ def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict
     E = pb.E
     upper = objective(pb, warm)
     cands, exact = _candidates(pb, warm, upper)
-    scale = _scale(w, cands, float(gpu_load_row(w, warm, S).max()))
+    scale = _scale(pb, cands, float(gpu_load_row(w, warm, S).max()))
     m = cp_model.CpModel()
     warm_c = np.bincount(warm, minlength=E)
     warm_y = np.bincount(np.arange(P) // S * E + warm, minlength=G * E).reshape(G, E)
@@ -343,11 +359,22 @@ def _stopped(done: bool, wall_used: float, wall: float | None, pb: LayerProblem)
 
 
 # ----------------------------------------------------------------------------- MIP (shares)
+def weighted_unit(w: np.ndarray, num_gpus: int) -> float:
+    """The MIP's load unit for ``w: float[E]``: the mean GPU load (1 for an all-zero layer)."""
+    mean = float(w.sum()) / num_gpus
+    return mean if mean > 0 else 1.0
+
+
 def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
     from ortools.linear_solver import pywraplp  # lazy: OR-Tools is heavy; start-up avoids it
 
-    w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
+    G, S, N, gpn, P = pb.G, pb.S, pb.N, pb.gpn, pb.P
     E = pb.E
+    # the model in units of the mean GPU load: SCIP's tolerances are absolute (feasibility
+    # 1e-6, integrality 1e-6 against big-M rows ``f <= w z``), so loads of 1e11 certified false
+    # optima and loads of 1e-9 are noise; in these units every coefficient is O(1) .. O(G)
+    unit = weighted_unit(pb.w, G)
+    w = pb.w / unit
     solver = pywraplp.Solver.CreateSolver("SCIP")
     inf = solver.infinity()
     # one replica per GPU suffices when every GPU can be filled with distinct experts (a
@@ -405,7 +432,7 @@ def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> d
         zs = np.array([[round(z[e][g].solution_value()) for e in range(E)] for g in range(G)])
         if (zs.sum(1) == S).all() and (zs.sum(0) >= 1).all():
             out["slots"] = np.concatenate([np.repeat(np.arange(E), zs[g]) for g in range(G)])
-        out["cp_bound"] = solver.Objective().BestBound() + const
+        out["cp_bound"] = (solver.Objective().BestBound() + const) * unit
     else:
         out["cp_bound"] = None
     return out
@@ -471,7 +498,18 @@ def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
         best_slots, best_share = fallback
         best = objective(pb, best_slots, best_share)
         bound = pb.bound
-    status = "optimal" if proven(bound, best) else "feasible"
+    refuted = False
+    if pb.weighted and proven(bound, best) and not proven(pb.bound, best):
+        # the certificate rests on the MIP's bound alone: test it by independent constructions
+        found = _refute(pb, best_slots, bound)
+        if found is not None:
+            refuted = True
+            bound = pb.bound  # the MIP's bound is false: keep the analytic one
+            if better(found[2], best):
+                best_slots, best_share, best = found
+    # an objective below the analytic bound means one of them is wrong: certify nothing
+    consistent = best >= pb.bound * (1 - PROOF_TOL) or best <= 0
+    status = "optimal" if consistent and proven(bound, best) else "feasible"
     bound = min(bound, best)
     return LayerResult(
         slots=np.asarray(best_slots, dtype=np.int64),
@@ -483,7 +521,45 @@ def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
         method=method,
         seconds=time.perf_counter() - t0,
         stopped=stopped,
+        refuted=refuted,
     )
+
+
+def _refute(pb: LayerProblem, slots: np.ndarray, bound: float):
+    """``(slots, share, objective)`` of a weighted placement found by the wrap-around rule
+    (`shares.wrap_layout`, per node on the nodes of ``slots`` with the group contract) whose
+    objective is below ``bound``, or None. Independent of the MIP: a certificate it beats
+    was false."""
+    if pb.rdma_weight:
+        return None
+    w, S, gpn = pb.w, pb.S, pb.gpn
+    if pb.hierarchical:
+        M = pb.E // pb.num_groups
+        node_of = np.full(pb.num_groups, -1)
+        node_of[slots // M] = np.arange(slots.size) // (gpn * S)
+        members = [np.nonzero(np.repeat(node_of, M) == n)[0] for n in range(pb.N)]
+        parts = []
+        for mine in members:
+            sub = None
+            for order in wrap_orders(w[mine]):
+                sub = wrap_layout(w[mine], gpn, S, order)
+                if sub is not None:
+                    break
+            if sub is None:
+                return None
+            parts.append(mine[sub])
+        candidates = [np.concatenate(parts)]
+    else:
+        candidates = [wrap_layout(w, pb.G, S, o) for o in wrap_orders(w)]
+    best = None
+    for cand in candidates:
+        if cand is None:
+            continue
+        share = optimal_shares(w[None], cand[None], pb.topology)[0][0]
+        val = objective(pb, cand, share)
+        if better(val, bound) and (best is None or val < best[2]):
+            best = (cand, share, val)
+    return best
 
 
 def _order_warm(pb: LayerProblem, slots: np.ndarray) -> np.ndarray:
@@ -493,7 +569,7 @@ def _order_warm(pb: LayerProblem, slots: np.ndarray) -> np.ndarray:
     S, gpn, w = pb.S, pb.gpn, pb.w
     gpus = slots.reshape(-1, S)
     cands, _ = _candidates(pb, slots, objective(pb, slots))
-    scale = _scale(w, cands, float(gpu_load_row(w, slots, S).max()))
+    scale = _scale(pb, cands, float(gpu_load_row(w, slots, S).max()))
     cnt = np.bincount(slots, minlength=w.size)
     r = np.floor(scale * w / np.maximum(cnt, 1))
     key = r[gpus].sum(1)  # the model's (rounded) loads

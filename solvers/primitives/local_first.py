@@ -12,11 +12,13 @@ from eplb.topology import Topology
 
 
 def node_counts(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
-    """``int64[L, N, E]`` replicas of each expert on each node, ``phy2log: int64[L, P]``."""
+    """``int64[L, N, E]`` replicas of each expert on each node, ``phy2log: int64[L, P]``
+    (empty slots, -1, hold nothing)."""
     L, P = phy2log.shape
     N = topology.num_nodes
     key = (np.arange(L)[:, None] * N + topology.node_of_slot[None, :]) * num_experts + phy2log
-    return np.bincount(key.ravel(), minlength=L * N * num_experts).reshape(L, N, num_experts)
+    key = key[phy2log >= 0]
+    return np.bincount(key, minlength=L * N * num_experts).reshape(L, N, num_experts)
 
 
 def arrivals(k: np.ndarray, gpus_per_node: int, width: int | None = None) -> np.ndarray:
@@ -85,8 +87,10 @@ def slot_sources(phy2log: np.ndarray, num_experts: int, topology: Topology) -> n
     G, S, gpn = topology.num_gpus, topology.slots_per_gpu, topology.gpus_per_node
     E = num_experts
     # general path (duplicates allowed): build the table per layer, vectorised over sources
-    order = np.argsort(phy2log, axis=1, kind="stable")  # slots grouped by expert, ascending
-    cnt = np.bincount((np.arange(L)[:, None] * E + phy2log).ravel(), minlength=L * E).reshape(L, E)
+    # slots grouped by expert, ascending; empty slots (-1) last and counted for no expert
+    order = np.argsort(np.where(phy2log < 0, E, phy2log), axis=1, kind="stable")
+    key = (np.arange(L)[:, None] * E + phy2log)[phy2log >= 0]
+    cnt = np.bincount(key, minlength=L * E).reshape(L, E)
     R = int(cnt.max())
     start = np.cumsum(cnt, 1) - cnt
     pos = np.arange(R)
@@ -116,7 +120,8 @@ def slot_loads(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.
     """``float64[L, P]`` expected tokens per slot of ``phy2log: int64[L, P]`` for ``load:
     float[L, E]`` under ``local_first``, sources even."""
     src = slot_sources(phy2log, load.shape[1], topology)
-    return np.take_along_axis(load, phy2log, 1) / topology.num_gpus * src
+    w = np.where(phy2log >= 0, np.take_along_axis(load, np.maximum(phy2log, 0), 1), 0.0)
+    return w / topology.num_gpus * src
 
 
 def gpu_loads(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
 
@@ -43,7 +44,10 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
     if idx.size == 0:
         return share, float(fixed.max())
     n = idx.size
-    # variables: tokens f_i of free slot idx[i], then T
+    # the LP in units of the largest load: HiGHS' tolerances are absolute (1e-7), so raw loads
+    # of 1e-9 would all be "feasible" anywhere and loads of 1e12 would carry noise
+    unit = float(w.max())
+    # variables: tokens f_i of free slot idx[i] (in units), then T
     rows_g = gpu[idx]
     a_ub = coo_matrix(
         (
@@ -57,13 +61,19 @@ def _layer_shares(w: np.ndarray, slots: np.ndarray, topology: Topology) -> tuple
     cost = np.zeros(n + 1)
     cost[n] = 1.0
     res = linprog(
-        cost, A_ub=a_ub, b_ub=-fixed, A_eq=a_eq, b_eq=w[experts], bounds=(0, None), method="highs"
+        cost,
+        A_ub=a_ub,
+        b_ub=-fixed / unit,
+        A_eq=a_eq,
+        b_eq=w[experts] / unit,
+        bounds=(0, None),
+        method="highs",
     )
     if res.status != 0:  # cannot happen for a consistent input; keep the even split
         return share, float(
             (fixed + np.bincount(rows_g, weights=(w[slots] * even)[idx], minlength=G)).max()
         )
-    f = np.maximum(res.x[:n], 0.0)
+    f = np.maximum(res.x[:n], 0.0)  # in units: only the ratios below are used
     tot = np.bincount(col, weights=f, minlength=experts.size)
     ok = tot[col] > 0  # loads below the LP's tolerance may come back as zero flow: even split
     share[idx[ok]] = f[ok] / tot[col][ok]  # renormalise away solver round-off
@@ -122,3 +132,47 @@ def _chain_one(w: np.ndarray, T: float, G: int, S: int, E: int) -> np.ndarray:
             if e not in slots[g] or k > 2 * E:
                 slots[g].append(e)
     return np.array(slots, dtype=np.int64)
+
+
+def wrap_layout(w: np.ndarray, num_gpus: int, slots_per_gpu: int, order: np.ndarray):
+    """``int64[G * S]`` slots reaching ``total / G`` with shares for ``w: float[E]``, or None:
+    the experts laid end to end in ``order: int[E]`` and cut into ``G`` equal pieces
+    (McNaughton's wrap-around rule), an expert cut by a boundary held on both sides; None when
+    a piece meets more than ``S`` experts or the experts do not fill the slots. Spare slots
+    hold extra replicas (share 0 is allowed). Used to test claims that ``total / G`` is out
+    of reach."""
+    G, S = num_gpus, slots_per_gpu
+    E = w.size
+    total = float(w.sum())
+    if total <= 0 or E > G * S:
+        return None
+    v = w[order]
+    end = np.cumsum(v)
+    begin = end - v
+    tol = REL_TOL * total
+    edges = np.arange(G + 1) * (total / G)
+    slots: list[list[int]] = []
+    for g in range(G):
+        hit = (begin < edges[g + 1] - tol) & (end > edges[g] + tol) & (v > 0)
+        slots.append([int(e) for e in order[hit]])
+    for e in order[v <= 0]:  # zero loads take any free slot
+        g = min(range(G), key=lambda k: len(slots[k]))
+        slots[g].append(int(e))
+    if max(len(s) for s in slots) > S:
+        return None
+    heavy = int(np.argmax(w))
+    for s in slots:
+        s.extend([s[0] if s else heavy] * (S - len(s)))
+    return np.array(slots, dtype=np.int64).reshape(-1)
+
+
+def wrap_orders(w: np.ndarray, tries: int = 16, seed: int = 0) -> list[np.ndarray]:
+    """Orders of the experts of ``w: float[E]`` that `wrap_layout` tries: descending,
+    ascending, heavy and light alternating, then seeded random permutations."""
+    desc = np.argsort(-w, kind="stable")
+    alt = np.empty_like(desc)
+    half = (desc.size + 1) // 2
+    alt[0::2] = desc[:half]
+    alt[1::2] = desc[half:][::-1]
+    rng = np.random.default_rng(seed)
+    return [desc, desc[::-1], alt] + [rng.permutation(w.size) for _ in range(tries)]

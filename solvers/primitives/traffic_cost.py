@@ -16,13 +16,14 @@ from eplb.topology import Topology
 
 def nodes_holding(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
     """``int64[L, E]``: distinct nodes holding a replica of each expert, ``phy2log: int64[L,
-    P]``."""
+    P]`` (empty slots, -1, hold nothing)."""
     L, P = phy2log.shape
     N = topology.num_nodes
     held = np.zeros((L, num_experts, N), dtype=bool)
     layer = np.broadcast_to(np.arange(L)[:, None], (L, P))
     node = np.broadcast_to(topology.node_of_slot[None, :], (L, P))
-    held[layer, phy2log, node] = True
+    full = phy2log >= 0
+    held[layer[full], phy2log[full], node[full]] = True
     return held.sum(-1)
 
 
@@ -47,8 +48,8 @@ def expected_rdma(placement_or_phy2log, load, topology: Topology | None = None) 
             f"phy2log has {phy2log.shape[1]} slots but topology {topology} has {topology.num_slots}"
         )
     E = load.shape[1]
-    if phy2log.min() < 0 or phy2log.max() >= E:
-        raise InputError(f"phy2log holds expert ids outside 0..{E - 1}")
+    if phy2log.min() < -1 or phy2log.max() >= E:
+        raise InputError(f"phy2log holds expert ids outside 0..{E - 1} (or -1, an empty slot)")
     held = nodes_holding(phy2log, E, topology)
     return (load * (1.0 - held / topology.num_nodes)).sum(-1)
 

@@ -14,7 +14,7 @@ from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import presets, toml
 from eplb.evaluation.serving.config.faults import as_fault
-from eplb.evaluation.serving.config.hardware import Hardware, get_hardware
+from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get_hardware
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.evaluation.serving.config.schema import (
     BLOCKS,
@@ -35,7 +35,8 @@ from eplb.topology import Topology
 @dataclass(frozen=True)
 class ClusterConfig:
     """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
-    ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`), ``eplb``, ``kv``,
+    ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`; ``lp_overhead_s``:
+    seconds per MoE layer and micro-batch the ``lp`` split adds), ``eplb``, ``kv``,
     ``slo``, ``routing`` blocks and ``faults`` (simulator fault objects or their tables).
     Seed-independent: the simulator takes the seed."""
 
@@ -48,6 +49,7 @@ class ClusterConfig:
         default_factory=lambda: UnitConfig(nodes=18, max_running_requests=128)
     )
     dispatch: str = "even"
+    lp_overhead_s: float = LP_OVERHEAD_S
     eplb: EplbConfig = field(default_factory=EplbConfig)
     kv: KVConfig = field(default_factory=KVConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
@@ -97,7 +99,12 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
-        _choice("dispatch", self.dispatch, tuple(p for p in POLICIES if p != "lp"))
+        _choice("dispatch", self.dispatch, POLICIES)
+        v = self.lp_overhead_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise InputError(
+                f"lp_overhead_s must be seconds >= 0 (per MoE layer and micro-batch), got {v!r}"
+            )
         _str("name", self.name)
         if not isinstance(self.faults, tuple):
             raise InputError(f"faults must be a list, got {type(self.faults).__name__}")

@@ -16,6 +16,10 @@ from eplb.topology import Topology
 
 DISPATCH_BYTES = 1 + 4 / 128  # FP8 element + one FP32 scale per 128 (DeepEP's fp8_factor)
 COMBINE_BYTES = 2.0  # BF16 combine
+# ``lp`` dispatch: seconds per MoE layer and micro-batch on the critical path (the all-reduce of
+# per-expert counts plus the solve). DeepSeek's LPLB README gives ~100 us for its single-SM
+# interior-point solve; its maintainers put the whole overhead at ~100-200 us (issue #3).
+LP_OVERHEAD_S = 100e-6
 BENCH_TOKENS = 4096  # tokens per rank in DeepEP's normal-kernel benchmarks
 BENCH_EXPERTS, BENCH_TOP_K, BENCH_TOPK_GROUPS = 256, 8, 4  # DeepSeek-V3 shape in both sweeps
 

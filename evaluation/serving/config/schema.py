@@ -18,6 +18,7 @@ MIGRATION_MODES = ("stall", "overlap")
 ROUTING_SOURCES = ("calibrated", "uniform", "trace")
 EXTRA_SOLVERS = ("static", "oracle", "balanced")
 INITIAL_PLACEMENTS = ("trivial", "history")
+EMERGENCY_MODES = ("patch", "repair", "resolve")
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
 
 
@@ -171,7 +172,14 @@ class EplbConfig:
     ``p`` holds expert ``p mod E``, a runtime's default) or ``history`` (solved on the
     ``history_s`` of expected load before the start, as from a recorded distribution).
     ``base_solver``: the registered solver ``static`` (for a ``history`` start) and
-    ``oracle`` place with."""
+    ``oracle`` place with. ``emergency``: after a GPU failure orphans experts, ``patch``
+    (re-home only the orphaned experts, the fewest moves; the next scheduled rebalance
+    re-balances fully), ``repair`` (the patch, then the ``repair`` solver until within
+    ``emergency_tolerance`` of a fresh greedy solve) or ``resolve`` (place afresh at once with
+    the unit's solver). ``min_gain``: a scheduled
+    rebalance is skipped when its predicted gain, ``1 - after / before`` of the mean max/mean
+    GPU load on the load it was placed from, is below it (0: skip only what would not help;
+    a negative value never skips)."""
 
     solver: str = "deepseek"
     rebalance_interval_s: float = 600.0
@@ -181,6 +189,9 @@ class EplbConfig:
     options: dict = field(default_factory=dict)
     initial: str = "trivial"
     base_solver: str = "deepseek"
+    emergency: str = "patch"
+    emergency_tolerance: float = 0.02
+    min_gain: float = 0.0
 
     def check(self) -> None:
         names = (*solvers.available(), *EXTRA_SOLVERS)
@@ -199,6 +210,14 @@ class EplbConfig:
         _choice("eplb.migration", self.migration, MIGRATION_MODES)
         _num("eplb.migration_gbps", self.migration_gbps)
         _options("eplb.options", self.options)
+        _choice("eplb.emergency", self.emergency, EMERGENCY_MODES)
+        _num("eplb.emergency_tolerance", self.emergency_tolerance, strict=False)
+        g = self.min_gain
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not -1.0 <= g < 1.0:
+            raise InputError(
+                f"eplb.min_gain must be a number in [-1, 1) (a relative gain; 0.02 = skip "
+                f"rebalances predicted to gain under 2%), got {g!r}"
+            )
 
 
 @dataclass(frozen=True)

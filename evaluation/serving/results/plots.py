@@ -80,20 +80,26 @@ def throughput(result, path) -> Path:
         ax.set_title(f"{bin_s:.3g} s bins", fontsize=8, loc="right")
         ax.grid(alpha=0.3)
         rb = result.rebalances
-        for t in rb[rb["phase"] == phase]["time_s"] if len(rb) else ():
+        moved = rb[(rb["phase"] == phase) & (rb["kind"] != "skipped")] if len(rb) else rb
+        for t in moved["time_s"] if len(moved) else ():
             ax.axvline(t, color="grey", ls=":", lw=0.8)
+        ax.set_xlim(0.0, end)
         fl = result.faults
         for t in fl[fl["phase"] == phase]["time_s"] if len(fl) else ():
             ax.axvline(t, color="red", lw=1.2)
-    axes[1].set_xlabel("simulated time (s); dotted: rebalances, red: faults")
+    axes[1].set_xlabel(
+        "simulated time (s); dotted: rebalances and emergency placements, red: faults"
+    )
     fig.suptitle(f"{result.meta.get('config_name', '')}: throughput")
     return _save(fig, path)
 
 
 def utilisation(result, path) -> Path:
-    """One heatmap per unit: rank utilisation (0..1+) over time."""
+    """One heatmap per unit: rank utilisation (0..1+) over time, up to the run's end (a step
+    running past the end charges buckets after it; they are not drawn)."""
     plt = _plt()
-    names = list(result.utilisation)
+    end = float(result.meta.get("end_s", np.inf))
+    names = [n for n in result.utilisation if (result.utilisation[n].index < end).any()]
     if not names:
         fig, ax = plt.subplots(figsize=(6, 2))
         ax.text(0.5, 0.5, "no steps ran", ha="center")
@@ -104,15 +110,19 @@ def utilisation(result, path) -> Path:
         frame = result.utilisation[name]
         t = frame.index.to_numpy(dtype=float)
         step = float(np.diff(t).min()) if t.size > 1 else 1.0
+        frame = frame[t < end]
+        t = t[t < end]
+        right = min(t[-1] + step, end)
         im = ax.imshow(
             frame.to_numpy().T,
             aspect="auto",
             origin="lower",
             interpolation="nearest",
-            extent=(t[0], t[-1] + step, -0.5, frame.shape[1] - 0.5),
+            extent=(t[0], right, -0.5, frame.shape[1] - 0.5),
             vmin=0.0,
             cmap="viridis",
         )
+        ax.set_xlim(t[0], right)
         ax.set_ylabel(f"{name}\nrank")
         fig.colorbar(im, ax=ax, label="utilisation")
     axes[-1, 0].set_xlabel(

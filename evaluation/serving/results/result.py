@@ -42,6 +42,7 @@ REBALANCE_COLUMNS = (
     "time_s",
     "phase",
     "unit",
+    "kind",
     "solver",
     "replicas_moved",
     "bytes_moved",
@@ -51,6 +52,7 @@ REBALANCE_COLUMNS = (
     "solve_wall_s",
     "expected_balance_before",
     "expected_balance_after",
+    "predicted_gain",
 )
 FAULT_COLUMNS = (
     "time_s",
@@ -88,6 +90,9 @@ SUMMARY_UNITS = {
     "rebalances": "rebalances",
     "stall_s": "s",
     "bytes_moved": "bytes",
+    "rebalances_skipped": "rebalances",
+    "emergency_placements": "placements",
+    "emergency_replicas_moved": "replicas",
 }
 
 
@@ -179,9 +184,16 @@ class SimResult:
             out["decode_running_per_gpu"] = 0.0
         rb = self.rebalances
         rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < t1)] if len(rb) else rb
-        out["rebalances"] = int(len(rb))
-        out["stall_s"] = float(rb["stall_s"].sum()) if len(rb) else 0.0
+        kind = rb["kind"] if len(rb) else pd.Series([], dtype=object)
+        out["rebalances"] = int((kind == "scheduled").sum())  # applied scheduled rebalances
+        out["stall_s"] = float(rb["stall_s"].sum()) if len(rb) else 0.0  # emergencies too
         out["bytes_moved"] = float(rb["bytes_moved"].sum()) if len(rb) else 0.0
+        out["rebalances_skipped"] = int((kind == "skipped").sum())
+        emergency = rb[kind == "emergency"] if len(rb) else rb
+        out["emergency_placements"] = int(len(emergency))
+        out["emergency_replicas_moved"] = (
+            int(emergency["replicas_moved"].sum()) if len(emergency) else 0
+        )
         return out
 
     def summary_table(self, window=None) -> str:

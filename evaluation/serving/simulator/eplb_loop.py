@@ -1,8 +1,11 @@
 """EPLB in the simulator's loop: each unit records the expert load it served (`Recorder`,
 as SGLang's expert-distribution recorder sums each forward pass's counts), and every
 ``eplb.rebalance_interval_s`` its `Planner` places from the last ``eplb.history_s`` of it; the
-weights move while serving (``overlap``) or stall the unit (``stall``). `EplbLoop` holds the
-handlers: the initial placements, a rebalance, a stall, a placement going live."""
+weights move while serving (``overlap``) or stall the unit (``stall``); a rebalance predicted
+to gain less than ``eplb.min_gain`` on that load is skipped, except the first after a failure
+(which re-balances what the emergency patch left). `EplbLoop` holds the handlers: the initial
+placements, a rebalance, a stall, a placement going live; `rebalance_row` is one row of the
+``rebalances`` frame (``kind``: ``scheduled``, ``skipped`` or ``emergency``)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,29 @@ import numpy as np
 
 from eplb.evaluation.serving.simulator.events import LIVE, REBAL
 
-__all__ = ["EplbLoop", "Recorder"]
+__all__ = ["EplbLoop", "Recorder", "rebalance_row"]
+
+
+def rebalance_row(t: float, phase: str, u: int, kind: str, solver: str, plan, stall: bool) -> dict:
+    """The ``rebalances`` row of ``plan`` (a `planner.Plan`) at ``t``; ``stall``: the unit
+    stops serving for the copy. A skipped plan moves nothing."""
+    moved = kind != "skipped"
+    return {
+        "time_s": t,
+        "phase": phase,
+        "unit": u,
+        "kind": kind,
+        "solver": solver,
+        "replicas_moved": plan.replicas_moved if moved else 0,
+        "bytes_moved": plan.bytes_moved if moved else 0.0,
+        "max_gpu_bytes": plan.max_gpu_bytes if moved else 0.0,
+        "copy_s": plan.copy_s if moved else 0.0,
+        "stall_s": plan.copy_s if moved and stall else 0.0,
+        "solve_wall_s": plan.solve_wall_s,
+        "expected_balance_before": plan.balance_before,
+        "expected_balance_after": plan.balance_after,
+        "predicted_gain": plan.predicted_gain,
+    }
 
 
 class Recorder:
@@ -67,8 +92,13 @@ class EplbLoop:
                         lambda pop=pop: pop.mean(0.0, eplb.rebalance_interval_s),
                     )
                 )
-                if unit.planner.rebalances:
-                    sim.events.push(eplb.rebalance_interval_s, REBAL, (phase, unit.index))
+                self.schedule(eplb.rebalance_interval_s, phase, unit)
+
+    def schedule(self, t: float, phase: str, unit) -> None:
+        """The unit's next rebalance at ``t``, if it rebalances and ``t`` is before the end
+        (a rebalance at the end could change nothing the run measures)."""
+        if unit.planner.rebalances and t < self.sim.end_time:
+            self.sim.events.push(t, REBAL, (phase, unit.index))
 
     def on_rebalance(self, arg: tuple[str, int], t: float) -> None:
         """Unit ``arg = (phase, index)`` places again from its recorded load (the oracle: from
@@ -76,7 +106,7 @@ class EplbLoop:
         phase, u = arg
         sim, eplb = self.sim, self.cfg
         unit = sim.units[phase][u]
-        sim.events.push(t + eplb.rebalance_interval_s, REBAL, (phase, u))
+        self.schedule(t + eplb.rebalance_interval_s, phase, unit)
         if unit.dead or unit.placement is None:
             return
         pop = sim.popularity[phase]
@@ -89,22 +119,13 @@ class EplbLoop:
         if plan is None:
             return
         stall = eplb.migration == "stall"
-        sim.records.rebalances.append(
-            {
-                "time_s": t,
-                "phase": phase,
-                "unit": u,
-                "solver": eplb.solver,
-                "replicas_moved": plan.replicas_moved,
-                "bytes_moved": plan.bytes_moved,
-                "max_gpu_bytes": plan.max_gpu_bytes,
-                "copy_s": plan.copy_s,
-                "stall_s": plan.copy_s if stall else 0.0,
-                "solve_wall_s": plan.solve_wall_s,
-                "expected_balance_before": plan.balance_before,
-                "expected_balance_after": plan.balance_after,
-            }
-        )
+        forced = unit.rebalance_due  # the first after a failure: the full re-balance
+        skip = not forced and plan.predicted_gain < eplb.min_gain
+        kind = "skipped" if skip else "scheduled"
+        sim.records.rebalances.append(rebalance_row(t, phase, u, kind, eplb.solver, plan, stall))
+        if skip:
+            return
+        unit.rebalance_due = False
         if stall:
             unit.pending_stall = plan
             if not unit.busy:

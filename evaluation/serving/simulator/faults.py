@@ -1,7 +1,8 @@
 """GPU failures in the loop: the failed GPU's work is lost (its queued and running requests
 prefill again or retry their KV transfer), its slots empty, and experts left without a replica
-force an emergency placement that stalls the unit until it is copied in (docs/serving.md,
-"Faults"). The fault objects themselves are `config.faults.GpuFailure`."""
+force an emergency placement (by default a patch that re-homes only them) that stalls the unit
+until it is copied in; the next scheduled rebalance re-balances fully (docs/serving.md,
+"Simulator", item 8). The fault objects themselves are `config.faults.GpuFailure`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import deque
 import numpy as np
 
 from eplb.evaluation.serving.simulator.decode import DecodeUnit, cum
+from eplb.evaluation.serving.simulator.eplb_loop import rebalance_row
 from eplb.evaluation.serving.simulator.events import FAULT
 from eplb.evaluation.serving.simulator.planner import emptied
 from eplb.evaluation.serving.simulator.prefill import PrefillUnit
@@ -161,8 +163,10 @@ class Faults:
 
     def emergency(self, unit, t: float, row: dict) -> None:
         """The failed GPUs' slots empty at once (surviving replicas take their tokens); experts
-        left without a replica force an emergency placement, and the unit stalls until it is
-        copied in."""
+        left without a replica (``row["orphaned_experts"]``, in (layer, expert) pairs) force an
+        emergency placement (a ``rebalances`` row of kind ``emergency``), and the unit stalls
+        until it is copied in. After a ``patch`` (or a failure that orphaned nothing) the next
+        scheduled rebalance is never skipped."""
         if unit.placement is None:  # balanced routing: spread over the GPUs left
             return
         sim = self.sim
@@ -172,16 +176,23 @@ class Faults:
         degraded = emptied(unit.placement, topo)
         orphans = int((degraded.logcnt == 0).sum())
         row["orphaned_experts"] = orphans
+        eplb = sim.cfg.eplb
+        # a patched placement (the emptied one, or the orphans re-homed) is re-balanced at the
+        # next scheduled rebalance whatever its predicted gain
+        unit.rebalance_due = not orphans or eplb.emergency == "patch"
         if not orphans:
             unit.set_placement(degraded)
             return
-        eplb = sim.cfg.eplb
         load = unit.recorder.load(t - eplb.history_s, t) if unit.recorder is not None else None
         if load is None or not load.sum() > 0:
             load = sim.popularity[unit.phase].mean(t - eplb.history_s, t)
         plan = unit.planner.emergency(degraded, load)
         row["emergency_replicas_moved"] = plan.replicas_moved
         row["stall_s"] = plan.copy_s
+        solver = eplb.emergency if eplb.emergency != "resolve" else unit.planner.solver_name
+        sim.records.rebalances.append(
+            rebalance_row(t, unit.phase, unit.index, "emergency", solver, plan, True)
+        )
         unit.set_placement(degraded)  # (never stepped on: the unit stalls first)
         unit.pending_stall = plan
         if not unit.busy:

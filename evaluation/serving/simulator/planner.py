@@ -1,7 +1,9 @@
 """A unit's placement policy (`Planner`, one decision a `Plan`: a registered solver, ``static``,
 ``oracle`` or ``balanced``) and what moving a placement costs (`migration_bytes`); `emptied`
-drops failed GPUs' slots and `Planner.emergency` places again when an expert lost every
-replica; `trivial_placement` is a runtime's default (docs/serving.md, "Simulator", item 7)."""
+drops failed GPUs' slots, `patch_orphans` re-homes the experts that lost every replica with
+the fewest moves and `Planner.emergency` applies ``eplb.emergency`` (``patch`` or
+``resolve``); `trivial_placement` is a runtime's default (docs/serving.md, "Simulator",
+items 7 and 8)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from eplb import solvers
+from eplb.errors import InfeasibleError
 from eplb.evaluation.serving.config import EplbConfig
 from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-__all__ = ["Plan", "Planner", "emptied", "gpu_balance", "migration_bytes", "trivial_placement"]
+__all__ = ["Plan", "Planner", "emptied", "gpu_balance", "migration_bytes", "patch_orphans"]
+__all__ += ["trivial_placement"]
 
 
 def trivial_placement(model: ModelSpec, topology: Topology) -> Placement:
@@ -46,6 +50,61 @@ def emptied(placement: Placement, topology: Topology) -> Placement:
     return Placement(
         phy2log, placement.num_experts, topology, share, placement.meta, placement.layer_ids
     )
+
+
+def patch_orphans(degraded: Placement, load: np.ndarray) -> Placement:
+    """``degraded`` (`emptied`: failed GPUs' slots empty) with one replica for every expert
+    that lost all of its (``logcnt == 0``): the fewest moves there are, one new replica per
+    orphaned (layer, expert); every other slot keeps its expert.
+
+    Per layer, orphans heaviest first (``load: float[L, E]``), each takes the slot of a replica
+    whose expert keeps at least one other, the slot that leaves the layer's max GPU load
+    lowest (ties: the lowest slot). The donor's other replicas take its share (renormalised
+    when the placement has ``replica_share``). `InfeasibleError` when the surviving GPUs hold
+    fewer slots than experts."""
+    topo = degraded.topology
+    E = degraded.num_experts
+    G, S = topo.num_gpus, topo.slots_per_gpu
+    if int(topo.slot_alive.sum()) < E:
+        raise InfeasibleError(
+            f"the surviving GPUs hold {int(topo.slot_alive.sum())} slots, fewer than the {E} "
+            "experts; every expert needs a slot"
+        )
+    load = np.asarray(load, dtype=np.float64)
+    phy2log = degraded.phy2log.copy()
+    share = np.array(degraded.share, dtype=np.float64)  # [L, P]
+    cnt = degraded.logcnt.copy()  # [L, E]
+    for layer in np.flatnonzero((cnt == 0).any(1)):
+        ph, sh, c, w = phy2log[layer], share[layer], cnt[layer], load[layer]
+        orphans = np.flatnonzero(c == 0)
+        for o in orphans[np.argsort(-w[orphans], kind="stable")]:
+            slot_load = np.where(ph >= 0, w[np.maximum(ph, 0)] * sh, 0.0)
+            gpu = slot_load.reshape(G, S).sum(1)
+            cand = np.flatnonzero((ph >= 0) & (c[np.maximum(ph, 0)] >= 2))  # [C]
+            d = ph[cand]
+            sigma = sh[cand]
+            rest = 1.0 - sigma
+            # the donor's other replicas: share / (1 - sigma), or even when sigma was all of it
+            same = (ph[None, :] == d[:, None]) & (np.arange(ph.size)[None, :] != cand[:, None])
+            even = rest <= 1e-12
+            new_share = np.where(
+                even[:, None], 1.0 / np.maximum(c[d] - 1, 1)[:, None],
+                sh[None, :] / np.where(even, 1.0, rest)[:, None],
+            )
+            delta = np.where(same, w[d][:, None] * new_share - slot_load[None, :], 0.0)
+            delta[np.arange(cand.size), cand] = w[o] - slot_load[cand]
+            peak = (gpu[None, :] + delta.reshape(-1, G, S).sum(2)).max(1)
+            k = int(np.argmin(peak))
+            s_k, d_k = int(cand[k]), int(d[k])
+            others = same[k]
+            sh[others] = new_share[k, others]
+            ph[s_k], sh[s_k] = o, 1.0
+            c[d_k] -= 1
+            c[o] = 1
+    out_share = None if degraded.replica_share is None else share
+    orphans = int((degraded.logcnt == 0).sum())
+    meta = {**degraded.meta, "solver": {"name": "patch", "orphans": orphans}}
+    return Placement(phy2log, E, topo, out_share, meta, degraded.layer_ids).validate()
 
 
 def migration_bytes(old: Placement, new: Placement, expert_bytes: float) -> np.ndarray:
@@ -84,6 +143,7 @@ class Plan:
     solve_wall_s: float
     balance_before: float
     balance_after: float
+    predicted_gain: float = math.nan  # 1 - after / before on the load it was placed from
 
 
 class Planner:
@@ -109,6 +169,15 @@ class Planner:
     @property
     def rebalances(self) -> bool:
         return self.config.solver not in ("static", "balanced")
+
+    @property
+    def solver_name(self) -> str:
+        """The registered solver this unit places with (``base_solver`` for ``static``,
+        ``oracle`` and ``balanced``)."""
+        cfg = self.config
+        return cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (
+            cfg.base_solver
+        )
 
     def _solve(self, name: str, load: np.ndarray, previous: Placement | None) -> Placement:
         self.calls += 1
@@ -138,15 +207,27 @@ class Planner:
         return self._solve(name, history_load(), None)
 
     def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:
-        """A placement on the surviving GPUs (``self.topology`` marks the failed ones) from
-        ``load: float[L, E]`` with ``previous=degraded`` (the live placement with the failed
-        slots empty), for a unit that lost every replica of some expert."""
+        """The placement for a unit that lost every replica of some expert (``degraded``: the
+        live placement with the failed slots empty, on ``self.topology`` which marks the failed
+        GPUs), from ``load: float[L, E]``: ``eplb.emergency = "patch"`` re-homes only the
+        orphaned experts (`patch_orphans`); ``"repair"`` then runs the ``repair`` solver on the
+        patch (``tolerance=eplb.emergency_tolerance``); ``"resolve"`` places afresh with the
+        unit's solver (`solver_name`) and ``previous=degraded``."""
         cfg = self.config
-        name = (
-            cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (cfg.base_solver)
-        )
         start = time.perf_counter()
-        new = self._solve(name, load, degraded)
+        if cfg.emergency in ("patch", "repair"):
+            new = patch_orphans(degraded, load)
+            if cfg.emergency == "repair":
+                new = solvers.solve(
+                    "repair",
+                    load,
+                    self.topology,
+                    num_groups=self.model.num_groups,
+                    previous=new,
+                    tolerance=cfg.emergency_tolerance,
+                )
+        else:
+            new = self._solve(self.solver_name, load, degraded)
         wall = time.perf_counter() - start
         per_gpu = migration_bytes(degraded, new, self.expert_bytes)
         return Plan(
@@ -182,4 +263,5 @@ class Planner:
             solve_wall_s=wall,
             balance_before=gpu_balance(live, judge),
             balance_after=gpu_balance(new, judge),
+            predicted_gain=1.0 - gpu_balance(new, load) / gpu_balance(live, load),
         )

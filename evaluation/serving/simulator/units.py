@@ -22,8 +22,9 @@ class Unit:
     and the stepping protocol: `start` (a subclass's: run a step if one can run), `wake`.
 
     State: ``busy`` (in a step or a migration stall), ``stalled``, ``pending_stall`` (a plan
-    waiting for the running step to end), ``wake_at`` (a wake-up event's time, or inf),
-    ``k`` (steps run), ``alive: bool[G]`` (its GPUs), ``dead`` (none left), ``version``
+    waiting for the running step to end), ``rebalance_due`` (the next scheduled rebalance
+    may not be skipped: a failure patched the placement), ``wake_at`` (a wake-up event's time,
+    or inf), ``k`` (steps run), ``alive: bool[G]`` (its GPUs), ``dead`` (none left), ``version``
     (placements set), ``row`` (its running step's row in the records).
     """
 
@@ -51,6 +52,7 @@ class Unit:
         self.busy = False  # inside a step or a migration stall
         self.stalled = False
         self.pending_stall = None  # a plan waiting for the current step to end
+        self.rebalance_due = False  # a failure changed the placement: never skip the next
         self.wake_at = math.inf
         self.k = 0  # steps run
         self.alive = np.ones(self.G, dtype=bool)

@@ -10,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 
 from eplb.errors import InputError
-from eplb.evaluation.serving.config.hardware import Hardware, h800
+from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, h800
 from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3
 from eplb.evaluation.serving.steptime.assemble import Assembly
 from eplb.evaluation.serving.steptime.batch import RankBatch, check_phase
@@ -49,6 +49,7 @@ class StepModel:
         hardware: Hardware = h800,
         dispatch: str = "even",
         micro_batches: int = 2,
+        lp_overhead_s: float = LP_OVERHEAD_S,
     ) -> None:
         self.phase = check_phase(phase)
         if not isinstance(topology, Topology):
@@ -65,12 +66,11 @@ class StepModel:
             )
         self.topology, self.model, self.hardware = topology, model, hardware
         self.dispatch = check_policy(dispatch)
-        if self.dispatch == "lp":
-            raise InputError(
-                "the step-time model does not model lp dispatch (a min-max split per batch); "
-                "use even, random, local_first or weighted, or evaluate lp with "
-                "evaluation.traffic / eplb evaluate --dispatch lp"
-            )
+        if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) or not (
+            0 <= lp_overhead_s < float("inf")
+        ):
+            raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
+        self.lp_overhead_s = float(lp_overhead_s) if self.dispatch == "lp" else 0.0
         self.micro_batches = micro_batches
         self.rank = RankSide(phase, model, hardware, micro_batches)
         self.gpu = GpuSide(topology, model, hardware)
@@ -138,13 +138,29 @@ class StepModel:
         slot = self.routing.slot_picks(routed, dist, scale)
         recv = per_gpu(slot, self.topology.slots_per_gpu)
         moe = self.gpu.seconds_fast(slot, tabulated)
-        return self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll)
+        return self._lp_cost(
+            self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll)
+        )
 
     def _assemble(self, batch: RankBatch, a1, a2, sh, gpu, *, balanced: bool) -> StepTime:
         rank = self.rank
         dense_r = rank.dense(batch, a1, a2)
         head_r = rank.head(batch.logits)
-        return self.assembly.step(batch, a1, a2, sh, *gpu, dense_r, head_r, balanced=balanced)
+        st = self.assembly.step(batch, a1, a2, sh, *gpu, dense_r, head_r, balanced=balanced)
+        return st if balanced else self._lp_cost(st)
+
+    def _lp_cost(self, st: StepTime) -> StepTime:
+        """``st`` with the ``lp`` dispatch's per-layer solve on the critical path (``lp_overhead_s``
+        per MoE layer and micro-batch, in ``overhead``; ``meta["lp_s"]``); unchanged otherwise."""
+        if not self.lp_overhead_s:
+            return st
+        extra = self.lp_overhead_s * self.model.moe_layers * self.micro_batches
+        breakdown = dict(st.breakdown)
+        breakdown["overhead"] += extra
+        return StepTime(
+            st.phase, st.total_s + extra, breakdown, st.layer_s + extra / self.model.moe_layers,
+            st.gpu_load_max, st.gpu_load_mean, st.tokens, meta={**st.meta, "lp_s": extra},
+        )
 
     # ------------------------------------------------------------------ public
     def time(self, batch: RankBatch, placement: Placement | None = None, load=None) -> StepTime:
@@ -244,7 +260,7 @@ class StepModel:
 
 
 @lru_cache(maxsize=64)
-def _model_for(phase, topology, model, hardware, dispatch, micro_batches) -> StepModel:
+def _model_for(phase, topology, model, hardware, dispatch, micro_batches, lp_overhead_s):
     return StepModel(
         phase,
         topology,
@@ -252,6 +268,7 @@ def _model_for(phase, topology, model, hardware, dispatch, micro_batches) -> Ste
         hardware=hardware,
         dispatch=dispatch,
         micro_batches=micro_batches,
+        lp_overhead_s=lp_overhead_s,
     )
 
 
@@ -267,6 +284,7 @@ def step_time(
     hardware: Hardware | None = None,
     dispatch: str | None = None,
     micro_batches: int | None = None,
+    lp_overhead_s: float | None = None,
 ) -> StepTime:
     """Seconds of one forward step of a unit, with a breakdown that sums to it.
 
@@ -286,6 +304,8 @@ def step_time(
         hardware = hardware or config.hardware_spec
         dispatch = dispatch or config.dispatch
         micro_batches = micro_batches or unit.micro_batches
+        if lp_overhead_s is None:
+            lp_overhead_s = config.lp_overhead_s
     if topology is None:
         if placement is None:
             raise InputError(
@@ -300,4 +320,5 @@ def step_time(
         hardware or h800,
         dispatch or "even",
         micro_batches or 2,
+        LP_OVERHEAD_S if lp_overhead_s is None else lp_overhead_s,
     ).time(batch, placement, load)

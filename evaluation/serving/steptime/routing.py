@@ -13,6 +13,7 @@ from eplb.errors import InputError
 from eplb.evaluation import traffic
 from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.executor.lp_shares import LpShares
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -25,7 +26,8 @@ class RoutedPlacement:
     Shape: ``dist: float64[L, E]`` expected share of a layer's picks per expert; ``gather:
     int64[L * P]`` flat index ``layer * E + expert`` of each slot; ``share: float64[L, P]``
     share of its expert's picks a slot receives; ``v: float64[L, G]``, ``vn: float64[L, N]``
-    visit probability of each GPU / node (prefill; None in decode).
+    visit probability of each GPU / node (prefill; None in decode). ``lp``: the placement's
+    `LpShares` under ``lp`` dispatch (each step's picks are split again), else None.
     """
 
     placement: Placement | None
@@ -34,6 +36,7 @@ class RoutedPlacement:
     share: np.ndarray | None
     v: np.ndarray | None
     vn: np.ndarray | None
+    lp: LpShares | None = None
 
     @property
     def load(self) -> np.ndarray | None:
@@ -46,6 +49,22 @@ class StepRouting:
 
     def __init__(self, phase: str, topology: Topology, model: ModelSpec, dispatch: str):
         self.phase, self.topology, self.model, self.dispatch = phase, topology, model, dispatch
+        self._lp: tuple[Placement, LpShares] | None = None  # the last placement's lp arcs
+
+    def lp_shares(self, placement: Placement) -> LpShares:
+        """`LpShares` of ``placement`` (kept for the last placement asked)."""
+        if self._lp is None or self._lp[0] is not placement:
+            self._lp = (placement, LpShares(placement))
+        return self._lp[1]
+
+    def slot_routing(self, placement: Placement, dist: np.ndarray | None = None):
+        """The traffic model's `SlotRouting` of ``placement`` under this unit's dispatch; for
+        ``lp``, with the min-max split of ``dist: float[L, E]`` as the slots' shares."""
+        m = self.model
+        if self.dispatch != "lp":
+            return traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+        rt = traffic.slot_routing(placement, "even", m.num_groups, m.topk_groups)
+        return traffic.with_share(rt, self.lp_shares(placement)(dist), self.topology)
 
     def check_placement(self, placement: Placement) -> None:
         if not isinstance(placement, Placement):
@@ -82,7 +101,7 @@ class StepRouting:
         if arr.ndim == 2 and self.dispatch != "local_first":
             dist = normalise(arr)
             picks = dist * (K * total)  # [L, E]
-            rt = traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+            rt = self.slot_routing(placement, dist)
             slot = np.take_along_axis(picks, rt.expert, 1) * rt.share
             recv = slot.reshape(L, G, -1).sum(-1)
             if self.phase == "decode":  # low-latency kernels: picks only
@@ -143,19 +162,21 @@ class StepRouting:
         if arr.ndim != 2:
             raise InputError("prepare() takes a load float[L, E]; per-source loads need time()")
         dist = normalise(arr)
-        rt = traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
+        rt = self.slot_routing(placement, dist)
         gather = (np.arange(L)[:, None] * E + rt.expert).ravel()
         v = vn = None
         if self.phase == "prefill":
             v, vn = self.visits(rt, dist)
-        return RoutedPlacement(placement, dist, gather, rt.share, v, vn)
+        lp = self.lp_shares(placement) if self.dispatch == "lp" else None
+        return RoutedPlacement(placement, dist, gather, rt.share, v, vn, lp)
 
     def slot_picks(self, routed: RoutedPlacement, dist: np.ndarray, scale: float) -> np.ndarray:
         """``float64[L, P]``: picks per slot of one micro-batch on a prepared placement:
         ``dist: float[L, E]`` (the step's load) gathered to the slots, times each slot's
-        share and ``scale`` (picks of the micro-batch per unit of ``dist``)."""
+        share and ``scale`` (picks of the micro-batch per unit of ``dist``); under ``lp`` the
+        shares are the min-max split of this ``dist``."""
         slot = dist.ravel().take(routed.gather, mode="clip").reshape(self.model.moe_layers, -1)
-        slot *= routed.share
+        slot *= routed.share if routed.lp is None else routed.lp(dist)
         slot *= scale
         return slot
 

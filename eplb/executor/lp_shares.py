@@ -1,0 +1,158 @@
+"""The ``lp`` dispatch in counts mode when every source routes alike: each layer's picks per
+expert split over the expert's GPUs by the exact min-max rule (the method of `minmax.split`),
+returned as each slot's share of its expert's picks (``float64[L, P]``), the form the traffic
+model's fast path and the step-time model consume. `LpShares` builds one flow network for all
+layers once per placement and re-solves it per step. Rules: docs/core.md, "Dispatch policies"."""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.graph.python import max_flow
+
+from eplb.errors import InputError
+from eplb.executor.routing import gpu_slots
+from eplb.placement import Placement
+
+__all__ = ["LpShares", "lp_shares"]
+
+_SCALE = 2.0**40  # a layer's picks as integers: ~1e-12 relative rounding
+
+
+class LpShares:
+    """``lp`` shares of one placement's slots for any per-expert load (`__call__`).
+
+    The network: source -> flexible expert ``(layer, j)`` (capacity its picks) -> each GPU
+    holding it (capacity the layer's picks) -> ``(layer, GPU)`` -> sink (capacity ``T[layer] -
+    fixed[layer, GPU]``). Layers are disjoint components, so one max-flow runs `minmax.split`'s
+    Newton step on every layer at once; each layer's ``T`` is raised to its own cut bound
+    until all picks flow."""
+
+    def __init__(self, placement: Placement):
+        if not isinstance(placement, Placement):
+            raise InputError(f"placement must be a Placement, got {type(placement).__name__}")
+        self.placement = placement
+        topo = placement.topology
+        L, G = placement.num_layers, topo.num_gpus
+        tables = np.stack([gpu_slots(placement, layer) for layer in range(L)])  # [L, E, G]
+        held = tables >= 0
+        ngpu = held.sum(2)  # [L, E]
+        # single-GPU experts: (layer, expert) -> home GPU and slot
+        self.s_layer, self.s_expert = np.nonzero(ngpu == 1)
+        self.s_gpu = held[self.s_layer, self.s_expert].argmax(1)
+        self.s_slot = tables[self.s_layer, self.s_expert, self.s_gpu]
+        # flexible experts (on >= 2 GPUs) and their arcs
+        self.f_layer, self.f_expert = np.nonzero(ngpu >= 2)  # [F], layer-major
+        f_idx, self.a_gpu = np.nonzero(held[self.f_layer, self.f_expert])  # [A]
+        self.a_flex = f_idx
+        self.a_layer = self.f_layer[f_idx]
+        self.a_slot = tables[self.a_layer, self.f_expert[f_idx], self.a_gpu]
+        cnt = np.take_along_axis(placement.logcnt, np.maximum(placement.phy2log, 0), 1)
+        self._even = np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)
+        self.L, self.G = L, G
+        F, A = self.f_layer.size, self.a_flex.size
+        self._F, self._A = F, A
+        if F == 0:
+            return
+        # nodes: 0 source, 1 sink, 2.. flexible experts, then (layer, GPU) pairs
+        flex_node = 2 + np.arange(F)
+        gpu_node = 2 + F + np.arange(L * G)
+        tails = np.concatenate([np.zeros(F, int), flex_node[self.a_flex], gpu_node])
+        heads = np.concatenate(
+            [flex_node, gpu_node[self.a_layer * G + self.a_gpu], np.ones(L * G, int)]
+        )
+        self._mf = max_flow.SimpleMaxFlow()
+        self._mf.add_arcs_with_capacity(
+            tails.astype(np.int32), heads.astype(np.int32), np.zeros(tails.size, dtype=np.int64)
+        )
+        self._src_arcs = np.arange(F, dtype=np.int32)
+        self._mid_arcs = np.arange(F, F + A, dtype=np.int32)
+        self._sink_arcs = np.arange(F + A, F + A + L * G, dtype=np.int32)
+        self._all_arcs = np.arange(F + A + L * G, dtype=np.int32)
+        self._X = np.zeros((L, G), dtype=bool)  # per layer, the last GPU set that bound T
+
+    def _hall(self, X: np.ndarray, fixed: np.ndarray, demand: np.ndarray) -> np.ndarray:
+        """``int64[L]``: for each layer's GPU set ``X: bool[L, G]``, ceil((fixed picks on X +
+        picks of flexible experts whose GPUs all lie in X) / |X|): a lower bound on ``T`` for
+        any split (every such pick must land in X); 0 for an empty set."""
+        L = self.L
+        outside = np.bincount(self.a_flex, weights=~X[self.a_layer, self.a_gpu], minlength=self._F)
+        inside = np.where(outside == 0, demand, 0)
+        y = np.bincount(self.f_layer, weights=inside, minlength=L)
+        x = np.where(X, fixed, 0).sum(1)
+        n = X.sum(1)
+        return np.where(n > 0, -(-(y + x).astype(np.int64) // np.maximum(n, 1)), 0)
+
+    def __call__(self, load: np.ndarray) -> np.ndarray:
+        """``float64[L, P]``: share of its expert's picks each slot receives when each layer's
+        ``load: float[L, E]`` (picks per expert, finite >= 0, unchecked) is split by the exact
+        min-max rule; an expert's shares sum to 1, empty slots get 0, an expert without picks
+        splits evenly (every split is then optimal)."""
+        L, G = self.L, self.G
+        out = self._even.copy()
+        total = load.sum(1)
+        live = total > 0
+        scale = np.where(live, _SCALE / np.where(live, total, 1.0), 0.0)
+        work = np.rint(load * scale[:, None]).astype(np.int64)  # [L, E]
+        s_work = work[self.s_layer, self.s_expert]
+        # a single-GPU expert: all its picks on that GPU's lowest slot (its other slots there 0)
+        single = np.zeros(work.shape, dtype=bool)
+        single[self.s_layer, self.s_expert] = True
+        phy = self.placement.phy2log
+        out[np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0) & live[:, None]] = 0.0
+        take = live[self.s_layer]
+        out[self.s_layer[take], self.s_slot[take]] = 1.0
+        if self._F == 0:
+            return out
+        fixed = (
+            np.bincount(self.s_layer * G + self.s_gpu, weights=s_work, minlength=L * G)
+            .astype(np.int64)
+            .reshape(L, G)
+        )
+        demand = work[self.f_layer, self.f_expert]  # [F]
+        flex_total = np.bincount(self.f_layer, weights=demand, minlength=L).astype(np.int64)
+        layer_total = work.sum(1)
+        T = np.maximum(fixed.max(1), -(-layer_total // G))
+        T = np.maximum(T, self._hall(self._X, fixed, demand))  # warm start, still a bound
+        mf = self._mf
+        caps = np.concatenate([demand, layer_total[self.a_layer], (T[:, None] - fixed).ravel()])
+        mf.set_arcs_capacity(self._all_arcs, caps.astype(np.int64))
+        F = self._F
+        want = int(flex_total.sum())
+        for _ in range(G + 2):
+            if mf.solve(0, 1) != mf.OPTIMAL:  # pragma: no cover - small non-negative ints
+                raise RuntimeError("lp shares: max-flow failed")
+            if mf.optimal_flow() == want:
+                break
+            sink_flow = np.asarray(mf.flows(self._sink_arcs)).reshape(L, G).sum(1)
+            short = sink_flow < flex_total
+            side = np.asarray(mf.get_source_side_min_cut(), dtype=np.int64)
+            ys = side[(side >= 2) & (side < 2 + F)] - 2
+            xs = side[side >= 2 + F] - 2 - F  # (layer, GPU) flat
+            y_sum = np.bincount(self.f_layer[ys], weights=demand[ys], minlength=L)
+            x_fix = np.bincount(xs // G, weights=fixed.ravel()[xs], minlength=L)
+            x_cnt = np.bincount(xs // G, minlength=L)
+            nxt = -(-(y_sum + x_fix).astype(np.int64) // np.maximum(x_cnt, 1))
+            if (nxt[short] <= T[short]).any():  # pragma: no cover - the cut argument
+                raise RuntimeError("lp shares: the cut did not raise the bound")
+            T = np.where(short, nxt, T)
+            X = np.zeros((L, G), dtype=bool)
+            X.ravel()[xs] = True
+            self._X[short] = X[short]  # the sets that bound these layers: next call's start
+            mf.set_arcs_capacity(self._sink_arcs, (T[:, None] - fixed).ravel().astype(np.int64))
+        else:  # pragma: no cover - at most G raises per layer
+            raise RuntimeError("lp shares did not converge")
+        flow = np.asarray(mf.flows(self._mid_arcs), dtype=np.float64)
+        d = demand[self.a_flex]
+        ok = d > 0
+        # a flexible expert with picks: its flow per GPU on that GPU's lowest slot, 0 elsewhere
+        f_ok = np.zeros((L, self.placement.num_experts), dtype=bool)
+        f_ok[self.f_layer[demand > 0], self.f_expert[demand > 0]] = True
+        phy = self.placement.phy2log
+        out[np.take_along_axis(f_ok, np.maximum(phy, 0), 1) & (phy >= 0)] = 0.0
+        out[self.a_layer[ok], self.a_slot[ok]] = flow[ok] / d[ok]
+        return out
+
+
+def lp_shares(placement: Placement, load: np.ndarray) -> np.ndarray:
+    """`LpShares` of ``placement`` applied once to ``load: float[L, E]``."""
+    return LpShares(placement)(np.asarray(load, dtype=np.float64))

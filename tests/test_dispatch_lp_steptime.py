@@ -1,0 +1,164 @@
+"""``lp`` dispatch in counts mode (`eplb.executor.lp_shares`) and in the step-time model and
+simulator: the split is the min-max optimum (HiGHS oracle), shares are a distribution per
+expert, scale invariant, never route to failed GPUs; the step-time model's busiest GPU never
+carries more picks than under ``even``; the overhead is what the config says."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eplb import Placement, Topology, solvers
+from eplb.errors import InputError
+from eplb.evaluation import serving
+from eplb.evaluation.serving import RankBatch, StepModel
+from eplb.executor import minmax
+from eplb.executor.lp_shares import LpShares, lp_shares
+from eplb.executor.routing import gpu_slots
+
+
+def _gpu_loads(p: Placement, load: np.ndarray, share: np.ndarray) -> np.ndarray:
+    slot = np.take_along_axis(load, np.maximum(p.phy2log, 0), 1) * share
+    return slot.reshape(p.num_layers, p.topology.num_gpus, -1).sum(-1)
+
+
+def _oracle_T(p: Placement, layer: int, load: np.ndarray) -> float:
+    """The LP optimum of the layer's min-max split, by HiGHS (independent of the max-flow)."""
+    held = gpu_slots(p, layer) >= 0
+    ngpu = held.sum(1)
+    G = p.topology.num_gpus
+    fixed = np.zeros(G)
+    single = np.nonzero(ngpu == 1)[0]
+    np.add.at(fixed, held[single].argmax(1), load[single])
+    flex = np.nonzero(ngpu >= 2)[0]
+    if flex.size == 0:
+        return float(fixed.max())
+    arc_j, arc_g = np.nonzero(held[flex])
+    # split_lp takes integer picks: scale the float load to large integers
+    scale = 1e6 / max(load.sum(), 1e-300)
+    T, _ = minmax.split_lp(np.rint(load[flex] * scale), np.rint(fixed * scale), arc_j, arc_g)
+    return T / scale
+
+
+@st.composite
+def _cases(draw):
+    N = draw(st.integers(1, 2))
+    g = draw(st.integers(1, 3))
+    S = draw(st.integers(1, 3))
+    failed = draw(st.lists(st.integers(0, N * g - 1), unique=True, max_size=max(N * g - 1, 0)))
+    topo = Topology(N, g, S, failed_gpus=failed)
+    live_slots = (N * g - len(failed)) * S
+    E = draw(st.integers(1, live_slots))
+    L = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    p = solvers.solve("greedy", rng.random((L, E)) + 0.05, topo)
+    load = rng.integers(0, 50, size=(L, E)) * draw(st.sampled_from([1e-9, 1.0, 1e9]))
+    return p, load.astype(float)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_cases())
+def test_lp_shares_are_the_minmax_optimum(case):
+    p, load = case
+    share = lp_shares(p, load)
+    assert (share >= 0).all()
+    # each expert's shares sum to 1; empty slots get nothing
+    sums = np.zeros(load.shape)
+    rows = np.repeat(np.arange(p.num_layers), p.topology.num_slots)
+    np.add.at(sums, (rows, np.maximum(p.phy2log, 0).ravel()), share.ravel())
+    assert np.allclose(sums, 1.0)
+    assert (share[p.phy2log < 0] == 0).all()
+    gpu = _gpu_loads(p, load, share)
+    for failed in p.topology.failed_gpus:
+        assert (gpu[:, failed] == 0).all()
+    for layer in range(p.num_layers):
+        T = _oracle_T(p, layer, load[layer])
+        tol = 1e-6 * max(load[layer].sum(), 1e-300)
+        assert gpu[layer].max() <= T + tol
+        # and never above the even split's busiest GPU
+        even = np.where(
+            p.phy2log[layer] >= 0,
+            1.0 / np.take_along_axis(p.logcnt[layer], np.maximum(p.phy2log[layer], 0), 0),
+            0.0,
+        )
+        ev = _gpu_loads(p, load[layer : layer + 1], even[None])[0]
+        assert gpu[layer].max() <= ev.max() + tol
+
+
+@settings(max_examples=30, deadline=None)
+@given(_cases(), st.sampled_from([1e-7, 3.0, 1e8]))
+def test_lp_shares_scale_invariant_and_warm_start_safe(case, c):
+    p, load = case
+    ls = LpShares(p)
+    first = ls(load)
+    again = ls(load * c)  # a second call starts from the first call's cut sets
+    assert np.allclose(
+        _gpu_loads(p, load, first).max(1), _gpu_loads(p, load, again).max(1), rtol=1e-9, atol=0
+    )
+
+
+def test_lp_counts_send_nothing_to_a_failed_gpu():
+    p = Placement(np.array([[0, -1]]), 1, Topology(1, 2, 1, failed_gpus=[1]))
+    assert lp_shares(p, np.array([[31.0]])).tolist() == [[1.0, 0.0]]
+
+
+def _unit(phase):
+    cfg = serving.ClusterConfig.deepseek_day6()
+    topo = cfg.topology(phase)
+    rng = np.random.default_rng(3)
+    load = rng.gamma(0.5, size=(58, 256))
+    return cfg, topo, solvers.solve("deepseek", load, topo, num_groups=8), load, rng
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_step_model_lp_never_loads_the_busiest_gpu_more_than_even(phase):
+    cfg, topo, p, load, rng = _unit(phase)
+    tokens = 2048 if phase == "prefill" else 64
+    batch = RankBatch.uniform(phase, topo.num_gpus, tokens=tokens, context=1500)
+    even = StepModel(phase, topo, dispatch="even")
+    lp = StepModel(phase, topo, dispatch="lp", lp_overhead_s=0.0)
+    r_even, r_lp = even.prepare(p, load), lp.prepare(p, load)
+    for _ in range(3):
+        step = load * rng.gamma(10, 0.1, size=load.shape)
+        a, b = even.time_routed(batch, r_even, step), lp.time_routed(batch, r_lp, step)
+        assert (b.gpu_load_max <= a.gpu_load_max * (1 + 1e-9)).all()
+        assert b.gpu_load_max.sum() < a.gpu_load_max.sum()
+        # the unprepared path agrees with the prepared one on the GPU loads
+        c = lp.time(batch, p, step)
+        assert np.allclose(c.gpu_load_max, b.gpu_load_max, rtol=1e-9)
+
+
+def test_lp_overhead_is_on_the_critical_path():
+    cfg, topo, p, load, _ = _unit("decode")
+    batch = RankBatch.uniform("decode", topo.num_gpus, tokens=64, context=1500)
+    free = StepModel("decode", topo, dispatch="lp", lp_overhead_s=0.0).time(batch, p, load)
+    paid = StepModel("decode", topo, dispatch="lp", lp_overhead_s=2e-4).time(batch, p, load)
+    extra = 2e-4 * 58 * 2  # per MoE layer and micro-batch
+    assert paid.total_s == pytest.approx(free.total_s + extra)
+    assert paid.breakdown["overhead"] == pytest.approx(free.breakdown["overhead"] + extra)
+    assert sum(paid.breakdown.values()) == pytest.approx(paid.total_s)
+    # other dispatch rules pay nothing
+    ev = StepModel("decode", topo, dispatch="even", lp_overhead_s=2e-4).time(batch, p, load)
+    ev0 = StepModel("decode", topo, dispatch="even").time(batch, p, load)
+    assert ev.total_s == ev0.total_s
+
+
+@pytest.mark.parametrize("bad", [-1e-6, float("inf"), float("nan"), True, "1"])
+def test_bad_lp_overhead_is_refused(bad):
+    with pytest.raises(InputError, match="lp_overhead_s"):
+        serving.ClusterConfig.deepseek_day6().replace(dispatch="lp", lp_overhead_s=bad)
+    with pytest.raises(InputError, match="lp_overhead_s"):
+        StepModel("decode", Topology(1, 8, 32), dispatch="lp", lp_overhead_s=bad)
+
+
+def test_simulator_and_toml_accept_lp(tmp_path):
+    cfg = serving.ClusterConfig.deepseek_day6().replace(dispatch="lp", lp_overhead_s=5e-5)
+    path = tmp_path / "c.toml"
+    cfg.write_toml(path)
+    back = serving.ClusterConfig.load(path)
+    assert (back.dispatch, back.lp_overhead_s) == ("lp", 5e-5)
+    wl = serving.workload.synthesize(40, rate=4.0, input_mean=512.0, output_mean=32.0, seed=0)
+    res = serving.simulate(back, wl, seed=0, duration_s=10.0, progress=False)
+    assert len(res.steps) > 0
+    assert (res.steps["phase"] == "decode").any()
