@@ -81,7 +81,16 @@ def loop_step(sm: StepModel, batch: RankBatch, placement: Placement, load: np.nd
             rd = max(rep.rdma_out[0].max(), rep.rdma_in[0].max()) / per * m.hidden
             d = max(nv * DISPATCH_BYTES / sm.comm.bw_nv[0], rd * DISPATCH_BYTES / sm.comm.bw_rd[0])
             c = max(nv * COMBINE_BYTES / sm.comm.bw_nv[1], rd * COMBINE_BYTES / sm.comm.bw_rd[1])
-        total += float(sm.assembly.layer(max(a1), max(a2), max(sh), o, max(gpu_s), d, c))
+        layer_s = sm.assembly.layer(
+            np.array(a1),
+            np.array(a2),
+            np.array(sh),
+            o,
+            np.array([gpu_s]),
+            np.array([d]),
+            np.array([c]),
+        )
+        total += float(layer_s[0])
     dense = [
         m.dense_layers * mb * (a1[r] + a2[r] + float(sm.rank.dense_ffn.seconds(src[r])) + o)
         for r in range(G)

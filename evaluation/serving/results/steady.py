@@ -6,8 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
+from eplb.evaluation.serving.results.mix import (
+    LengthMix,
+    decode_batches,
+    prefill_batches,
+    prefill_ttft,
+)
 from eplb.evaluation.serving.steptime import RankBatch, step_time
 from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.placement import Placement
@@ -43,6 +51,9 @@ def steady_state(
     batch: int | None = None,
     placement: Placement | None = None,
     load=None,
+    mix=None,
+    steps: int = 24,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Steady-state step time and tokens/s per node of one ``config`` unit.
 
@@ -56,6 +67,16 @@ def steady_state(
       MTP drafts; ``tok_s_per_node`` counts output tokens (accepted drafts included),
       ``tpot_s`` is the time per output token of one request.
 
+    - ``mix``: a `Workload` (or `results.mix.LengthMix`) whose length mix replaces the fixed
+      lengths: ``steps`` seeded batches of a saturated unit (`results.mix`: prefill, per-rank
+      queues of prompts drawn from the mix, cache hits replayed with the config's store;
+      decode, requests drawn by output length at a uniform point of their generation), so
+      the DP imbalance the mix causes is in the step; decode's default batch is capped by
+      the KV capacity at the mix's mean context. Adds ``requests_per_s`` (the unit's
+      prompts or completions per second), ``dp_imbalance`` (mean step over the mean step
+      with every rank at the step's mean work) and ``step_s_p90``; ``step_s`` and
+      ``breakdown`` are means over the steps.
+
     ``placement=None`` means perfectly balanced routing; ``load: float[L, E]`` is the expert
     load routed through ``placement``, scaled to the step's tokens. Returns a dict with
     ``step_s``, ``tok_s_per_node``, ``breakdown`` (seconds, sums to ``step_s``) and the inputs.
@@ -66,6 +87,8 @@ def steady_state(
     unit = config.unit(phase)
     G, gpn = unit.num_gpus, unit.gpus_per_node
     out: dict[str, Any] = {"phase": phase, "config": config.name, "nodes": unit.nodes, "gpus": G}
+    if mix is not None:
+        return _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out)
     if phase == "prefill":
         n = _positive(
             "input_tokens", DEFAULT_INPUT_TOKENS if input_tokens is None else input_tokens
@@ -116,3 +139,157 @@ def steady_state(
         balanced=placement is None,
     )
     return out
+
+
+def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) -> dict[str, Any]:
+    """`steady_state` over ``steps`` sampled batches of a length mix (`results.mix`)."""
+    _positive("steps", steps)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    unit = config.unit(phase)
+    G, gpn = unit.num_gpus, unit.gpus_per_node
+    lengths = LengthMix.of(mix, config.kv.store_capacity_blocks)
+    if phase == "prefill":
+        per_rank = _positive(
+            "batch", batch if batch is not None else unit.token_budget or DEFAULT_TOKEN_BUDGET
+        )
+        batches = prefill_batches(lengths, G, per_rank, steps, warmup=4, seed=seed)
+    else:
+        b = batch if batch is not None else unit.max_running_requests
+        if b is None:
+            raise InputError(
+                "give batch= (running requests per rank) or set "
+                "decode.max_running_requests in the config"
+            )
+        b = _positive("batch", b)
+        if batch is None and unit.kv_capacity_tokens:  # as many as the KV cache holds
+            w = lengths.output_tokens.astype(np.float64)
+            ctx = float((w * (lengths.input_tokens + w / 2)).sum() / max(w.sum(), 1.0))
+            b = max(1, min(b, int(unit.kv_capacity_tokens // ctx)))
+        q = 1 + unit.mtp_draft_tokens
+        batches = decode_batches(lengths, G, b, steps, q, seed)
+    times, means, parts = [], [], []
+    for rb in batches:  # step_time(config=...): the config's cached StepModel
+        st = step_time(phase, rb, placement, load, config=config)
+        times.append(st.total_s)
+        parts.append(st.breakdown)
+        means.append(step_time(phase, rb.mean(), placement, load, config=config).total_s)
+    times_a = np.asarray(times)
+    step_s = float(times_a.mean())
+    breakdown = {k: float(np.mean([p[k] for p in parts])) for k in parts[0]}
+    if phase == "prefill":
+        tokens = float(np.mean([rb.tokens.sum() for rb in batches]))  # = G x budget
+        new_mean = float(lengths.new_tokens.mean())
+        out.update(
+            tokens_per_rank=per_rank,
+            tok_s_per_node=tokens / G * gpn / step_s,
+            input_tok_s_per_node=tokens
+            / G
+            * gpn
+            / step_s
+            * float(lengths.input_tokens.mean())
+            / new_mean,
+            requests_per_s=tokens / step_s / new_mean,
+            mean_new_tokens=new_mean,
+            mean_cached_tokens=float(lengths.cached_tokens.mean()),
+        )
+    else:
+        accepted = 1 + unit.mtp_draft_tokens * unit.mtp_acceptance
+        out_mean = float(lengths.output_tokens.mean())
+        out.update(
+            batch=b,
+            kv_tokens=float(np.mean([rb.kv_tokens.sum() for rb in batches])) / (G * b),
+            tokens_per_request_step=accepted,
+            tok_s_per_node=gpn * b * accepted / step_s,
+            tpot_s=step_s / accepted,
+            requests_per_s=G * b * accepted / step_s / out_mean,
+        )
+        if unit.kv_capacity_tokens:
+            out["kv_usage"] = out["kv_tokens"] * b / unit.kv_capacity_tokens
+    out.update(
+        step_s=step_s,
+        step_s_p90=float(np.quantile(times_a, 0.9)),
+        dp_imbalance=step_s / float(np.mean(means)),
+        breakdown=breakdown,
+        balanced=placement is None,
+        mix=True,
+        steps=int(steps),
+        seed=seed,
+    )
+    return out
+
+
+def slo_rate(
+    config: ClusterConfig,
+    mix,
+    *,
+    goodput: float = 0.9,
+    prompts: int = 400,
+    seed: int = 0,
+    iterations: int = 8,
+) -> dict[str, Any]:
+    """The highest arrival rate (req/s, whole cluster) at which a steady-state estimate meets
+    ``goodput`` of requests within the config's SLO on the length mix ``mix`` (a `Workload`).
+
+    Prefill: `results.mix.prefill_ttft` (a step-level queue of one prefill unit, each unit
+    taking ``1 / count`` of the arrivals); the share of ``prompts`` whose prefill ends within
+    ``slo.ttft_s`` (at least ``prompts`` and a minute of arrivals, the first quarter left out
+    as warm-up). Decode: the running requests per GPU that Little's law gives at the rate
+    (fixed point with the step time, capped by the KV capacity), TPOT against ``slo.tpot_s``.
+    Estimated goodput = prefill share x (TPOT met); bisection over ``iterations`` halvings up
+    to `steady_state`'s capacity. Returns ``rate_rps`` (0 when even 1% of capacity misses),
+    ``capacity_rps`` and the estimate at the rate found.
+    """
+    lengths = LengthMix.of(mix, config.kv.store_capacity_blocks)
+    pre = steady_state(config, "prefill", mix=mix, seed=seed)
+    dec = steady_state(config, "decode", mix=mix, seed=seed)
+    cap = min(
+        config.prefill.count * pre["requests_per_s"], config.decode.count * dec["requests_per_s"]
+    )
+    unit_p, unit_d = config.prefill, config.decode
+    budget = unit_p.token_budget or DEFAULT_TOKEN_BUDGET
+
+    def step_s(rb: RankBatch) -> float:
+        return step_time("prefill", rb, config=config).total_s
+
+    accepted = 1 + unit_d.mtp_draft_tokens * unit_d.mtp_acceptance
+    out_mean = float(lengths.output_tokens.mean())
+    b_max = dec["batch"]
+
+    def estimate(rate: float) -> dict[str, float]:
+        per_unit = rate / unit_p.count
+        n = int(min(max(prompts, per_unit * 60.0), 20 * prompts))  # a minute of arrivals
+        ttft = prefill_ttft(lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed)
+        ttft = ttft[n // 4 :]  # after warm-up
+        share = float(np.mean(ttft <= config.slo.ttft_s))
+        step = dec["step_s"]
+        b = b_max
+        for _ in range(6):  # Little: running = arrivals per GPU x steps per request x step
+            b = rate / (unit_d.count * unit_d.num_gpus) * out_mean / accepted * step
+            b = max(1, min(b_max, int(np.ceil(b))))
+            step = steady_state(config, "decode", mix=mix, batch=b, steps=8, seed=seed)["step_s"]
+        tpot = step / accepted
+        ok = tpot <= config.slo.tpot_s
+        return {
+            "rate_rps": rate,
+            "prefill_share": share,
+            "tpot_s": tpot,
+            "goodput": share * float(ok),
+            "decode_batch": b,
+        }
+
+    lo, hi = 0.01 * cap, cap
+    best = estimate(lo)
+    if best["goodput"] < goodput:
+        return {"rate_rps": 0.0, "capacity_rps": cap, "at_lowest": best}
+    top = estimate(hi)
+    if top["goodput"] >= goodput:
+        return {"rate_rps": hi, "capacity_rps": cap, "estimate": top}
+    for _ in range(iterations):
+        mid = (lo * hi) ** 0.5
+        e = estimate(mid)
+        if e["goodput"] >= goodput:
+            lo, best = mid, e
+        else:
+            hi = mid
+    return {"rate_rps": lo, "capacity_rps": cap, "estimate": best}

@@ -38,18 +38,32 @@ class Assembly:
         )
 
     def layer(self, a1, a2, sh, o, moe, d, c):
-        """Seconds of one MoE layer from per-micro-batch stage times (scalars or arrays that
-        broadcast, e.g. ``float[L]`` per layer or ``float[3, L]`` for three cases):
-        projections ``a1``, core attention ``a2``, shared expert ``sh``, overhead ``o``,
-        routed experts ``moe``, dispatch ``d`` and combine ``c``."""
+        """Seconds of each MoE layer under the overlap schedule, every all-to-all a barrier.
+
+        Shape: rank side ``a1``, ``a2``, ``sh: float[..., G]`` (projections, core attention,
+        shared expert of one micro-batch per rank; ``G = 1`` for a mean rank), overhead ``o``
+        (scalar), ``moe: float[..., L, G]`` routed-expert seconds per GPU (one micro-batch),
+        ``d``, ``c: float[..., L]`` dispatch / combine seconds of the slowest GPU; returns
+        ``float[..., L]``. Between two barriers a rank runs its own stages back to back, so
+        an interval lasts its comm or the slowest rank's *own total* over the stages it runs
+        there, whichever is longer (docs/serving-calibration.md, "Overlap")."""
         f = self.sm_factor
+        top = np.max
+        a1, a2, sh = np.asarray(a1), np.asarray(a2), np.asarray(sh)
+        moe, d, c = np.asarray(moe), np.asarray(d), np.asarray(c)
         if self.micro_batches == 1:
-            return a1 + a2 + sh + o + moe + d + c
+            A = top(a1 + a2 + sh, axis=-1)[..., None] + o
+            return A + top(moe, axis=-1) + d + c
         if self.phase == "prefill":
-            A = f * (a1 + a2 + sh + o)
-            M = f * moe
+            A = f * (top(a1 + a2 + sh, axis=-1)[..., None] + o)
+            M = f * top(moe, axis=-1)
             return np.maximum(A, d) + np.maximum(M, d) + np.maximum(M, c) + np.maximum(A, c)
-        return 2 * np.maximum(a1, d) + 2 * np.maximum(a2, c) + 2 * (sh + o + moe)
+        # decode: per micro-batch, [core attention || combine] then [projections, wait for
+        # the dispatch, shared + routed experts] between the same two barriers
+        x2 = np.maximum(top(a2, axis=-1)[..., None], c)
+        wait = np.maximum(a1[..., None, :], d[..., None])
+        x1 = top(wait + (sh[..., None, :] + o) + moe, axis=-1)
+        return 2 * x2 + 2 * x1
 
     def step(
         self,
@@ -76,11 +90,10 @@ class Assembly:
         """
         m, hw, mb = self.model, self.hardware, self.micro_batches
         o = hw.fit.layer_overhead_s
-        # actual, DP-equalised and balanced stage values per layer; each equalisation is
-        # clamped so it never adds time (T grows with every stage)
+        # as-is, DP-equalised and balanced layer times; each equalisation is clamped so it
+        # never adds time, which keeps both waits >= 0
         moe_act = np.maximum.reduce(moe, -1)
-        moe_dp = moe_act if moe_eq is moe else np.minimum(moe_act, np.maximum.reduce(moe_eq, -1))
-        moe_bal = np.minimum(moe_dp, _mean(moe_eq, -1))
+        moe_mean = _mean(moe_eq, -1)
         seconds = Comm.seconds
         d_act, c_act = seconds(links, np.maximum.reduce, np.maximum.reduce)
         if links_eq is links:
@@ -91,9 +104,11 @@ class Assembly:
         d_bal, c_bal = seconds(links_eq, _mean, _mean)
         d_bal, c_bal = np.minimum(d_dp, d_bal), np.minimum(c_dp, c_bal)
         a1m, a2m, shm = _mean(a1, 0), _mean(a2, 0), _mean(sh, 0)
-        t_act = self.layer(a1.max(), a2.max(), sh.max(), o, moe_act, d_act, c_act)
-        t_dp = self.layer(a1m, a2m, shm, o, moe_dp, d_dp, c_dp)
-        t_bal = self.layer(a1m, a2m, shm, o, moe_bal, d_bal, c_bal)
+        mean = (np.array([a1m]), np.array([a2m]), np.array([shm]))
+        t_act = self.layer(a1, a2, sh, o, moe, d_act, c_act)
+        t_dp = np.minimum(t_act, self.layer(*mean, o, moe_eq, d_dp, c_dp))
+        moe_bal = np.minimum(moe_act, moe_mean)
+        t_bal = np.minimum(t_dp, self.layer(*mean, o, moe_bal[:, None], d_bal, c_bal))
         L = m.moe_layers
         per = mb * self.sm_factor  # sm_factor is 1 unless prefill with two micro-batches
         attention = per * L * (a1m + a2m)
@@ -136,7 +151,7 @@ class Assembly:
         copies are ``max(top_k x tokens sent, picks received)`` on the worst GPU (as-is), with
         DP equalised (mean sender) and with EP equalised too (mean receiver); the expert GEMMs
         depend on the received picks only, so their DP-equalised value is the actual one. The
-        three cases are the rows of ``[3, L]`` arrays, timed by one `layer` call.
+        three cases are the rows of ``[3, L]`` arrays (`_decode_layers`).
 
         Shape: ``rank: float64[5, G]`` (`RankSide.decode_rows`, changed in place); ``src:
         float[G]`` tokens per rank and micro-batch; ``recv``, ``moe: float[L, G]`` picks and
@@ -169,10 +184,21 @@ class Assembly:
         rank[3] *= m.dense_layers * mb
         total, top = np.add.reduce(rank, 1), np.maximum.reduce(rank, 1)
         a1m, a2m, shm, dense_m, head_m = total * inv_g
-        col = np.empty((3, 3, 1))  # [stage a1 / a2 / shared, case, 1]
-        col[:, 0, 0] = top[:3]
-        col[:, 1, 0] = col[:, 2, 0] = (a1m, a2m, shm)
-        t3 = self.layer(col[0], col[1], col[2], o, moe3, copies * ll_d, copies * ll_c)
+        # the decode layer (`layer`): 2 max(a2, c) + 2 max over ranks of the rank's own
+        # max(a1, d) + shared + o + routed experts; as-is per rank and GPU, DP-equalised (mean
+        # rank, GPUs as-is) and balanced (mean rank, mean GPU), each clamped to the one before
+        ll_d, ll_c = ll
+        d3, c3 = copies * ll_d, copies * ll_c
+        t3 = np.empty((3, L))
+        if mb != 2:
+            means = (np.array([a1m]), np.array([a2m]), np.array([shm]))
+            t3[0] = self.layer(rank[0], rank[1], rank[2], o, moe, d3[0], c3[0])
+            t3[1] = self.layer(*means, o, moe, d3[1], c3[1])
+            t3[2] = self.layer(*means, o, moe3[2][:, None], d3[2], c3[2])
+            np.minimum(t3[1], t3[0], out=t3[1])
+            np.minimum(t3[2], t3[1], out=t3[2])
+        else:
+            _decode_layers(t3, rank, moe, moe3, d3, c3, top[1], a1m, a2m, shm, o)
         t_act_sum, t_dp_sum, t_bal_sum = np.add.reduce(t3, 1)
         per = mb * self.sm_factor
         attention = per * L * (a1m + a2m)
@@ -204,6 +230,25 @@ class Assembly:
             float(np.add.reduce(batch.tokens)),
             meta={"micro_batches": mb, "dispatch": self.dispatch, "balanced": False},
         )
+
+
+def _decode_layers(t3, rank, moe, moe3, d3, c3, a2_top, a1m, a2m, shm, o) -> None:
+    """`Assembly.layer` in decode with two micro-batches for the three cases at once, into
+    ``t3: float64[3, L]`` (rows as-is, DP-equalised, balanced; each clamped to the row
+    before). Shape: ``rank: float[5, G]`` (`RankSide.decode_rows`), ``moe: float[L, G]``,
+    ``moe3``, ``d3``, ``c3: float[3, L]``; ``a2_top`` the slowest rank's core attention."""
+    x = np.maximum(rank[0][None, :], d3[0][:, None])
+    x += rank[2] + o
+    x += moe
+    np.maximum.reduce(x, -1, out=t3[0])
+    t3[0] += np.maximum(a2_top, c3[0])
+    np.maximum(a1m, d3[1:], out=t3[1:])
+    t3[1:] += shm + o
+    t3[1:] += moe3[1:]
+    t3[1:] += np.maximum(a2m, c3[1:])
+    t3 *= 2
+    np.minimum(t3[1], t3[0], out=t3[1])
+    np.minimum(t3[2], t3[1], out=t3[2])
 
 
 def _mean(x: np.ndarray, axis: int) -> np.ndarray:

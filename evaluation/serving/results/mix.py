@@ -1,0 +1,182 @@
+"""A workload's length mix as the batches a saturated unit runs (`steady_state` with ``mix=``).
+
+Prefill: every DP rank has its own FIFO queue of prompts drawn independently from the mix (what
+a router that balances queued tokens gives under saturation: every rank takes the same token
+budget per step, but not the same attention); a step takes chunks from the head of each queue up
+to the budget, as `simulator.prefill` does. Decode: every rank runs ``batch`` requests drawn
+from the mix in proportion to their output length (a request holds its slot for that many
+steps), each at a uniformly drawn point of its generation. Seeded; docs/serving-calibration.md,
+"Length mixes".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from eplb.errors import InputError
+from eplb.evaluation.serving.steptime import RankBatch
+from eplb.evaluation.serving.workload import Workload
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """Per-request lengths of a workload. Shape ``int64[n]`` each: ``input_tokens`` (prompt),
+    ``cached_tokens`` (prefix served from the KV cache, ``<= input_tokens``),
+    ``output_tokens``."""
+
+    input_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @classmethod
+    def of(cls, mix, capacity_blocks: float | None = None) -> LengthMix:
+        """From a `Workload` (cache hits replayed with ``capacity_blocks``, None: unbounded,
+        0: none) or a `LengthMix`."""
+        if isinstance(mix, LengthMix):
+            return mix
+        if not isinstance(mix, Workload):
+            raise InputError(
+                f"mix must be a Workload or a LengthMix, got {type(mix).__name__}; "
+                "read one with serving.workload.read(path)"
+            )
+        if len(mix) == 0:
+            raise InputError("mix is an empty workload; give one with at least one request")
+        frame = mix.requests
+        cached = (
+            np.zeros(len(mix), dtype=np.int64)
+            if capacity_blocks == 0
+            else mix.cached_tokens(capacity_blocks)
+        )
+        return cls(
+            frame["input_tokens"].to_numpy(np.int64),
+            np.asarray(cached, dtype=np.int64),
+            frame["output_tokens"].to_numpy(np.int64),
+        )
+
+    @property
+    def new_tokens(self) -> np.ndarray:
+        """``int64[n]``: tokens prefill computes per prompt (at least the last one)."""
+        return np.maximum(self.input_tokens - self.cached_tokens, 1)
+
+
+def prefill_batches(
+    mix: LengthMix, G: int, budget: int, steps: int, warmup: int, seed: int
+) -> list[RankBatch]:
+    """``steps`` consecutive prefill batches of a saturated unit of ``G`` ranks, after
+    ``warmup`` steps (so queues are at a random point of their prompts)."""
+    rng = np.random.default_rng(seed)
+    new, cached = mix.new_tokens, mix.cached_tokens
+    n = new.size
+    # per rank: [todo, done, cached] of each queued prompt, refilled from the mix as it drains
+    queues = [[] for _ in range(G)]
+    out = []
+    for step in range(warmup + steps):
+        sizes, ctx, ranks, last = [], [], [], []
+        for r in range(G):
+            q, left, k = queues[r], budget, 0
+            while left > 0:
+                if k == len(q):
+                    i = int(rng.integers(n))
+                    q.append([int(new[i]), 0, int(cached[i])])
+                e = q[k]
+                take = min(e[0], left)
+                sizes.append(take)
+                ctx.append(e[1] + e[2])
+                ranks.append(r)
+                last.append(take == e[0])
+                e[0] -= take
+                e[1] += take
+                left -= take
+                k += 1
+            queues[r] = [e for e in q if e[0] > 0]
+        if step >= warmup:
+            out.append(
+                RankBatch.prefill(
+                    np.asarray(sizes, dtype=np.float64),
+                    np.asarray(ctx, dtype=np.float64),
+                    np.asarray(ranks),
+                    num_ranks=G,
+                    last_chunk=np.asarray(last, dtype=np.float64),
+                )
+            )
+    return out
+
+
+def decode_batches(
+    mix: LengthMix, G: int, batch: int, steps: int, query_tokens: int, seed: int
+) -> list[RankBatch]:
+    """``steps`` independent decode batches of ``G`` ranks x ``batch`` requests from the mix
+    (requests drawn in proportion to their output length, context = prompt + a uniform share
+    of the output)."""
+    rng = np.random.default_rng(seed)
+    w = mix.output_tokens.astype(np.float64)
+    if w.sum() <= 0:
+        raise InputError("mix has no output tokens: decode needs requests with output_tokens > 0")
+    p = w / w.sum()
+    out = []
+    rank = np.repeat(np.arange(G), batch)
+    for _ in range(steps):
+        i = rng.choice(p.size, size=G * batch, p=p)
+        ctx = mix.input_tokens[i] + np.floor(rng.random(i.size) * mix.output_tokens[i]) + 1
+        out.append(RankBatch.decode(ctx, rank, num_ranks=G, query_tokens=query_tokens))
+    return out
+
+
+def prefill_ttft(
+    mix: LengthMix, step_s, G: int, budget: int, rate: float, prompts: int, seed: int
+) -> np.ndarray:
+    """``float64[prompts]``: seconds from arrival to the end of prefill of ``prompts`` Poisson
+    arrivals at ``rate`` req/s on one prefill unit of ``G`` ranks (``step_s``: a `RankBatch`'s
+    step seconds on it, e.g. ``lambda b: step_time("prefill", b, config=cfg).total_s``), each sent
+    on arrival to the rank with the fewest queued tokens, every step taking up to ``budget``
+    tokens per rank from the head of each queue (first come, first served). A step-level
+    queue: no KV transfer, no decode admission, balanced expert routing."""
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(mix.new_tokens.size, size=prompts)
+    new, cached = mix.new_tokens[pick], mix.cached_tokens[pick]
+    arrive = np.cumsum(rng.exponential(1.0 / rate, prompts))
+    queues: list[list[list]] = [[] for _ in range(G)]  # [index, todo, done, cached]
+    queued = np.zeros(G)
+    ttft = np.full(prompts, np.nan)
+    t, nxt = 0.0, 0
+    while nxt < prompts or queued.any():
+        while nxt < prompts and arrive[nxt] <= t:  # route what arrived before the step starts
+            r = int(queued.argmin())
+            queues[r].append([nxt, int(new[nxt]), 0, int(cached[nxt])])
+            queued[r] += new[nxt]
+            nxt += 1
+        if not queued.any():
+            t = float(arrive[nxt])
+            continue
+        sizes, ctx, ranks, last, chunks = [], [], [], [], []
+        for r, q in enumerate(queues):
+            left = budget
+            for e in q:
+                if left <= 0:
+                    break
+                take = min(e[1], left)
+                sizes.append(take)
+                ctx.append(e[2] + e[3])
+                ranks.append(r)
+                last.append(take == e[1])
+                chunks.append((r, e, take))
+                left -= take
+        batch = RankBatch.prefill(
+            np.asarray(sizes, dtype=np.float64),
+            np.asarray(ctx, dtype=np.float64),
+            np.asarray(ranks),
+            num_ranks=G,
+            last_chunk=np.asarray(last, dtype=np.float64),
+        )
+        t += step_s(batch)
+        for r, e, take in chunks:
+            e[1] -= take
+            e[2] += take
+            queued[r] -= take
+            if e[1] == 0:
+                ttft[e[0]] = t - arrive[e[0]]
+        for r in range(G):
+            queues[r] = [e for e in queues[r] if e[1] > 0]
+    return ttft
