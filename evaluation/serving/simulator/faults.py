@@ -155,6 +155,13 @@ class Faults:
                 req.d_unit[item[2]] = req.d_rank[item[2]] = -1
             adm.d_wait.extendleft(item[2] for item in sorted(back, reverse=True))
             adm.d_new += len(back)
+        # requests still in prefill with their decode KV reserved on g (``before_prefill``):
+        # the reservation goes; they join the decode queue when their prefill ends
+        held = np.nonzero((np.asarray(req.d_phase) == 1) & (np.asarray(req.d_unit) == unit.index)
+                          & (np.asarray(req.d_rank) == g))[0]
+        for i in held.tolist():
+            adm.release(i)
+            req.d_unit[i] = req.d_rank[i] = -1
         adm.d_state.fail(gg)
         adm.d_version += 1
         adm.requeue_prefill(lost, t)
