@@ -73,21 +73,13 @@ def test_partial_node_failure_is_in_the_problems():
 
 
 ILP = {"deterministic_time": 0.05, "workers": 1, "max_examples": 10}
-_REPAIR = (
-    "found by check_solver failed_gpus (issue 18 part 6): with previous= from before a GPU "
-    "failed, the policy returns a placement without the experts that lived only there "
-    "(PlacementError)"
-)
 SOLVER_OPTIONS = {
     "deepseek": [{}],
     "greedy": [{}],
     "greedy_weighted": [{}],
     "greedy_traffic": [{"rdma_weight": 2.0}],
     "hierarchical": [{}],
-    "repair": [
-        pytest.param(o, marks=pytest.mark.xfail(strict=True, reason=_REPAIR))
-        for o in ({"needs_previous": True}, {"needs_previous": True, "tolerance": 0.01})
-    ],
+    "repair": [{"needs_previous": True}, {"needs_previous": True, "tolerance": 0.01}],
     "ilp": [
         ILP,
         {**ILP, "hierarchical": True},
@@ -102,10 +94,7 @@ SOLVER_OPTIONS = {
         {},
         {"layout": "ring"},
         {"scenarios": "worst", "max_examples": 10},
-        pytest.param(
-            {"needs_previous": True, "tolerance": 0.01, "max_examples": 10},
-            marks=pytest.mark.xfail(strict=True, reason=_REPAIR),
-        ),
+        {"needs_previous": True, "tolerance": 0.01, "max_examples": 10},
     ],
 }
 
@@ -130,7 +119,6 @@ def test_solver_invariants(name, opts):
     assert report.ok and "valid" in report.passed and "scale_invariant" in report.passed
 
 
-@pytest.mark.xfail(strict=True, reason=_REPAIR)
 def test_repair_after_a_failure_counterexample():
     """The counterexample `failed_gpus` found: the live placement is repair's own; GPU 1 (the
     only one holding expert 0) fails; the repair must still place every expert."""

@@ -77,8 +77,27 @@ def solve_surviving(
         old = previous.phy2log[:, slots]
         if (old < 0).any():  # a GPU failed since: keep what survives
             old = np.where(old < 0, 0, old)
+        old = rehome_orphans(old, previous.num_experts)
         prev = Placement(old, previous.num_experts, small, None, previous.meta, previous.layer_ids)
     return run(load, small, prev), prev, small, slots
+
+
+def rehome_orphans(phy2log: np.ndarray, num_experts: int) -> np.ndarray:
+    """``int64[L, P']``: the surviving slots of a live placement (``phy2log``) with every
+    expert that lost all its replicas given one slot back, one move per orphan: the slot
+    comes from the expert holding the most replicas there (highest such slot). Needs
+    ``P' >= num_experts`` (then an expert with two replicas exists while one is missing)."""
+    out = np.array(phy2log, dtype=np.int64, copy=True)
+    for layer in range(out.shape[0]):
+        row = out[layer]
+        counts = np.bincount(row, minlength=num_experts)
+        for e in np.nonzero(counts == 0)[0]:
+            donor = int(np.argmax(counts))
+            slot = int(np.nonzero(row == donor)[0][-1])
+            row[slot] = e
+            counts[donor] -= 1
+            counts[e] = 1
+    return out
 
 
 def survivor_nodes(topology: Topology, slots: np.ndarray) -> np.ndarray:
