@@ -58,7 +58,9 @@ def test_rate_sweep_rows_and_served_fraction():
     frame = sweep.rate_sweep([tiny()], wl, [4.0, 40.0], seeds=[0], progress=False)
     assert list(frame["offered_rate"]) == [4.0, 40.0]
     assert frame["served_fraction"].between(0, 1).all()
-    assert frame["goodput"].iloc[0] >= frame["goodput"].iloc[1]
+    assert frame["goodput"].between(0, 1).all()
+    # the same trace offered faster: TTFT (censored, client-side) never falls
+    assert frame["ttft_p50_s"].iloc[0] <= frame["ttft_p50_s"].iloc[1]
     assert "offered (req/s)" in sweep.sweep_table(frame)
 
 
