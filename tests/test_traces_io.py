@@ -43,7 +43,8 @@ def trace_strategy(draw, *, sources=None, tokens=None, meta=True):
         N, K = draw(st.integers(0, 5)), draw(st.integers(1, 2))
         topk = rng.integers(0, E, size=(N, L, K))
         rank = rng.integers(0, 4, size=N)
-    m = {"model": "x", "num_groups": 1, "top_k": min(2, E), "nested": {"a": [1, 2.5]}} if meta else {}
+    m = {"model": "x", "num_groups": 1, "top_k": min(2, E), "nested": {"a": [1, 2.5]}}
+    m = m if meta else {}
     return Trace(counts, ids, src, topk, rank, meta=m)
 
 
