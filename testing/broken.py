@@ -84,15 +84,6 @@ def scale_dependent(load, topology):
     return _greedy(load, topology)
 
 
-def ignores_failed_gpus(load, topology, *, previous=None):
-    """Keeps the live placement (claiming to have placed against it), whatever failed since."""
-    if previous is None:
-        return _greedy(load, topology)
-    return Placement(
-        previous.phy2log.copy(), load.shape[1], topology, meta={"solver": {"relabeled": True}}
-    )
-
-
 def drops_an_expert(load, topology):
     out = _greedy(load, topology)
     E = load.shape[1]
@@ -144,9 +135,6 @@ BROKEN: dict[str, Broken] = {
     ),
     "scale_dependent": Broken(
         scale_dependent, "round robin for loads under 1e-6", "scale_invariant"
-    ),
-    "ignores_failed_gpus": Broken(
-        ignores_failed_gpus, "keeps the live placement after a GPU failed", "failed_gpus"
     ),
     "drops_an_expert": Broken(drops_an_expert, "drops an expert (more than 3 experts)", "valid"),
     "wrong_shape": Broken(wrong_shape, "returns one slot too few", "valid"),
