@@ -27,6 +27,18 @@ DEFAULT_KV_TOKENS = 4096  # decode context of DeepSeek's profile
 MAX_SIZE = 1e9  # tokens or requests per rank; far above any GPU's memory
 
 
+def _decode_batch(unit, batch) -> float:
+    """Running requests per decode rank: ``batch``, else the unit's ``max_running_requests``
+    (one of them must be given), checked > 0."""
+    b = batch if batch is not None else unit.max_running_requests
+    if b is None:
+        raise InputError(
+            "give batch= (running requests per rank) or set "
+            "decode.max_running_requests in the config"
+        )
+    return _positive("batch", b)
+
+
 def _positive(name: str, value, *, integer: bool = True, zero: bool = False):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if integer:
@@ -108,13 +120,7 @@ def steady_state(
             input_tok_s_per_node=tok_s * (n + cached) / n,
         )
     else:
-        b = batch if batch is not None else unit.max_running_requests
-        if b is None:
-            raise InputError(
-                "give batch= (running requests per rank) or set "
-                "decode.max_running_requests in the config"
-            )
-        b = _positive("batch", b)
+        b = _decode_batch(unit, batch)
         kv = _positive("kv_tokens", DEFAULT_KV_TOKENS if kv_tokens is None else kv_tokens)
         if input_tokens is not None:
             raise InputError("decode takes kv_tokens= (context per request), not input_tokens")
@@ -155,13 +161,7 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         )
         batches = prefill_batches(lengths, G, per_rank, steps, warmup=4, seed=seed)
     else:
-        b = batch if batch is not None else unit.max_running_requests
-        if b is None:
-            raise InputError(
-                "give batch= (running requests per rank) or set "
-                "decode.max_running_requests in the config"
-            )
-        b = _positive("batch", b)
+        b = _decode_batch(unit, batch)
         if batch is None and unit.kv_capacity_tokens:  # as many as the KV cache holds
             w = lengths.output_tokens.astype(np.float64)
             ctx = float((w * (lengths.input_tokens + w / 2)).sum() / max(w.sum(), 1.0))
