@@ -26,10 +26,12 @@ from eplb.solvers.analysis.failures import (
     expand,
     keep_contract,
     solve_surviving,
+    surviving,
     survivor_nodes,
 )
 from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.legacy import LEGACY, route
+from eplb.solvers.primitives.layout import moved as moves_between
 from eplb.solvers.primitives.relabel import relabel
 from eplb.solvers.primitives.validation import (
     check_layer_ids,
@@ -410,7 +412,10 @@ def solve(
         c = {**common, "previous": prev}
         return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
 
+    live = None  # the live placement's surviving slots as they are (moves count from them)
     if topology.failed_gpus:  # place on the survivors, expand below (solvers.analysis.failures)
+        if previous is not None:
+            live = previous.phy2log[:, surviving(topology)[1]]
         out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
     else:
         out, small = run(load, topology, previous), topology
@@ -438,7 +443,10 @@ def solve(
         elif fixed:
             _uncertify(info, placement, rows, fixed)
     if previous is not None:
-        moved = replicas_moved(previous, placement)
+        if live is None:
+            moved = replicas_moved(previous, placement)
+        else:  # orphans re-homed in `previous` still count as moves
+            moved = moves_between(live, placement.phy2log, E, small.slots_per_gpu)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     if name != requested or given != options:
         info["legacy"] = {"name": requested, "options": given}
