@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from eplb.cli import main
 from eplb.evaluation import serving
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
 
@@ -28,23 +31,40 @@ def _config() -> serving.ClusterConfig:
     )
 
 
-def eplb(*args, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "eplb.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=600,
-    )
+def eplb(*args, cwd=None, subprocess_run: bool = False) -> subprocess.CompletedProcess:
+    """Runs ``eplb ARGS`` in this process (``main``), or as a real process when asked."""
+    if subprocess_run:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.run(
+            [sys.executable, "-m", "eplb.cli", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=600,
+        )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_simulate_writes_every_output(tmp_path):
     cfg = tmp_path / "cluster.toml"
     _config().write_toml(cfg)
     out = tmp_path / "run"
-    r = eplb("simulate", cfg, "--workload", SYNTH, "-o", out, "--no-progress", "--seed", "2")
+    r = eplb(
+        "simulate",
+        cfg,
+        "--workload",
+        SYNTH,
+        "-o",
+        out,
+        "--no-progress",
+        "--seed",
+        "2",
+        subprocess_run=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "ttft_p50_s" in r.stdout and "tok/s/node" in r.stdout
     names = {p.name for p in out.iterdir()}
