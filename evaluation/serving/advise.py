@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,15 +21,15 @@ import pandas as pd
 
 from eplb import solvers
 from eplb.errors import InputError
-from eplb.evaluation.serving.config import ClusterConfig, UnitConfig, kv_capacity_tokens
+from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
-from eplb.evaluation.serving.results.steady import steady_state
 from eplb.evaluation.serving.simulator.planner import (
     gpu_balance,
     migration_bytes,
     trivial_placement,
 )
+from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
 
@@ -214,36 +214,40 @@ class Advice:
 
 
 # ---------------------------------------------------------------- evaluation
-def _config(ctx: Context, opt: Option, tokens: int, kv_cap: int) -> ClusterConfig:
-    unit = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
-                      slots_per_layer=opt.slots)
-    if ctx.phase == "prefill":
-        pre = replace(unit, token_budget=tokens)
-        dec = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
-                         slots_per_layer=opt.slots, max_running_requests=1)
-    else:
-        pre = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
-                         slots_per_layer=opt.slots, token_budget=1)
-        dec = replace(unit, max_running_requests=tokens, kv_capacity_tokens=kv_cap)
-    return ClusterConfig(model=ctx.model.name, hardware=ctx.hardware.name, prefill=pre,
-                         decode=dec, dispatch=opt.dispatch, lp_overhead_s=ctx.lp_overhead_s)
-
-
 class _Scorer:
-    """tokens/s per node of one option at a number of tokens per rank (memoised)."""
+    """tokens/s per node of one option at a number of tokens per rank (memoised). The unit's
+    `StepModel` (the one ``step_time(config=...)`` and so `steady_state` use) with the placement
+    prepared once; ``time_routed`` on it equals `steady_state`'s step (tests check this)."""
 
     def __init__(self, ctx: Context, opt: Option, *, kv_tokens: int, input_tokens: int,
                  memory_fraction: float, stall_fraction: float) -> None:
         self.ctx, self.opt = ctx, opt
         self.kv_tokens, self.input_tokens = kv_tokens, input_tokens
         S = opt.slots // (ctx.nodes * ctx.gpus_per_node)
-        self.kv_cap = kv_capacity_tokens(ctx.model, ctx.hardware, S,
-                                         memory_fraction=memory_fraction)
+        try:
+            self.kv_cap = kv_capacity_tokens(ctx.model, ctx.hardware, S,
+                                             memory_fraction=memory_fraction)
+        except InputError:  # the weights alone overflow the HBM: the row cannot run
+            self.kv_cap = 0
+        self.fits = self.kv_cap > 0
         self.max_requests = self.kv_cap // kv_tokens
         self.keep = 1.0 - stall_fraction
         self.memo: dict[int, dict] = {}
+        unit = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
+                          slots_per_layer=opt.slots)  # the unit steady_state would build
+        self.model = StepModel(ctx.phase, unit.topology(), model=ctx.model,
+                               hardware=ctx.hardware, dispatch=opt.dispatch,
+                               micro_batches=unit.micro_batches,
+                               lp_overhead_s=ctx.lp_overhead_s)
+        placement = opt.placement
+        if placement is not None:  # on the unit's topology object
+            placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
+                                  placement.replica_share, placement.meta, placement.layer_ids)
+        self.routed = self.model.prepare(placement, None if placement is None else ctx.load)
 
     def tokens(self, t: int) -> int:
+        if not self.fits:
+            return 0
         return t if self.ctx.phase == "prefill" else min(t, self.max_requests)
 
     def at(self, t: int) -> dict:
@@ -252,19 +256,18 @@ class _Scorer:
             if n < 1:  # no request fits the KV cache
                 self.memo[t] = {"step_s": math.nan, "tok_s_per_node": 0.0, "tokens": 0}
             else:
-                cfg = _config(self.ctx, self.opt, n, self.kv_cap)
-                kw = ({"input_tokens": self.input_tokens} if self.ctx.phase == "prefill"
-                      else {"kv_tokens": self.kv_tokens})
-                placement = self.opt.placement
-                if placement is not None:  # the unit's topology (hardware bandwidths alike)
-                    placement = Placement(placement.phy2log, placement.num_experts,
-                                          cfg.unit(self.ctx.phase).topology(),
-                                          placement.replica_share, placement.meta,
-                                          placement.layer_ids)
-                r = steady_state(cfg, self.ctx.phase, batch=n, placement=placement,
-                                 load=None if placement is None else self.ctx.load, **kw)
-                self.memo[t] = {"step_s": r["step_s"],
-                                "tok_s_per_node": r["tok_s_per_node"] * self.keep, "tokens": n}
+                ctx = self.ctx
+                G = ctx.nodes * ctx.gpus_per_node
+                if ctx.phase == "prefill":
+                    rb = RankBatch.uniform("prefill", G, tokens=n, context=self.input_tokens,
+                                           cached=0)
+                else:
+                    rb = RankBatch.uniform("decode", G, tokens=n, context=self.kv_tokens,
+                                           query_tokens=1)
+                step = self.model.time_routed(rb, self.routed).total_s
+                tok_s = ctx.gpus_per_node * n / step  # as steady_state (no MTP drafts)
+                self.memo[t] = {"step_s": step, "tok_s_per_node": tok_s * self.keep,
+                                "tokens": n}
         return self.memo[t]
 
 
@@ -474,6 +477,17 @@ def advise(
                                memory_fraction=memory_fraction,
                                stall_fraction=stall_s / (rebalance_interval_s + stall_s)))
     base = scorers[0]
+    if not base.fits or base.tokens(tokens_per_rank) < 1:
+        raise InputError(
+            f"today's deployment cannot run: {m.name} on {topology} {hw.name} GPUs with "
+            f"{topo.num_slots} slots leaves {base.kv_cap:,} KV tokens per GPU, fewer than one "
+            f"request of kv_tokens={kv_tokens:,}; use more GPUs, a larger-memory --hardware "
+            "or a shorter context"
+        )
+    for o, sc in zip(opts, scorers, strict=True):
+        if not sc.fits:
+            ctx.notes.append(f"{o.lever} {o.option}: the weights of {o.slots} slots do not fit "
+                             f"{hw.name}'s HBM; the row cannot run (0 tokens/s)")
     G = topo.num_gpus
     rows = []
     for o, sc, (moved, copy_s, stall_s) in zip(opts, scorers, moves, strict=True):
