@@ -45,7 +45,8 @@ def baseline_s(path: Path, phase: str) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dumps", default="prefill_in2048.json,decode_in2000out100.json")
+    ap.add_argument("--dumps", default="prefill_in2048.json,prefill_in512.json,"
+                    "decode_in2000out100.json,decode_in1000out1000.json")
     args = ap.parse_args()
     worst = 0.0
     print(f"{'dump':28s} {'phase':8s} {'advise s':>9s} {'target s':>9s} {'1 step s':>9s} "

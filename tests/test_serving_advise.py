@@ -185,3 +185,15 @@ def test_api_rejects_bad_arguments():
         advise(_load(0), "2x8", 256, levers=["magic"])
     with pytest.raises(InputError, match="migration"):
         advise(_load(0), "2x8", 256, migration="later")
+
+
+def test_stacked_windows_file_is_summed(tmp_path):
+    from eplb import traces
+
+    a, b = _load(5), _load(6)
+    path = tmp_path / "stacked.npz"
+    traces.write(traces.Trace(np.stack([a, b])), path)
+    got = advise(str(path), "2x8", 256, tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    ref = advise(a + b, "2x8", 256, tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    assert got.meta["windows"] == 2
+    assert got.table["step_ms"].tolist() == ref.table["step_ms"].tolist()
