@@ -110,6 +110,7 @@ class Context:
     lp_overhead_s: float = LP_OVERHEAD_S
     options: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    solved: dict = field(default_factory=dict)
 
     def topology(self, slots: int) -> Topology:
         G = self.nodes * self.gpus_per_node
@@ -122,10 +123,13 @@ class Context:
         return Topology(self.nodes, self.gpus_per_node, slots // G)
 
     def solve(self, slots: int) -> Placement:
-        return solvers.solve(
-            self.solver, self.load, self.topology(slots), num_groups=self.model.num_groups,
-            seed=self.seed, **self.options,
-        )
+        """The solver's placement on ``slots`` slots (solved once per slot count)."""
+        if slots not in self.solved:
+            self.solved[slots] = solvers.solve(
+                self.solver, self.load, self.topology(slots), num_groups=self.model.num_groups,
+                seed=self.seed, **self.options,
+            )
+        return self.solved[slots]
 
 
 # ---------------------------------------------------------------- levers (one function each)
