@@ -197,3 +197,18 @@ def test_stacked_windows_file_is_summed(tmp_path):
     ref = advise(a + b, "2x8", 256, tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
     assert got.meta["windows"] == 2
     assert got.table["step_ms"].tolist() == ref.table["step_ms"].tolist()
+
+
+def test_cli_previous_for_another_deployment(tmp_path, capsys):
+    from eplb import solvers
+    from eplb.io import write_placement
+    from eplb.topology import Topology
+
+    p = solvers.solve("greedy", _load(7), Topology(4, 8, 8), seed=0)
+    path = tmp_path / "other.json"
+    write_placement(p, path)
+    dump = _dump(tmp_path)
+    assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                 "--previous", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error:"), err
