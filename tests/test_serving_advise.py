@@ -185,6 +185,12 @@ def test_api_rejects_bad_arguments():
         advise(_load(0), "2x8", 256, levers=["magic"])
     with pytest.raises(InputError, match="migration"):
         advise(_load(0), "2x8", 256, migration="later")
+    with pytest.raises(InputError, match="redundant"):
+        advise(_load(0), "2x8", 256, redundant=5)
+    with pytest.raises(InputError, match="levers"):
+        advise(_load(0), "2x8", 256, levers="rebalance")
+    with pytest.raises(InputError, match="max_tokens"):
+        advise(_load(0), "2x8", 256, max_tokens=2**40)
 
 
 def test_stacked_windows_file_is_summed(tmp_path):

@@ -35,7 +35,7 @@ from eplb.topology import RDMA_GBPS, Topology
 
 __all__ = ["COLUMNS", "LEVERS", "Advice", "Option", "advise", "balance_bound"]
 
-MEASURED = "measured (the dump)"
+MAX_TOKENS = 1 << 24  # top of the break-even search, tokens per rank (bounded work)
 COMPUTED = "computed exactly from the dump's loads and the row's placement"
 MODELLED = "modelled (step-time model, steady_state)"
 MEMORY = "modelled (the hardware preset's HBM and the model's weight bytes)"
@@ -428,6 +428,9 @@ def advise(
     if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) \
             or not 0 <= lp_overhead_s < math.inf:
         raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
+    for name, seq in (("redundant", redundant), ("levers", levers)):
+        if seq is not None and (isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence)):
+            raise InputError(f"{name} must be a list, got {seq!r}")
     red = tuple(_positive_int("redundant", n, zero=True) for n in redundant)
     names = tuple(LEVERS) if levers is None else tuple(levers)
     bad = [n for n in names if n not in LEVERS]
@@ -439,6 +442,8 @@ def advise(
     top = max_tokens if max_tokens is not None else max(
         4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
     top = _positive_int("max_tokens", top)
+    if top > MAX_TOKENS:
+        raise InputError(f"max_tokens {top:,} is above {MAX_TOKENS:,} tokens per rank; use less")
     if top < tokens_per_rank:
         raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
 
