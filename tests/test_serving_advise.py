@@ -69,7 +69,7 @@ def test_properties_on_the_fixture(small):
     assert red["max_requests_per_gpu"].is_monotonic_decreasing
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**16), shape=st.sampled_from([0.2, 1.0, 5.0]),
        tokens=st.sampled_from([4, 24, 64]))
 def test_break_even_agrees_with_the_gain(seed, shape, tokens):

@@ -49,7 +49,8 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "slots": ("slots/layer", INPUT, "physical expert slots per MoE layer"),
     "dispatch": ("-", INPUT, "how tokens split among an expert's replicas (even, or lp per batch)"),
     "balance": ("max/mean", COMPUTED,
-                "GPU expert-load max over mean, averaged over layers (1.0 = perfectly balanced)"),
+                "GPU expert-load max over mean of the summed load, tokens split evenly among "
+                "an expert's replicas, averaged over layers (1.0 = perfectly balanced)"),
     "balance_bound": ("max/mean", COMPUTED,
                       "lower bound on balance for any placement on these slots: per layer "
                       "max(1, heaviest expert / min(GPUs, slots - experts + 1) / mean GPU "
