@@ -23,7 +23,9 @@ from eplb.atomic import Terminated, clear_signals, note_signal, signalled
 from eplb.errors import EplbError
 
 # verb modules under eplb.cli, each with add_parser(subparsers); add a verb by name here
-COMMANDS = ("solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate")
+COMMANDS = (
+    "solve", "trace", "evaluate", "compare", "replay", "execute", "workload", "simulate", "advise",
+)
 
 
 def _raise_terminated(signum, frame) -> None:

@@ -4,12 +4,14 @@ Wings: `workload` (request frames, readers, generators, the Day-6 mix), `kvcache
 store), `balancers` (DP balancers), `config` (`ClusterConfig`; cited hardware, model and
 cluster presets), `steptime` (`StepModel`), `simulator` (`simulate`), `results` (`SimResult`,
 plots, `steady_state`), `compare` (paired runs over seeds, closed-loop or counterfactual),
-`capacity` (the largest rate within a goodput target) and `intervals` (confidence intervals);
+`capacity` (the largest rate within a goodput target), `advise` (what each balancing
+lever buys on a dump) and `intervals` (confidence intervals);
 their public names are here.
 docs/serving.md and docs/serving-calibration.md explain them; of the library, only the CLI
 imports this package."""
 
 from eplb.evaluation.serving import balancers, workload
+from eplb.evaluation.serving.advise import Advice, advise
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
 from eplb.evaluation.serving.capacity import capacity, capacity_mix, capacity_table
 from eplb.evaluation.serving.compare import compare, paired_table
@@ -41,6 +43,7 @@ from eplb.evaluation.serving.steptime import RankBatch, StepModel, StepTime, ste
 from eplb.evaluation.serving.workload import Workload, rescale
 
 __all__ = [
+    "Advice",
     "ClusterConfig",
     "EplbConfig",
     "GpuFailure",
@@ -62,6 +65,7 @@ __all__ = [
     "UnitConfig",
     "Workload",
     "balancers",
+    "advise",
     "capacity",
     "capacity_mix",
     "capacity_table",

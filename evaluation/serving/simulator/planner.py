@@ -109,10 +109,11 @@ def patch_orphans(degraded: Placement, load: np.ndarray) -> Placement:
 
 def migration_bytes(old: Placement, new: Placement, expert_bytes: float) -> np.ndarray:
     """``float64[G]``: bytes each GPU loads to move from ``old`` to ``new`` (a new replica on a
-    GPU that held no replica of that expert in that layer)."""
+    GPU that held no replica of that expert in that layer). The two may differ in slots per GPU
+    (a change of redundancy), not in layers or GPUs."""
     topo = new.topology
     L, G, S = new.num_layers, topo.num_gpus, topo.slots_per_gpu
-    a = old.phy2log.reshape(L, G, S)
+    a = old.phy2log.reshape(L, G, old.topology.slots_per_gpu)
     b = new.phy2log.reshape(L, G, S)
     held = (b[..., :, None] == a[..., None, :]).any(-1)  # [L, G, S]: b's slot was there
     moved = (~held & (b >= 0)).sum(axis=(0, 2))

@@ -1,0 +1,99 @@
+"""``eplb advise``: what each balancing lever buys on a runtime dump's loads (docs/advise.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from eplb.cli.common import check_outputs, seed_arg
+from eplb.errors import InputError
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r} is not a comma-separated list of integers") from None
+    if not out:
+        raise InputError(f"{flag} is empty; give integers like 0,32,64")
+    return out
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="is expert balancing worth it here? each lever's step time and tokens/s/node",
+        description="From a runtime dump (SGLang expert-distribution JSON/.pt, a native trace "
+        "or a stacked windows file) and a deployment, print what each lever buys: a rebalance "
+        "from today's placement (weights moved, copy time, stall), N redundant experts (and the "
+        "KV cache they cost), per-batch dispatch balancing (lp, with its overhead), and the "
+        "break-even tokens per rank below which each does not pay. The loads are measured; "
+        "every time is modelled by the step-time model. Each column is explained below the "
+        "table.",
+    )
+    p.add_argument("dump", metavar="DUMP", help="expert-load dump or trace file")
+    p.add_argument("--topology", required=True, metavar="NxG",
+                   help="nodes x GPUs per node of one EP unit, e.g. 4x8")
+    p.add_argument("--slots", required=True, type=int, metavar="P",
+                   help="physical expert slots per layer today (e.g. 288 = 256 + 32 redundant)")
+    p.add_argument("--phase", default="decode", choices=("prefill", "decode"))
+    p.add_argument("--tokens-per-rank", type=int, metavar="N",
+                   help="prefill: tokens per rank per step (default 16384); decode: running "
+                   "requests per rank (default 128)")
+    p.add_argument("--hardware", default="h800", metavar="PRESET",
+                   help="GPU preset: h800, h100 or h200 (default h800)")
+    p.add_argument("--model", default="deepseek_v3", metavar="PRESET",
+                   help="model preset (default deepseek_v3)")
+    p.add_argument("--previous", metavar="PLACEMENT",
+                   help="today's placement file (default: trivial, slot p holds expert p mod E)")
+    p.add_argument("--redundant", default="0,32,64", metavar="N,N",
+                   help="redundant experts to try (default 0,32,64; N whose E+N slots do not "
+                   "split over the GPUs are skipped with a note)")
+    p.add_argument("--solver", default="deepseek", metavar="NAME",
+                   help="placement solver of the rebalance and redundant rows (default deepseek)")
+    p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
+                   help="decode: context per request, tokens (default 4096)")
+    p.add_argument("--input-tokens", type=int, default=4096, metavar="N",
+                   help="prefill: prompt length, tokens (default 4096)")
+    p.add_argument("--migration", default="stall", choices=("stall", "overlap"),
+                   help="a rebalance stops the unit for the copy (stall, default) or overlaps it")
+    p.add_argument("--migration-gbps", type=float, default=50.0, metavar="GB/s",
+                   help="weight-copy bandwidth per GPU (default 50, RDMA)")
+    p.add_argument("--interval", type=float, default=600.0, metavar="SEC",
+                   help="seconds between rebalances, over which a stall is amortised (default 600)")
+    p.add_argument("--max-tokens", type=int, metavar="N",
+                   help="top of the break-even search, tokens per rank")
+    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="also write the result: .json as JSON, .csv the table, else the text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eplb.atomic import atomic_write_text
+    from eplb.evaluation.serving.advise import advise
+
+    check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
+    result = advise(
+        args.dump, args.topology, args.slots, phase=args.phase,
+        tokens_per_rank=args.tokens_per_rank, hardware=args.hardware, model=args.model,
+        previous=args.previous, redundant=_ints(args.redundant, "--redundant"),
+        solver=args.solver, kv_tokens=args.kv_tokens, input_tokens=args.input_tokens,
+        migration=args.migration, migration_gbps=args.migration_gbps,
+        rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
+    )
+    as_json = json.dumps(result.to_dict(), indent=1, allow_nan=False, default=float)
+    text = result.to_text()
+    print(as_json if args.json else text)
+    if args.output:
+        out = str(args.output)
+        if out.endswith(".json"):
+            atomic_write_text(out, as_json + "\n")
+        elif out.endswith(".csv"):
+            atomic_write_text(out, result.table.to_csv(index=False))
+        else:
+            atomic_write_text(out, text + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+    return 0

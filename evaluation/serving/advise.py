@@ -1,0 +1,548 @@
+"""`advise`: is expert balancing worth it here? What each lever buys, in step time and tokens
+per second per node, on a runtime dump's own expert loads (docs/advise.md).
+
+The loads are measured (the dump); every time is modelled (`results.steady.steady_state`, the
+step-time model); balance figures are computed exactly from the loads and a placement. A lever is
+one function in `LEVERS` (``name -> function(ctx) -> list[Option]``); `Option` says which
+placement, slot count and dispatch policy a row runs and what it moves. Each row is scored at the
+deployment's tokens per rank against today's placement, and its break-even tokens per rank (the
+fewest at which it pays, searched over a geometric grid and refined by bisection) is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eplb import solvers
+from eplb.errors import InputError
+from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
+from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
+from eplb.evaluation.serving.config.model import get_model
+from eplb.evaluation.serving.simulator.planner import (
+    gpu_balance,
+    migration_bytes,
+    trivial_placement,
+)
+from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.placement import Placement
+from eplb.topology import RDMA_GBPS, Topology
+
+__all__ = ["COLUMNS", "LEVERS", "Advice", "Option", "advise", "balance_bound"]
+
+MAX_TOKENS = 1 << 24  # top of the break-even search, tokens per rank (bounded work)
+COMPUTED = "computed exactly from the dump's loads and the row's placement"
+MODELLED = "modelled (step-time model, steady_state)"
+MEMORY = "modelled (the hardware preset's HBM and the model's weight bytes)"
+COPY = "modelled (bytes moved over the migration bandwidth)"
+INPUT = "input (a setting of this run)"
+
+# column -> (unit, source, what it is); the CLI prints one line per column
+COLUMNS: dict[str, tuple[str, str, str]] = {
+    "lever": ("-", INPUT, "which lever the row applies (today = the placement running now)"),
+    "option": ("-", INPUT, "the row's setting of that lever"),
+    "slots": ("slots/layer", INPUT, "physical expert slots per MoE layer"),
+    "dispatch": ("-", INPUT, "how tokens split among an expert's replicas (even, or lp per batch)"),
+    "balance": ("max/mean", COMPUTED,
+                "GPU expert-load max over mean of the summed load, tokens split evenly among "
+                "an expert's replicas, averaged over layers (1.0 = perfectly balanced)"),
+    "balance_bound": ("max/mean", COMPUTED,
+                      "lower bound on balance for any placement on these slots: per layer "
+                      "max(1, heaviest expert / min(GPUs, slots - experts + 1) / mean GPU "
+                      "load), averaged over layers"),
+    "tokens_per_rank": ("tokens", INPUT,
+                        "tokens per rank per step (decode: running requests per rank, after the "
+                        "KV-cache cap)"),
+    "step_ms": ("ms", MODELLED, "time of one forward step"),
+    "tok_s_per_node": ("tokens/s/node", MODELLED,
+                       "throughput per node (prefill: computed input tokens; decode: output "
+                       "tokens), after any migration stall amortised over the rebalance interval"),
+    "gain_pct": ("%", MODELLED, "tok_s_per_node over today's at the same deployment, minus 1"),
+    "bytes_moved_gb": ("GB", COMPUTED,
+                       "expert weights copied from today's placement, all GPUs (1e9 bytes)"),
+    "copy_s": ("s", COPY,
+               "copy time: the busiest GPU's bytes over the migration bandwidth"),
+    "stall_s": ("s", COPY, "seconds the unit serves nothing while copying (0 when overlapped)"),
+    "kv_tokens_per_gpu": ("tokens", MEMORY,
+                          "KV-cache tokens one GPU holds after weights (HBM x memory fraction "
+                          "minus weights, over KV bytes per token)"),
+    "max_requests_per_gpu": ("requests", MEMORY,
+                             "requests of the given context that fit one GPU's KV cache"),
+    "break_even_tokens": ("tokens", MODELLED,
+                          "fewest tokens per rank at which the row pays (gain > 0) at every "
+                          "grid point up to the deployment's; NaN: it does not pay up to the "
+                          "grid's top"),
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row: ``placement`` (None: perfectly balanced routing) on ``slots`` slots per layer
+    with ``dispatch``; ``moved_from``: the placement it is copied from (None: nothing moves)."""
+
+    lever: str
+    option: str
+    slots: int
+    placement: Placement | None
+    dispatch: str = "even"
+    moved_from: Placement | None = None
+
+
+@dataclass
+class Context:
+    """What a lever needs: the deployment, the measured load and today's placement."""
+
+    phase: str
+    nodes: int
+    gpus_per_node: int
+    slots: int
+    load: np.ndarray  # float[L, E], measured
+    model: Any
+    hardware: Any
+    today: Placement
+    solver: str
+    redundant: tuple[int, ...]
+    seed: int
+    lp_overhead_s: float = LP_OVERHEAD_S
+    options: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    solved: dict = field(default_factory=dict)
+
+    def topology(self, slots: int) -> Topology:
+        G = self.nodes * self.gpus_per_node
+        if slots % G or slots < self.model.num_experts:
+            raise InputError(
+                f"{slots} slots per layer do not fit {G} GPUs holding "
+                f"{self.model.num_experts} experts; use a multiple of {G} that is at least "
+                f"{self.model.num_experts}"
+            )
+        return Topology(self.nodes, self.gpus_per_node, slots // G)
+
+    def solve(self, slots: int) -> Placement:
+        """The solver's placement on ``slots`` slots (solved once per slot count)."""
+        if slots not in self.solved:
+            self.solved[slots] = solvers.solve(
+                self.solver, self.load, self.topology(slots), num_groups=self.model.num_groups,
+                seed=self.seed, **self.options,
+            )
+        return self.solved[slots]
+
+
+# ---------------------------------------------------------------- levers (one function each)
+def lever_today(ctx: Context) -> list[Option]:
+    """The placement running now (trivial unless ``previous`` is given): the baseline."""
+    return [Option("today", ctx.today.meta.get("solver", {}).get("name", "given"), ctx.slots,
+                   ctx.today)]
+
+
+def lever_rebalance(ctx: Context) -> list[Option]:
+    """Re-place today's slots with the solver on the measured load, moving weights."""
+    new = ctx.solve(ctx.slots)
+    return [Option("rebalance", ctx.solver, ctx.slots, new, moved_from=ctx.today)]
+
+
+def lever_redundant(ctx: Context) -> list[Option]:
+    """``E + N`` slots for each N in ``redundant``, placed by the solver (costs KV cache)."""
+    E, G = ctx.model.num_experts, ctx.nodes * ctx.gpus_per_node
+    out = []
+    for n in ctx.redundant:
+        if (E + n) % G:
+            ctx.notes.append(f"redundant N={n} skipped: {E + n} slots do not split over {G} GPUs")
+            continue
+        out.append(Option("redundant", f"N={n}", E + n, ctx.solve(E + n), moved_from=ctx.today))
+    return out
+
+
+def lever_dispatch_lp(ctx: Context) -> list[Option]:
+    """Per-batch dispatch balancing (``lp``) on today's placement and on the rebalanced one;
+    its solve (``lp_overhead_s`` per layer and micro-batch) is on the critical path."""
+    new = ctx.solve(ctx.slots)
+    return [
+        Option("dispatch_lp", "today", ctx.slots, ctx.today, dispatch="lp"),
+        Option("dispatch_lp", f"{ctx.solver}+lp", ctx.slots, new, dispatch="lp",
+               moved_from=ctx.today),
+    ]
+
+
+def lever_balanced(ctx: Context) -> list[Option]:
+    """Perfectly balanced routing on today's slots: the bound no placement beats."""
+    return [Option("bound", "perfect balance", ctx.slots, None)]
+
+
+LEVERS: dict[str, Callable[[Context], list[Option]]] = {
+    "today": lever_today,
+    "rebalance": lever_rebalance,
+    "redundant": lever_redundant,
+    "dispatch_lp": lever_dispatch_lp,
+    "bound": lever_balanced,
+}
+
+
+# ---------------------------------------------------------------- results
+@dataclass
+class Advice:
+    """`advise`'s answer: ``table`` (one row per option, `COLUMNS`), ``columns`` (unit, source,
+    meaning of each), ``meta`` (inputs and what was measured)."""
+
+    table: pd.DataFrame
+    columns: dict[str, tuple[str, str, str]]
+    meta: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = self.table.astype(object).where(self.table.notna(), None).to_dict("records")
+        cols = {k: {"unit": u, "source": s, "meaning": m} for k, (u, s, m) in self.columns.items()}
+        return {"meta": self.meta, "columns": cols, "rows": rows}
+
+    def to_text(self) -> str:
+        t = self.table.copy()
+        t.columns = [f"{c} [{self.columns[c][0]}]" if self.columns[c][0] != "-" else c
+                     for c in t.columns]
+        m = self.meta
+        head = [
+            f"eplb advise: {m['phase']} on {m['topology']} x {m['slots']} slots, {m['hardware']}, "
+            f"{m['model']}, {m['tokens_per_rank']} tokens per rank; loads measured from "
+            f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
+            f"{m['expert_max_over_mean']:.2f}); times modelled",
+            "",
+            t.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+            "",
+            "columns:",
+        ]
+        head += [f"  {k} [{u}]: {text} -- {src}" for k, (u, src, text) in self.columns.items()]
+        head += ["", *m["notes"]]
+        return "\n".join(head)
+
+
+# ---------------------------------------------------------------- evaluation
+class _Scorer:
+    """tokens/s per node of one option at a number of tokens per rank (memoised). The unit's
+    `StepModel` (the one ``step_time(config=...)`` and so `steady_state` use) with the placement
+    prepared once; ``time_routed`` on it equals `steady_state`'s step (tests check this)."""
+
+    def __init__(self, ctx: Context, opt: Option, *, kv_tokens: int, input_tokens: int,
+                 memory_fraction: float, stall_fraction: float) -> None:
+        self.ctx, self.opt = ctx, opt
+        self.kv_tokens, self.input_tokens = kv_tokens, input_tokens
+        S = opt.slots // (ctx.nodes * ctx.gpus_per_node)
+        try:
+            self.kv_cap = kv_capacity_tokens(ctx.model, ctx.hardware, S,
+                                             memory_fraction=memory_fraction)
+        except InputError:  # the weights alone overflow the HBM: the row cannot run
+            self.kv_cap = 0
+        self.fits = self.kv_cap > 0
+        self.max_requests = self.kv_cap // kv_tokens
+        self.keep = 1.0 - stall_fraction
+        self.memo: dict[int, dict] = {}
+        unit = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
+                          slots_per_layer=opt.slots)  # the unit steady_state would build
+        self.model = StepModel(ctx.phase, unit.topology(), model=ctx.model,
+                               hardware=ctx.hardware, dispatch=opt.dispatch,
+                               micro_batches=unit.micro_batches,
+                               lp_overhead_s=ctx.lp_overhead_s)
+        placement = opt.placement
+        if placement is not None:  # on the unit's topology object
+            placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
+                                  placement.replica_share, placement.meta, placement.layer_ids)
+        self.routed = self.model.prepare(placement, None if placement is None else ctx.load)
+
+    def tokens(self, t: int) -> int:
+        if not self.fits:
+            return 0
+        return t if self.ctx.phase == "prefill" else min(t, self.max_requests)
+
+    def at(self, t: int) -> dict:
+        if t not in self.memo:
+            n = self.tokens(t)
+            if n < 1:  # no request fits the KV cache
+                self.memo[t] = {"step_s": math.nan, "tok_s_per_node": 0.0, "tokens": 0}
+            else:
+                ctx = self.ctx
+                G = ctx.nodes * ctx.gpus_per_node
+                if ctx.phase == "prefill":
+                    rb = RankBatch.uniform("prefill", G, tokens=n, context=self.input_tokens,
+                                           cached=0)
+                else:
+                    rb = RankBatch.uniform("decode", G, tokens=n, context=self.kv_tokens,
+                                           query_tokens=1)
+                step = self.model.time_routed(rb, self.routed).total_s
+                tok_s = ctx.gpus_per_node * n / step  # as steady_state (no MTP drafts)
+                self.memo[t] = {"step_s": step, "tok_s_per_node": tok_s * self.keep,
+                                "tokens": n}
+        return self.memo[t]
+
+
+def _break_even(opt: _Scorer, base: _Scorer, tokens: int, top: int) -> float:
+    """Fewest tokens per rank from which ``opt`` pays (gain > 0) at every grid point through
+    ``tokens`` when it pays at ``tokens``; else the fewest above ``tokens`` from which it pays
+    through ``top``, or NaN. Grid: powers of two and ``tokens``; the crossing is refined by
+    bisection on integers."""
+    def pays(t: int) -> bool:
+        return opt.at(t)["tok_s_per_node"] > base.at(t)["tok_s_per_node"]
+
+    grid = sorted({2 ** k for k in range(int(math.log2(top)) + 1)} | {tokens, top})
+    i = grid.index(tokens)
+    if pays(tokens):
+        j = i
+        while j > 0 and pays(grid[j - 1]):
+            j -= 1
+        if j == 0:
+            return float(grid[0])
+        lo, hi = grid[j - 1], grid[j]  # lo does not pay, hi does
+    else:
+        up = [t for t in grid[i + 1:]]
+        ok = [pays(t) for t in up]
+        first = next((k for k in range(len(up)) if all(ok[k:])), None)
+        if first is None:
+            return math.nan
+        hi = up[first]
+        lo = up[first - 1] if first > 0 else tokens
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pays(mid):
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
+
+
+def balance_bound(load: np.ndarray, num_gpus: int, slots: int) -> float:
+    """Lower bound on the layer-mean of max/mean GPU load of ``load: float[L, E]`` for any
+    placement of ``slots`` slots on ``num_gpus`` GPUs and any split among replicas: an expert
+    has at most ``slots - E + 1`` replicas, so its load lands on at most
+    ``min(num_gpus, slots - E + 1)`` GPUs, one of which gets at least its share; and the
+    largest GPU load is at least the mean. Non-increasing in ``slots``."""
+    L, E = load.shape
+    mean = load.sum(1) / num_gpus
+    ok = mean > 0
+    if not ok.any():
+        return 1.0
+    spread = min(num_gpus, slots - E + 1)
+    per = np.maximum(1.0, load.max(1)[ok] / spread / mean[ok])
+    return float(per.mean())
+
+
+def _load_of(dump, model) -> tuple[np.ndarray, dict]:
+    from eplb import traces
+
+    if isinstance(dump, traces.Trace):
+        tr, source = dump, "a Trace"
+    elif isinstance(dump, np.ndarray):
+        arr = np.asarray(dump, dtype=np.float64)
+        if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
+            raise InputError("dump as an array must be finite counts >= 0, float[L, E]")
+        tr, source = traces.Trace(arr[None]), "an array"
+    else:
+        tr, source = traces.read(dump), str(dump)
+    counts = np.asarray(tr.counts, dtype=np.float64)
+    L, E = counts.shape[1:]
+    if L == model.num_layers and model.dense_layers:  # every model layer: drop the dense ones
+        counts = counts[:, model.dense_layers:]
+        L = counts.shape[1]
+    if (L, E) != (model.moe_layers, model.num_experts):
+        raise InputError(
+            f"dump {source}: {L} layers x {E} experts, but {model.name} has "
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; give a dump of "
+            "that model (or --model)"
+        )
+    load = counts.sum(0)
+    if not (load.sum(1) > 0).any():
+        raise InputError(f"dump {source}: every layer's load is zero; nothing to balance")
+    mean = load.mean(1)
+    ok = mean > 0
+    emax = float((load.max(1)[ok] / mean[ok]).mean())
+    return load, {"source": source, "windows": int(counts.shape[0]), "layers": int(L),
+                  "expert_max_over_mean": emax}
+
+
+def _positive_int(name: str, value, *, zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (
+        0 if zero else 1
+    ):
+        raise InputError(f"{name} must be an integer >= {0 if zero else 1}, got {value!r}")
+    return int(value)
+
+
+def advise(
+    dump,
+    topology: str,
+    slots: int,
+    *,
+    phase: str = "decode",
+    tokens_per_rank: int | None = None,
+    hardware: str = "h800",
+    model: str = "deepseek_v3",
+    previous: Placement | str | None = None,
+    redundant: Sequence[int] = (0, 32, 64),
+    solver: str = "deepseek",
+    levers: Sequence[str] | None = None,
+    kv_tokens: int = 4096,
+    input_tokens: int = 4096,
+    migration: str = "stall",
+    migration_gbps: float = RDMA_GBPS,
+    rebalance_interval_s: float = 600.0,
+    memory_fraction: float = 0.85,
+    lp_overhead_s: float = LP_OVERHEAD_S,
+    max_tokens: int | None = None,
+    seed: int = 0,
+) -> Advice:
+    """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
+
+    ``dump``: a trace file (SGLang expert-distribution JSON/.pt, a native trace, a stacked
+    windows file; windows are summed), a `Trace` or ``float[L, E]``. ``topology``: ``"NxG"``
+    (nodes x GPUs per node, one EP/DP rank per GPU); ``slots``: physical slots per layer today.
+    ``tokens_per_rank``: prefill tokens per rank per step (default 16,384) or decode running
+    requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
+    ``input_tokens`` tokens. ``previous``: today's placement (a `Placement` or a placement
+    file; default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
+    ``E + N`` rows. Rebalancing copies weights at ``migration_gbps`` (GB/s per GPU); with
+    ``migration="stall"`` the unit stops for the copy, amortised over ``rebalance_interval_s``.
+    KV capacity per GPU: ``memory_fraction`` of the preset's HBM minus weights. Break-even
+    search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
+    Returns an `Advice` (``table``: one row per option, `COLUMNS`).
+    """
+    from eplb.io import read_placement
+
+    if phase not in ("prefill", "decode"):
+        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    m = get_model(model)
+    hw = get_hardware(hardware)
+    topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
+    if tokens_per_rank is None:
+        tokens_per_rank = 16384 if phase == "prefill" else 128
+    tokens_per_rank = _positive_int("tokens_per_rank", tokens_per_rank)
+    kv_tokens = _positive_int("kv_tokens", kv_tokens)
+    input_tokens = _positive_int("input_tokens", input_tokens)
+    if migration not in ("stall", "overlap"):
+        raise InputError(f"migration must be 'stall' or 'overlap', got {migration!r}")
+    for name, v in (("migration_gbps", migration_gbps),
+                    ("rebalance_interval_s", rebalance_interval_s)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise InputError(f"{name} must be a number > 0, got {v!r}")
+    if isinstance(memory_fraction, bool) or not isinstance(memory_fraction, (int, float)) \
+            or not 0 < memory_fraction <= 1:
+        raise InputError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
+    if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) \
+            or not 0 <= lp_overhead_s < math.inf:
+        raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
+    for name, seq in (("redundant", redundant), ("levers", levers)):
+        if seq is not None and (isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence)):
+            raise InputError(f"{name} must be a list, got {seq!r}")
+    red = tuple(_positive_int("redundant", n, zero=True) for n in redundant)
+    names = tuple(LEVERS) if levers is None else tuple(levers)
+    bad = [n for n in names if n not in LEVERS]
+    if bad:
+        raise InputError(f"unknown lever {bad[0]!r}; use some of {', '.join(LEVERS)}")
+    names = ("today", *[n for n in names if n != "today"])
+    if solver not in solvers.available():
+        raise InputError(f"unknown solver {solver!r}; use one of {', '.join(solvers.available())}")
+    top = max_tokens if max_tokens is not None else max(
+        4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
+    top = _positive_int("max_tokens", top)
+    if top > MAX_TOKENS:
+        raise InputError(f"max_tokens {top:,} is above {MAX_TOKENS:,} tokens per rank; use less")
+    if top < tokens_per_rank:
+        raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
+
+    load, measured = _load_of(dump, m)
+    if previous is None:
+        today = trivial_placement(m, topo)
+    else:
+        today = previous if isinstance(previous, Placement) else read_placement(
+            previous, topology=topo, num_experts=m.num_experts)
+        if today.num_layers == m.num_layers and m.dense_layers:
+            today = Placement(today.phy2log[m.dense_layers:], today.num_experts,
+                              today.topology, None if today.replica_share is None
+                              else today.replica_share[m.dense_layers:], today.meta)
+        t = today.topology
+        if (today.num_layers, today.num_experts) != (m.moe_layers, m.num_experts) or (
+            t.num_nodes, t.gpus_per_node, t.num_slots) != (topo.num_nodes, topo.gpus_per_node,
+                                                           topo.num_slots):
+            raise InputError(
+                f"previous placement is {today.num_layers} layers x {today.num_experts} experts "
+                f"on {t.num_nodes}x{t.gpus_per_node} with {t.num_slots} slots; the deployment "
+                f"is {m.moe_layers} x {m.num_experts} on {topology} with {slots} slots"
+            )
+    ctx = Context(phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, m, hw,
+                  today, solver, red, seed, float(lp_overhead_s))
+    opts: list[Option] = []
+    for n in names:
+        opts += LEVERS[n](ctx)
+
+    expert_bytes = float(m.expert_params)  # FP8 weights: one byte per parameter
+    gbps = float(migration_gbps) * 1e9
+    scorers, moves = [], []
+    for o in opts:
+        per_gpu = (np.zeros(1) if o.moved_from is None
+                   else migration_bytes(o.moved_from, o.placement, expert_bytes)
+                   if o.placement is not None else np.zeros(1))
+        copy_s = float(per_gpu.max(initial=0.0) / gbps)
+        stall_s = copy_s if migration == "stall" else 0.0
+        moves.append((float(per_gpu.sum()), copy_s, stall_s))
+        scorers.append(_Scorer(ctx, o, kv_tokens=kv_tokens, input_tokens=input_tokens,
+                               memory_fraction=memory_fraction,
+                               stall_fraction=stall_s / (rebalance_interval_s + stall_s)))
+    base = scorers[0]
+    if not base.fits or base.tokens(tokens_per_rank) < 1:
+        raise InputError(
+            f"today's deployment cannot run: {m.name} on {topology} {hw.name} GPUs with "
+            f"{topo.num_slots} slots leaves {base.kv_cap:,} KV tokens per GPU, fewer than one "
+            f"request of kv_tokens={kv_tokens:,}; use more GPUs, a larger-memory --hardware "
+            "or a shorter context"
+        )
+    for o, sc in zip(opts, scorers, strict=True):
+        if not sc.fits:
+            ctx.notes.append(f"{o.lever} {o.option}: the weights of {o.slots} slots do not fit "
+                             f"{hw.name}'s HBM; the row cannot run (0 tokens/s)")
+    G = topo.num_gpus
+    rows = []
+    for o, sc, (moved, copy_s, stall_s) in zip(opts, scorers, moves, strict=True):
+        r, b = sc.at(tokens_per_rank), base.at(tokens_per_rank)
+        gain = (r["tok_s_per_node"] / b["tok_s_per_node"] - 1.0) if b["tok_s_per_node"] else \
+            math.nan
+        rows.append({
+            "lever": o.lever,
+            "option": o.option,
+            "slots": o.slots,
+            "dispatch": o.dispatch,
+            "balance": gpu_balance(o.placement, load),
+            "balance_bound": balance_bound(load, G, o.slots),
+            "tokens_per_rank": r["tokens"],
+            "step_ms": r["step_s"] * 1e3,
+            "tok_s_per_node": r["tok_s_per_node"],
+            "gain_pct": 100.0 * gain,
+            "bytes_moved_gb": moved / 1e9,
+            "copy_s": copy_s,
+            "stall_s": stall_s,
+            "kv_tokens_per_gpu": sc.kv_cap,
+            "max_requests_per_gpu": sc.max_requests,
+            "break_even_tokens": math.nan if o.lever == "today"
+            else _break_even(sc, base, tokens_per_rank, top),
+        })
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    notes = [
+        "measured: the expert loads (summed over the dump's windows); modelled: every time and "
+        "throughput (step-time model, hardware preset " f"{hw.name}); computed exactly: balance, "
+        "bytes moved.",
+        "in-sample: placements are solved and scored on the same loads (an upper bound on what "
+        "a rebalance from a past window gets).",
+        f"migration: {migration} at {migration_gbps:g} GB/s per GPU, amortised over "
+        f"{rebalance_interval_s:g} s between rebalances; redundant rows assume the slot count can "
+        "change by copying (a runtime may need a restart).",
+        f"break-even: searched on powers of two up to {top:,} tokens per rank, refined by "
+        "bisection; NaN = does not pay up to there.",
+    ]
+    notes += ctx.notes
+    if phase == "prefill":
+        notes.append("prefill: KV capacity is shown but does not cap the batch.")
+    meta = {**measured, "phase": phase, "topology": topology, "slots": topo.num_slots,
+            "hardware": hw.name, "model": m.name, "tokens_per_rank": tokens_per_rank,
+            "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
+            "migration": migration, "migration_gbps": float(migration_gbps),
+            "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
+            "notes": notes}
+    return Advice(table, dict(COLUMNS), meta)

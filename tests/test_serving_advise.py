@@ -1,0 +1,220 @@
+"""`eplb advise` / `serving.advise`: the table, its columns, bad input, and properties that hold
+on every load (balance bounds, break-even against the gain's sign, KV cost of redundancy)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eplb.cli.main import main
+from eplb.errors import InputError
+from eplb.evaluation.serving.advise import COLUMNS, LEVERS, advise, balance_bound
+
+L, E = 58, 256  # deepseek_v3's MoE layers and routed experts
+
+
+def _load(seed: int, shape: float = 0.5) -> np.ndarray:
+    return np.random.default_rng(seed).gamma(shape, 100.0, size=(L, E))
+
+
+@pytest.fixture(scope="module")
+def small():
+    """One decode advice on a 2 x 8 H800 unit (256 slots, +16 redundant)."""
+    return advise(_load(0), "2x8", 256, phase="decode", tokens_per_rank=32, redundant=(0, 16),
+                  max_tokens=128)
+
+
+def _dump(tmp_path, load=None, name="dump.json"):
+    """An SGLang expert-distribution JSON (every model layer; the 3 dense rows zero)."""
+    load = _load(1) if load is None else load
+    rows = np.vstack([np.zeros((3, load.shape[1])), load])
+    path = tmp_path / name
+    path.write_text(json.dumps({"logical_count": rows.tolist()}))
+    return path
+
+
+def test_table_rows_and_columns(small):
+    t = small.table
+    assert list(t.columns) == list(COLUMNS)
+    assert t.iloc[0]["lever"] == "today" and t.iloc[0]["gain_pct"] == 0.0
+    assert set(t["lever"]) == set(LEVERS)
+    assert set(small.columns) == set(t.columns)
+    for unit, source, meaning in small.columns.values():
+        assert unit and source and meaning
+    kinds = {c: s for c, (_, s, _) in small.columns.items()}
+    assert "modelled" in kinds["step_ms"] and "modelled" in kinds["tok_s_per_node"]
+    assert "measured" in " ".join(small.meta["notes"])
+    # the today row moves nothing; the redundant rows are the slot counts asked for
+    assert t.iloc[0]["bytes_moved_gb"] == 0.0
+    assert sorted(t.loc[t.lever == "redundant", "slots"]) == [256, 272]
+    json.dumps(small.to_dict(), allow_nan=False)  # NaN becomes null
+    text = small.to_text()
+    for c in COLUMNS:
+        assert f"  {c} [" in text  # one line per column
+
+
+def test_properties_on_the_fixture(small):
+    t = small.table
+    placed = t[t.lever != "bound"]
+    assert (placed["balance"] >= placed["balance_bound"] - 1e-9).all()
+    stall = t[t.bytes_moved_gb > 0]
+    assert (stall["stall_s"] == stall["copy_s"]).all() and (stall["copy_s"] > 0).all()
+    red = t[t.lever == "redundant"].sort_values("slots")
+    assert red["kv_tokens_per_gpu"].is_monotonic_decreasing
+    assert red["max_requests_per_gpu"].is_monotonic_decreasing
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), shape=st.sampled_from([0.2, 1.0, 5.0]),
+       tokens=st.sampled_from([4, 24, 64]))
+def test_break_even_agrees_with_the_gain(seed, shape, tokens):
+    a = advise(_load(seed, shape), "2x8", 256, phase="decode", tokens_per_rank=tokens,
+               redundant=(16,), levers=["redundant", "dispatch_lp"], max_tokens=64)
+    for _, r in a.table.iloc[1:].iterrows():
+        be = r["break_even_tokens"]
+        if r["gain_pct"] > 0:
+            assert be <= tokens, r.to_dict()
+        else:
+            assert math.isnan(be) or be > tokens, r.to_dict()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), shape=st.floats(0.05, 5.0),
+       gpus=st.sampled_from([8, 16, 32]), extra=st.lists(st.integers(0, 6), min_size=2,
+                                                         max_size=4))
+def test_balance_bound_never_rises_with_slots(seed, shape, gpus, extra):
+    load = _load(seed, shape)[:4]
+    slots = sorted({E + gpus * k for k in extra})
+    b = [balance_bound(load, gpus, p) for p in slots]
+    assert all(x >= y - 1e-12 for x, y in zip(b, b[1:], strict=False))
+    assert all(x >= 1.0 for x in b)
+
+
+def test_steps_are_steady_states(small):
+    """advise's prepared step model gives steady_state's step on the same unit."""
+    from eplb.evaluation.serving import ClusterConfig, UnitConfig, steady_state
+    from eplb.evaluation.serving.simulator.planner import trivial_placement
+
+    cfg = ClusterConfig(prefill=UnitConfig(nodes=2, slots_per_layer=256, token_budget=1),
+                        decode=UnitConfig(nodes=2, slots_per_layer=256, max_running_requests=32))
+    today = trivial_placement(cfg.model_spec, cfg.unit("decode").topology())
+    t = small.table.set_index("option")
+    for placement, option in ((today, "trivial"), (None, "perfect balance")):
+        n = int(t.loc[option, "tokens_per_rank"])  # 32 asked, capped by the KV cache
+        assert n == min(32, int(t.loc[option, "max_requests_per_gpu"]))
+        r = steady_state(cfg, "decode", placement=placement, kv_tokens=4096, batch=n,
+                         load=None if placement is None else _load(0))
+        assert t.loc[option, "step_ms"] == pytest.approx(r["step_s"] * 1e3, rel=1e-9)
+        assert t.loc[option, "tok_s_per_node"] == pytest.approx(r["tok_s_per_node"], rel=1e-9)
+
+
+def test_previous_placement_that_is_the_solution_moves_nothing(tmp_path):
+    from eplb import solvers
+    from eplb.io import write_placement
+    from eplb.topology import Topology
+
+    load = _load(3)
+    p = solvers.solve("deepseek", load, Topology(2, 8, 16), num_groups=8, seed=0)
+    path = tmp_path / "placement.json"
+    write_placement(p, path)
+    a = advise(load, "2x8", 256, previous=str(path), tokens_per_rank=16,
+               levers=["rebalance"], max_tokens=64)
+    row = a.table.set_index("lever").loc["rebalance"]
+    assert row["bytes_moved_gb"] == 0.0 and row["copy_s"] == 0.0
+
+
+def test_overlap_migration_does_not_stall():
+    a = advise(_load(4), "2x8", 256, tokens_per_rank=16, migration="overlap",
+               levers=["rebalance"], max_tokens=64)
+    row = a.table.set_index("lever").loc["rebalance"]
+    assert row["copy_s"] > 0 and row["stall_s"] == 0.0
+
+
+def test_cli_table_json_and_csv(tmp_path, capsys):
+    dump = _dump(tmp_path)
+    args = [str(dump), "--topology", "2x8", "--slots", "256", "--tokens-per-rank", "16",
+            "--redundant", "16", "--max-tokens", "32"]
+    assert main(["advise", *args]) == 0
+    out = capsys.readouterr().out
+    assert "step_ms [ms]" in out and "columns:" in out and "measured" in out
+    assert main(["advise", *args, "--json", "-o", str(tmp_path / "a.csv")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["lever"] for r in data["rows"]][0] == "today"
+    assert set(data["columns"]) == set(COLUMNS)
+    assert (tmp_path / "a.csv").read_text().startswith("lever,option,slots")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--topology", "2by8"], "topology"),
+    (["--slots", "250"], "slots"),
+    (["--hardware", "b200"], "hardware"),
+    (["--tokens-per-rank", "0"], "tokens_per_rank"),
+    (["--redundant", "a,b"], "--redundant"),
+    (["--solver", "nope"], "solver"),
+    (["--kv-tokens", "100000000"], "KV"),
+])
+def test_cli_bad_input_one_error_line(tmp_path, capsys, extra, needle):
+    dump = _dump(tmp_path)
+    base = {"--topology": "2x8", "--slots": "256", "--tokens-per-rank": "16"}
+    args = [str(dump)]
+    flags = dict(zip(extra[::2], extra[1::2], strict=True))
+    for k, v in {**base, **flags}.items():
+        args += [k, v]
+    assert main(["advise", *args, "--max-tokens", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error:") and needle in err[0], err
+
+
+def test_cli_bad_dumps(tmp_path, capsys):
+    wrong = _dump(tmp_path, np.ones((10, 64)), "wrong.json")
+    for dump in (wrong, tmp_path / "missing.json"):
+        assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("eplb: error:"), err
+
+
+def test_api_rejects_bad_arguments():
+    with pytest.raises(InputError, match="phase"):
+        advise(_load(0), "2x8", 256, phase="train")
+    with pytest.raises(InputError, match="lever"):
+        advise(_load(0), "2x8", 256, levers=["magic"])
+    with pytest.raises(InputError, match="migration"):
+        advise(_load(0), "2x8", 256, migration="later")
+    with pytest.raises(InputError, match="redundant"):
+        advise(_load(0), "2x8", 256, redundant=5)
+    with pytest.raises(InputError, match="levers"):
+        advise(_load(0), "2x8", 256, levers="rebalance")
+    with pytest.raises(InputError, match="max_tokens"):
+        advise(_load(0), "2x8", 256, max_tokens=2**40)
+
+
+def test_stacked_windows_file_is_summed(tmp_path):
+    from eplb import traces
+
+    a, b = _load(5), _load(6)
+    path = tmp_path / "stacked.npz"
+    traces.write(traces.Trace(np.stack([a, b])), path)
+    got = advise(str(path), "2x8", 256, tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    ref = advise(a + b, "2x8", 256, tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    assert got.meta["windows"] == 2
+    assert got.table["step_ms"].tolist() == ref.table["step_ms"].tolist()
+
+
+def test_cli_previous_for_another_deployment(tmp_path, capsys):
+    from eplb import solvers
+    from eplb.io import write_placement
+    from eplb.topology import Topology
+
+    p = solvers.solve("greedy", _load(7), Topology(4, 8, 8), seed=0)
+    path = tmp_path / "other.json"
+    write_placement(p, path)
+    dump = _dump(tmp_path)
+    assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                 "--previous", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error:"), err
