@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -205,6 +205,40 @@ def _scale(pb: LayerProblem, cands: list[list[int]], max_load: float) -> float:
             return float(lcm)
     target = max(SCALE_TARGET, 8 * _rounding_units(pb) / PROOF_TOL)
     return target / max_load if max_load > 0 else 1.0
+
+
+def canonical_unit(w: np.ndarray) -> float:
+    """The load unit that makes the integer model scale-free: ``w / unit`` (exact in floating
+    point) is the same array for ``w`` and ``c * w`` whenever both are exact in floating point
+    (issue 18: a model built on raw loads gave CP-SAT other coefficients, and so another
+    search, for the load times 2). ``w: float[E] >= 0``; the primitive integer vector of ``w``
+    when one fits in 53 bits, else a power of two near ``w.max()``."""
+    nz = w[w > 0]
+    if nz.size == 0:
+        return 1.0
+    mant, exp = np.frexp(nz)
+    ints = (mant * 2.0**53).astype(np.int64)  # exact: 53-bit mantissas
+    low = np.array([(int(i) & -int(i)).bit_length() - 1 for i in ints])
+    k = int((exp - 53 + low).min())  # every load is an integer multiple of 2**k
+    with np.errstate(over="ignore"):
+        top = float(np.ldexp(nz.max(), -k))
+    if top <= 2.0**53:
+        g = int(np.gcd.reduce(np.ldexp(nz, -k).astype(np.int64)))
+        return float(np.ldexp(float(g), k))
+    return float(2.0 ** math.floor(math.log2(float(nz.max()))))
+
+
+def canonical(pb: LayerProblem) -> tuple[LayerProblem, float]:
+    """``(pb in units of canonical_unit(pb.w), unit)``: the same problem with every objective
+    term divided by ``unit`` (the migration price too), so objectives and bounds scale back
+    by ``unit``."""
+    unit = canonical_unit(pb.w)
+    if unit == 1.0:
+        return pb, 1.0
+    return replace(
+        pb, w=pb.w / unit, bound=pb.bound / unit, migration_weight=pb.migration_weight / unit,
+        warm_share=pb.warm_share,
+    ), unit
 
 
 def _limits(params, pb: LayerProblem, wall: float | None) -> None:
@@ -480,8 +514,13 @@ def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
             if better(val, best):
                 best_slots, best = slots, val
     else:
-        ordered = _order_warm(pb, warm)
-        res = (_solve_weighted if pb.weighted else _solve_cpsat)(pb, ordered, wall)
+        if pb.weighted:  # the MIP has its own unit (`weighted_unit`)
+            res = _solve_weighted(pb, _order_warm(pb, warm), wall)
+        else:  # the integer model on scale-free loads (`canonical`)
+            cpb, unit = canonical(pb)
+            res = _solve_cpsat(cpb, _order_warm(cpb, warm), wall)
+            if res["cp_bound"] is not None:
+                res["cp_bound"] *= unit
         method = "mip" if pb.weighted else "cpsat"
         stopped = res["stopped"]
         if "slots" in res:
