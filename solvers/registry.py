@@ -443,7 +443,7 @@ def solve(
         rows = load if load.ndim == 2 else load.mean(0)
         placement, fixed, dropped = keep_contract(placement, rows, topology, slots, num_groups)
         if dropped:  # honest fallback: the placement is a global one
-            info.update(policy="global", contract_dropped=dropped)
+            info.update(policy="global", contract_dropped=dropped, fallback=dropped)
         else:
             if fixed:
                 _uncertify(info, placement, rows, fixed)
