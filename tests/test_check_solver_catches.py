@@ -1,6 +1,6 @@
 """Issue 18 part 6: `check_solver` catches each broken policy of `eplb.testing.broken` by the
-property meant to, and every registered policy passes it (those still wrong are strict xfails
-naming the issue part that fixes them, so they flip when fixed)."""
+property meant to, and every registered policy passes it (counterexamples it found are pinned
+below as plain tests)."""
 
 from __future__ import annotations
 
