@@ -172,8 +172,8 @@ def test_compare_says_once_where_a_contract_policy_fell_back_and_quiet_is_quiet(
     said = [ln for ln in cap.err.splitlines() if "fell back to the global policy" in ln]
     assert sorted(ln.split(":")[0] for ln in said) == ["hierarchical on 4x1", "ilp on 4x1"]
     assert "ilp layers" not in cap.err + cap.out
-    rows = pd.read_csv(out).fillna("")
-    fell = rows[rows["fallback"] != ""]
+    rows = pd.read_csv(out, dtype={"fallback": str})
+    fell = rows[rows["fallback"].fillna("") != ""]
     assert set(zip(fell["solver"], fell["topology"], strict=True)) == {("hierarchical", "4x1:24"),
                                                           ("ilp", "4x1:24")}
     assert (rows[rows["topology"] == "2x2:24"]["variant"] == "hierarchical").all()
