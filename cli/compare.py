@@ -22,6 +22,20 @@ from eplb.errors import EplbError, InputError
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
+def fallback_lines(summary) -> list[str]:
+    """One line per solver and topology whose runs fell back to the global policy (the
+    ``fallback`` column: its group contract cannot hold there)."""
+    if "fallback" not in summary:
+        return []
+    fell = summary[summary["fallback"].fillna("").astype(str) != ""]
+    out = []
+    for (solver, topo), rows in fell.groupby(["solver", "topology"], sort=False):
+        out.append(f"{solver} on {topo}: fell back to the global policy in {len(rows)} of "
+                   f"{int(((summary['solver'] == solver) & (summary['topology'] == topo)).sum())}"
+                   f" runs (DeepSeek's rule): {rows['fallback'].iloc[0]}")
+    return out
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
@@ -165,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         written = _write(args, result, tables, loaded, specs, weights, stage)
     if args.markdown is None:
         print(tables)
+    for line in fallback_lines(result.summary):
+        print(line, file=sys.stderr)
     print(f"{ok}/{len(result.summary)} runs ok in {seconds:.1f} s", file=sys.stderr)
     for path in [args.output, args.markdown, args.layers_csv] + written:
         if path is not None:

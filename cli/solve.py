@@ -135,6 +135,10 @@ def summary_rows(placement, balance) -> list[tuple[str, str]]:
 def contract_rows(info: dict, groups: int | None, topology, num_experts: int) -> list:
     """A ``groups`` row when a policy given expert groups placed globally (DeepSeek's rule:
     hierarchical only when the groups divide the experts and are a multiple of the nodes)."""
+    if info.get("fallback"):
+        to = f" ({info['fallback_to']})" if info.get("fallback_to") else ""
+        return [("groups", f"fell back to the global policy{to}, DeepSeek's rule: "
+                           f"{info['fallback']}")]
     if groups is None or info.get("policy") != "global":
         return []
     why = (f"{groups} does not divide the {num_experts} experts" if num_experts % groups else

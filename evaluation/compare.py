@@ -150,6 +150,8 @@ SUMMARY_COLUMNS = {
     "nvlink_bytes": "NVLink bytes in all: every scored token, all layers, dispatch + combine",
     "alltoall_seconds": "modelled all-to-all seconds in all (every scored token, all layers)",
     "solve_seconds": "solver wall seconds",
+    "fallback": "why a contract policy placed globally instead (its group-to-node contract "
+                "cannot hold here: DeepSeek's rule; empty when it kept the contract)",
 }
 # the printed tables, in order
 TABLES = {
@@ -238,7 +240,8 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         wall = time.perf_counter() - start
         placement = with_layers(placement, task["layer_ids"])
         info = placement.meta.get("solver", {})
-        row.update(variant=info.get("policy", ""), solve_seconds=float(info.get("seconds", wall)))
+        row.update(variant=info.get("policy", ""), solve_seconds=float(info.get("seconds", wall)),
+                   fallback=info.get("fallback", ""))
         layers = score(placement, task["eval_load"], num_groups=task["num_groups"],
                        bound=task.get("bound", True), group_bound=task.get("group_bound"))
         src = task["source_counts"]

@@ -25,6 +25,7 @@ from eplb.registry import Registry
 from eplb.solvers.analysis.failures import (
     expand,
     keep_contract,
+    real_group_nodes,
     solve_surviving,
     surviving,
     survivor_nodes,
@@ -431,17 +432,25 @@ def solve(
             start = time.perf_counter()
             placement = relabel(placement, previous).validate()
             seconds += time.perf_counter() - start
+    declared = spec.guarantees
+    if callable(declared):
+        declared = declared({**spec.options, **opts}, topology, num_groups)
     if (
         topology.failed_gpus
         and small.num_nodes < len(set(survivor_nodes(topology, slots).tolist()))
-        and info.get("policy") == "hierarchical"
+        and (info.get("policy") == "hierarchical" or "group_contract" in declared)
     ):  # a partly failed node: the survivors form one node; keep the contract on the real ones
         rows = load if load.ndim == 2 else load.mean(0)
         placement, fixed, dropped = keep_contract(placement, rows, topology, slots, num_groups)
         if dropped:  # honest fallback: the placement is a global one
-            info.update(policy="global", contract_dropped=dropped)
-        elif fixed:
-            _uncertify(info, placement, rows, fixed)
+            info.update(policy="global", contract_dropped=dropped, fallback=dropped)
+        else:
+            if fixed:
+                _uncertify(info, placement, rows, fixed)
+            if "group_to_node" in info:  # the survivors' one node -> the real nodes
+                info["group_to_node"] = real_group_nodes(
+                    placement.phy2log, E, topology, slots, num_groups
+                ).tolist()
     if previous is not None:
         if live is None:
             moved = replicas_moved(previous, placement)

@@ -92,6 +92,13 @@ def drops_an_expert(load, topology):
     return out
 
 
+def falls_back_anyway(load, topology, num_groups=None):
+    """Declares the group contract, places globally and says it fell back, wherever."""
+    out = _greedy(load, topology, num_groups)
+    meta = {"solver": {"policy": "global", "fallback": "the contract cannot hold"}}
+    return Placement(out, load.shape[1], topology, meta=meta)
+
+
 def wrong_shape(load, topology):
     return _greedy(load, topology)[:, :-1]
 
@@ -130,6 +137,12 @@ BROKEN: dict[str, Broken] = {
     "breaks_contract": Broken(
         breaks_contract,
         "ignores the groups while declaring group_contract",
+        "group_contract",
+        {"guarantees": {"group_contract"}},
+    ),
+    "falls_back_anyway": Broken(
+        falls_back_anyway,
+        "declares a fallback to the global policy where the group contract can hold",
         "group_contract",
         {"guarantees": {"group_contract"}},
     ),

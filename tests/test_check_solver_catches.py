@@ -1,6 +1,6 @@
 """Issue 18 part 6: `check_solver` catches each broken policy of `eplb.testing.broken` by the
-property meant to, and every registered policy passes it (those still wrong are strict xfails
-naming the issue part that fixes them, so they flip when fixed)."""
+property meant to, and every registered policy passes it (counterexamples it found are pinned
+below as plain tests)."""
 
 from __future__ import annotations
 
@@ -129,15 +129,30 @@ def test_repair_after_a_failure_counterexample():
     assert_valid_placement(p, load)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by check_solver scale_invariant (issue 18 part 6): ilp with rdma_weight on tied "
-    "loads gives another placement for the load times 2.0 (exact in floating point)"))
-def test_ilp_rdma_weight_scale_counterexample():
-    """The counterexample check_solver found for ilp with ``rdma_weight=1`` (kept as a pinned
-    case instead of a full check_solver run, which spends ~40 s shrinking it)."""
+@pytest.mark.parametrize("c", [2.0, 0.5, 3.0])
+def test_ilp_rdma_weight_scale_counterexample(c):
+    """The counterexample check_solver found for ilp with ``rdma_weight=1`` (issue 18 part 6;
+    kept as a pinned case instead of a full check_solver run, which spends ~40 s shrinking it):
+    the model was built on the raw loads, so the load times 2 gave CP-SAT other coefficients
+    and another search. Now the same placement, objective and bound times ``c``."""
     load = np.array([[0.0] * 9 + [1.0, 1.0, 1.0]])
     topo = Topology(2, 1, 7)
     kw = dict(num_groups=4, rdma_weight=1.0, deterministic_time=0.05, workers=1, progress=False)
     a = solvers.solve("ilp", load, topo, **kw)
-    b = solvers.solve("ilp", load * 2.0, topo, **kw)
+    b = solvers.solve("ilp", load * c, topo, **kw)
     assert np.array_equal(a.phy2log, b.phy2log)
+    for key in ("objective", "bound"):
+        assert np.allclose(np.multiply(a.meta["solver"][key], c), b.meta["solver"][key],
+                           rtol=1e-12, atol=0)
+    assert a.meta["solver"]["status"] == b.meta["solver"]["status"]
+
+
+def test_ilp_canonical_unit_is_scale_free():
+    """`canonical_unit` gives the same model loads for ``w`` and ``c w`` (c exact)."""
+    from eplb.solvers.primitives.ilp_model import canonical_unit
+
+    for w in ([0.0, 1.0, 1.0, 1.0], [3.0, 6.0, 9.0], [0.5, 1.5], [1e-9, 3e-9], [0.1, 0.3]):
+        w = np.array(w)
+        for c in (2.0, 0.25, 1024.0):
+            assert np.array_equal(w / canonical_unit(w), (w * c) / canonical_unit(w * c))
+    assert np.array_equal(np.array([3.0, 6.0]) / canonical_unit(np.array([3.0, 6.0])), [1, 2])

@@ -153,3 +153,27 @@ def test_compare_real_deepseek_file(deepseek_jsons, tmp_path, capsys):
     df = pd.read_csv(tmp_path / "r.csv")
     assert df.loc[0, "status"] == "ok" and df.loc[0, "variant"] == "hierarchical"
     assert 1.0 <= df.loc[0, "step_max_over_mean"] < 1.5
+
+
+def test_compare_says_once_where_a_contract_policy_fell_back_and_quiet_is_quiet(
+    tmp_path, capsys
+):
+    """Issue 22: 2 groups on 4 nodes cannot keep the contract: ``hierarchical`` and ``ilp
+    hierarchical=True`` place globally (DeepSeek's rule), and compare prints one line per
+    solver and topology saying so (and the ``fallback`` column); ``--quiet`` prints nothing
+    of ilp's layer progress."""
+    np.save(tmp_path / "l.npy", np.random.default_rng(0).integers(1, 100, (1, 16)).astype(float))
+    out = tmp_path / "c.csv"
+    assert main(["compare", str(tmp_path / "l.npy"), "--topologies", "4x1:24,2x2:24",
+                 "--groups", "2", "--solvers", "hierarchical,ilp", "--option",
+                 "ilp.hierarchical=true", "--time-limit", "1", "--workers", "1", "--quiet",
+                 "-o", str(out)]) == 0
+    cap = capsys.readouterr()
+    said = [ln for ln in cap.err.splitlines() if "fell back to the global policy" in ln]
+    assert sorted(ln.split(":")[0] for ln in said) == ["hierarchical on 4x1", "ilp on 4x1"]
+    assert "ilp layers" not in cap.err + cap.out
+    rows = pd.read_csv(out, dtype={"fallback": str})
+    fell = rows[rows["fallback"].fillna("") != ""]
+    assert set(zip(fell["solver"], fell["topology"], strict=True)) == {("hierarchical", "4x1:24"),
+                                                          ("ilp", "4x1:24")}
+    assert (rows[rows["topology"] == "2x2:24"]["variant"] == "hierarchical").all()

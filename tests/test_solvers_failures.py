@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from eplb import InputError, Placement, Topology, solvers
 from eplb.errors import InfeasibleError, PlacementError, TopologyError
 from eplb.io import read_placement, write_placement
+from eplb.solvers.analysis.bounds import lower_bound
 from eplb.solvers.analysis.failures import surviving
+from eplb.testing.check import contract_feasible
 
 REPO = Path(__file__).resolve().parents[1]
 OPTIONS = {"ilp": {"time_limit": 0.5, "workers": 1}}
@@ -226,14 +228,37 @@ CONTRACT_RUNS = [
 
 
 @pytest.mark.parametrize(("name", "opts"), CONTRACT_RUNS)
-def test_infeasible_group_contract_is_refused_by_name(name, opts):
-    """Issue 18: 3 groups of 2 experts on 2 nodes of 3 slots cannot keep the contract (one
-    node would need 4 slots): an InfeasibleError naming the contract, not ``KeyError: 7``."""
-    with pytest.raises(InfeasibleError, match="group contract is infeasible"):
-        solvers.solve(name, np.ones((1, 6)), Topology(2, 1, 3), num_groups=3, **opts)
+@pytest.mark.parametrize(
+    ("topo", "groups", "why"),
+    [
+        (Topology(2, 1, 3), 3, "group contract is infeasible"),
+        (Topology(3, 1, 2), 1, "fewer groups than nodes"),
+    ],
+)
+def test_a_contract_that_cannot_hold_falls_back_by_name(name, opts, topo, groups, why):
+    """Issue 18 then 22: 3 groups of 2 experts on 2 nodes of 3 slots cannot keep the contract
+    (one node would need 4 slots; once ``KeyError: 7``, then an InfeasibleError), nor can one
+    group on 3 nodes: DeepSeek's rule, the global policy, with the reason in the metadata."""
+    load = np.arange(1.0, 7.0)[None]
+    p = solvers.solve(name, load, topo, num_groups=groups, **opts)
+    info = p.meta["solver"]
+    assert info["policy"] == "global" and why in info["fallback"], info
+    assert info["fallback_to"] in ("greedy", name)
+    assert not contract_feasible(topo, 6, groups)
+    assert p.gpu_load(load).max() >= lower_bound(load, topo)[0] * (1 - 1e-12)
 
 
-def test_infeasible_group_contract_at_the_cli(tmp_path):
+def test_a_contract_that_can_hold_is_kept_not_fallen_back():
+    """3 groups on 2 nodes of 4 slots: an uneven split (1 + 2 groups) keeps the contract, so
+    there is no fallback although 3 % 2 != 0 (only DeepSeek's own policy places globally)."""
+    load = np.arange(1.0, 7.0)[None]
+    for name, opts in CONTRACT_RUNS:
+        opts = {**opts, "relax": 0.0} if name == "relaxed" else opts  # the contract itself
+        p = solvers.solve(name, load, Topology(2, 1, 4), num_groups=3, **opts)
+        assert "fallback" not in p.meta["solver"] and _contract_kept(p, 3), name
+
+
+def test_a_contract_that_cannot_hold_falls_back_at_the_cli(tmp_path):
     load = tmp_path / "l.npy"
     np.save(load, np.ones((1, 6)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -249,8 +274,10 @@ def test_infeasible_group_contract_at_the_cli(tmp_path):
         str(tmp_path / "p.json"),
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "group contract is infeasible" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and not (tmp_path / "p.json").exists()
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stdout.splitlines() if "fell back to the global policy" in ln]
+    assert len(said) == 1 and "group contract is infeasible" in said[0], r.stdout
+    assert (tmp_path / "p.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -287,4 +314,4 @@ def test_hierarchical_meta_means_the_contract_holds(prob, name):
     if info["policy"] == "hierarchical":
         assert _contract_kept(p, groups)
     else:
-        assert name == "deepseek" or "contract_dropped" in info
+        assert name == "deepseek" or "fallback" in info

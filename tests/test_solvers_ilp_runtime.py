@@ -246,3 +246,46 @@ def test_ctrl_c_stops_parent_and_workers_fast(group):
         for k in kids:
             if _alive(k):
                 os.kill(k, signal.SIGKILL)
+
+
+class _Ticking:
+    """A wall clock that moves ``step`` seconds at every reading (``ilp_model.time``)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def time(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_the_deadline_bounds_the_model_build(monkeypatch):
+    """Issue 22: the wall limit covers building the model, not only CP-SAT's search. A clock
+    that moves 10 ms per reading makes the 64-expert build outlast a 50 ms deadline: the
+    layer stops building, searches nothing and keeps its start, marked as stopped by the
+    wall (no dependence on the machine's speed)."""
+    from eplb.solvers.primitives import ilp_model
+
+    load = _hard_load(1)
+    warm = solvers.solve("greedy", load, HARD).phy2log[0]
+    pb = ilp_model.LayerProblem(load[0], HARD, warm, counts="free", deterministic_time=None)
+    clock = _Ticking(0.01)
+    monkeypatch.setattr(ilp_model, "time", clock)
+    r = ilp_model.solve_layer(pb, wall=10.0, deadline=clock.now + 0.05)
+    assert r.method == "skipped" and r.stopped == "wall" and r.status == "feasible"
+    assert np.array_equal(r.slots, warm)
+
+
+def test_time_limit_one_second_ends_the_whole_solve_in_time():
+    """Issue 22 (``compare --solver ilp --time-limit 1`` took 4.7 s): the limit is the wall
+    time of the whole solve, OR-Tools' import, model builds and presolve included. Generous
+    margin (2.5 s for a 1 s limit); unbounded, this problem runs far longer (10 deterministic
+    seconds per layer)."""
+    load = _hard_load(6)
+    t0 = time.perf_counter()
+    p = solvers.solve("ilp", load, HARD, time_limit=1, workers=1, counts="free", progress=False)
+    assert time.perf_counter() - t0 < 2.5
+    assert p.meta["solver"]["wall_limited"] >= 1

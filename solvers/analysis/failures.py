@@ -16,7 +16,7 @@ from eplb.solvers.primitives.group_placement import place_uneven_nodes
 from eplb.solvers.primitives.shares import optimal_shares
 from eplb.topology import Topology
 
-__all__ = ["expand", "keep_contract", "solve_surviving", "surviving"]
+__all__ = ["expand", "keep_contract", "real_group_nodes", "solve_surviving", "surviving"]
 
 
 def surviving(topology: Topology) -> tuple[Topology, np.ndarray]:
@@ -105,6 +105,21 @@ def survivor_nodes(topology: Topology, slots: np.ndarray) -> np.ndarray:
     `surviving`."""
     S = topology.slots_per_gpu
     return slots[::S] // S // topology.gpus_per_node
+
+
+def real_group_nodes(
+    phy2log: np.ndarray, num_experts: int, topology: Topology, slots: np.ndarray, groups: int
+) -> np.ndarray:
+    """``int64[L, groups]``: the node of ``topology`` holding each group of ``phy2log:
+    int64[L, P']`` (on the survivors, a placement that keeps the contract on the real nodes;
+    ``slots`` from `surviving`)."""
+    S = topology.slots_per_gpu
+    node = np.repeat(survivor_nodes(topology, slots), S)  # [P'] real node of each slot
+    L, M = phy2log.shape[0], num_experts // groups
+    out = np.zeros((L, groups), dtype=np.int64)
+    for layer in range(L):
+        out[layer, phy2log[layer] // M] = node
+    return out
 
 
 def keep_contract(

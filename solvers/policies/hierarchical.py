@@ -11,7 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
-from eplb.solvers.primitives.group_placement import best_hierarchical
+from eplb.solvers.primitives.group_placement import (
+    best_hierarchical,
+    contract_fallback,
+    global_fallback,
+)
 from eplb.solvers.primitives.validation import NonNegInt, check_groups
 from eplb.solvers.registry import register
 from eplb.topology import Topology
@@ -32,5 +36,10 @@ def hierarchical(
     applied by `solvers.solve` (relabeling whole nodes keeps the contract).
     """
     groups = check_groups(num_groups, load.shape[1], topology.num_nodes)
-    phy2log, info = best_hierarchical(load, topology, groups, budget)
+    why = contract_fallback(load.shape[1], topology, groups)
+    if why is not None:  # DeepSeek's rule: the global policy, said so
+        phy2log, info = global_fallback(load, topology, budget, why)
+    else:
+        phy2log, info = best_hierarchical(load, topology, groups, budget)
     return Placement(phy2log, load.shape[1], topology, meta={"solver": info})
+

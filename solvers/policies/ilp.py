@@ -16,6 +16,7 @@ import numpy as np
 from eplb.errors import InputError
 from eplb.placement import Placement
 from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.primitives.group_placement import contract_fallback
 from eplb.solvers.primitives.ilp_layers import solve_layers, summary
 from eplb.solvers.primitives.ilp_model import (
     CPSAT_MAX_SEED,
@@ -84,6 +85,9 @@ def ilp(
     if migration and previous is None:
         raise InputError("migration_weight / migration_budget need previous= (the live placement)")
     groups = check_groups(num_groups, E, N) if hierarchical else None
+    why = contract_fallback(E, topology, groups) if hierarchical else None
+    if why is not None:  # DeepSeek's rule: the global model, said so
+        hierarchical, groups = False, None
     det = deterministic_time
     if det is None and time_limit is None:
         det = DEFAULT_DETERMINISTIC
@@ -128,6 +132,8 @@ def ilp(
         problems, start=start, time_limit=time_limit, workers=workers, progress=progress, desc="ilp"
     )
     info = summary(results, hierarchical, warm_name, time_limit, det)
+    if why is not None:
+        info.update(fallback=why, fallback_to="ilp")
     if rdma_weight:
         info["rdma_weight"] = rdma_weight
     if migration:

@@ -12,6 +12,7 @@ import numpy as np
 
 from eplb.placement import Placement
 from eplb.solvers.analysis.bounds import lower_bound
+from eplb.solvers.primitives.group_placement import contract_fallback
 from eplb.solvers.primitives.ilp_layers import solve_layers, summary
 from eplb.solvers.primitives.ilp_model import CPSAT_MAX_SEED, DEFAULT_DETERMINISTIC, LayerProblem
 from eplb.solvers.primitives.shares import optimal_shares
@@ -52,6 +53,9 @@ def ilp_weighted(
     L, E = load.shape
     seed = check_seed(seed, hi=CPSAT_MAX_SEED)
     groups = check_groups(num_groups, E, topology.num_nodes) if hierarchical else None
+    why = contract_fallback(E, topology, groups) if hierarchical else None
+    if why is not None:  # DeepSeek's rule: the global model, said so
+        hierarchical, groups = False, None
     det = DEFAULT_DETERMINISTIC if time_limit is None else None
     warm, warm_name = warm_start(load, topology, groups, rdma_weight, weighted=True)
     lb = lower_bound(load, topology, num_groups=groups, hierarchical=hierarchical, weighted=True)
@@ -88,6 +92,8 @@ def ilp_weighted(
         share, _ = optimal_shares(load, phy2log, topology)
     info = summary(results, hierarchical, warm_name, time_limit, None)
     info["weighted"] = True
+    if why is not None:
+        info.update(fallback=why, fallback_to="ilp_weighted")
     if rdma_weight:
         info["rdma_weight"] = rdma_weight
     return Placement(phy2log, E, topology, share, meta={"solver": info})

@@ -15,7 +15,11 @@ import numpy as np
 from eplb.errors import InputError
 from eplb.placement import Placement
 from eplb.solvers.primitives import local_first, packing
-from eplb.solvers.primitives.group_placement import best_hierarchical
+from eplb.solvers.primitives.group_placement import (
+    best_hierarchical,
+    contract_fallback,
+    global_fallback,
+)
 from eplb.solvers.primitives.layout import duplicates
 from eplb.solvers.primitives.relabel import relabel
 from eplb.solvers.primitives.validation import NonNegInt, Range, check_groups
@@ -180,6 +184,10 @@ def relaxed(
     if not 0.0 <= float(relax) <= 1.0:
         raise InputError(f"relax must be in [0, 1], got {relax!r}")
     S = topology.slots_per_gpu
+    why = contract_fallback(E, topology, groups)
+    if why is not None:  # no contract to relax: DeepSeek's rule, the global policy, said so
+        phy2log, info = global_fallback(load, topology, budget, why)
+        return Placement(phy2log, E, topology, meta={"solver": info})
     base, base_info = best_hierarchical(load, topology, groups, budget)
     group_node = np.asarray(base_info["group_to_node"], dtype=np.int64)
     home = np.repeat(group_node, E // groups, axis=1)  # [L, E]

@@ -15,7 +15,7 @@ from eplb.errors import InfeasibleError
 from eplb.solvers.primitives import exhaustive
 from eplb.solvers.primitives.analytic_bounds import EXACT_GROUPS, flat_bound, subset_bounds
 from eplb.solvers.primitives.deepseek_kernels import pack, placement_table
-from eplb.solvers.primitives.even_split import pack_even
+from eplb.solvers.primitives.even_split import pack_even, place_even
 from eplb.solvers.primitives.layout import duplicates, max_load
 from eplb.solvers.primitives.partitions import best_partitions
 from eplb.tolerance import better
@@ -50,14 +50,32 @@ def _no_fit(num_experts: int, topology: Topology, num_groups: int) -> str:
     )
 
 
+def contract_fallback(num_experts: int, topology: Topology, num_groups: int) -> str | None:
+    """Why ``num_groups`` groups of ``num_experts / num_groups`` experts cannot keep the
+    group-to-node contract on ``topology`` (every node, all of whose slots hold a replica,
+    must hold at least one whole group and at most its slots' worth), or None when they can.
+    A contract policy then follows DeepSeek's rule and places globally, saying so
+    (docs/solvers.md, "When the contract cannot hold")."""
+    N = topology.num_nodes
+    if num_groups < N:
+        return (
+            f"{num_groups} groups on {N} nodes: every node's slots must hold whole groups, so "
+            "fewer groups than nodes cannot keep the contract"
+        )
+    M = num_experts // num_groups
+    room = (topology.gpus_per_node * topology.slots_per_gpu) // M
+    if room < 1 or room * N < num_groups:
+        return _no_fit(num_experts, topology, num_groups)
+    return None
+
+
 def check_contract(num_experts: int, topology: Topology, num_groups: int) -> None:
     """Raise `InfeasibleError` (naming the cause) unless ``num_groups`` groups of
     ``num_experts / num_groups`` experts can be split over the nodes: every node holds at
-    least one whole group and at most its slots' worth."""
-    M = num_experts // num_groups
-    room = (topology.gpus_per_node * topology.slots_per_gpu) // M
-    if room < 1 or room * topology.num_nodes < num_groups or num_groups < topology.num_nodes:
-        raise InfeasibleError(_no_fit(num_experts, topology, num_groups))
+    least one whole group and at most its slots' worth (`contract_fallback`)."""
+    why = contract_fallback(num_experts, topology, num_groups)
+    if why is not None:
+        raise InfeasibleError(why)
 
 
 def heuristic_assignment(load: np.ndarray, topology: Topology, num_groups: int) -> np.ndarray:
@@ -307,3 +325,19 @@ def place_uneven_nodes(
             packed = pack_even(load[layer : layer + 1, experts], int(gpus[n]), S, budget=budget)
             out[layer, start[n] : start[n + 1]] = experts[packed.slot_e.reshape(-1)]
     return out
+
+
+def global_fallback(
+    load: np.ndarray, topology: Topology, budget: int, why: str
+) -> tuple[np.ndarray, dict]:
+    """``(phy2log: int64[L, P], info)``: ``greedy``'s global placement of ``load: float64[L,
+    E]`` for a contract policy whose contract cannot hold (``why``), recorded in ``info``
+    (``policy: "global"``, ``fallback``: the reason, ``fallback_to``)."""
+    phy2log, _ = place_even(load, topology, None, budget)
+    info = {
+        "policy": "global",
+        "fallback": why,
+        "fallback_to": "greedy",
+        "duplicates": int(duplicates(phy2log, topology.slots_per_gpu).sum()),
+    }
+    return phy2log, info

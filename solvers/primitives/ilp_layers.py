@@ -5,7 +5,10 @@ limit as they go; progress; the summary in ``meta["solver"]``. docs/solvers.md, 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +48,48 @@ class _Schedule:
         return max(0.0, left * min(1.0, self.workers / max(remaining, 1)))
 
 
+class _Counter:
+    """The layers started, in one process (`pool.shared_value`'s interface)."""
+
+    value = 0
+
+    def get_lock(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+
 def _layer_job(pb: LayerProblem) -> LayerResult:
-    return solve_layer(pb, pool.context().next_budget())
+    sched = pool.context()
+    return solve_layer(pb, sched.next_budget(), sched.deadline)
+
+
+_IMPORT: list[threading.Thread] = []  # the import of OR-Tools in flight (at most one)
+
+
+def _import_solvers(deadline: float | None) -> bool:
+    """Import OR-Tools (seconds on a busy machine, more than a short limit) before the
+    layers start, waiting at most until ``deadline``: whether it is ready. A late import
+    finishes in a daemon thread (a later solve waits for that one)."""
+
+    def load() -> None:
+        import ortools.linear_solver.pywraplp
+        import ortools.sat.python.cp_model  # noqa: F401
+
+    if not _IMPORT:
+        if "ortools.sat.python.cp_model" in sys.modules and (
+            "ortools.linear_solver.pywraplp" in sys.modules
+        ):
+            return True
+        if deadline is None:
+            load()
+            return True
+        _IMPORT.append(threading.Thread(target=load, name="eplb-ortools-import", daemon=True))
+        _IMPORT[0].start()
+    t = _IMPORT[0]
+    t.join(None if deadline is None else max(0.0, deadline - time.time()))
+    if t.is_alive():
+        return False
+    _IMPORT.clear()
+    return True
 
 
 def solve_layers(
@@ -68,7 +111,14 @@ def solve_layers(
     W = (os.cpu_count() or 1) if workers is None else int(workers)
     W = max(1, min(W, len(todo)))
     deadline = None if time_limit is None else start + time_limit
-    sched = _Schedule(deadline, len(todo), W, pool.shared_value("i", 0))
+    if todo and not _import_solvers(deadline):  # the limit passed while importing
+        for i in todo:
+            results[i] = solve_layer(problems[i], 0.0)  # the start, uncertified
+        todo = []
+    # a process-shared counter only for worker processes (it starts multiprocessing's
+    # resource tracker, a subprocess: a tenth of a second of a short limit)
+    counter = pool.shared_value("i", 0) if W > 1 else _Counter()
+    sched = _Schedule(deadline, len(todo), W, counter)
     optimal = sum(r.status == "optimal" for r in results if r is not None)
     ready = len(problems) - len(todo)  # reported with the first searched layer
     with Progress(len(problems), f"{desc} layers", progress) as bar:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -207,6 +207,40 @@ def _scale(pb: LayerProblem, cands: list[list[int]], max_load: float) -> float:
     return target / max_load if max_load > 0 else 1.0
 
 
+def canonical_unit(w: np.ndarray) -> float:
+    """The load unit that makes the integer model scale-free: ``w / unit`` (exact in floating
+    point) is the same array for ``w`` and ``c * w`` whenever both are exact in floating point
+    (issue 18: a model built on raw loads gave CP-SAT other coefficients, and so another
+    search, for the load times 2). ``w: float[E] >= 0``; the primitive integer vector of ``w``
+    when one fits in 53 bits, else a power of two near ``w.max()``."""
+    nz = w[w > 0]
+    if nz.size == 0:
+        return 1.0
+    mant, exp = np.frexp(nz)
+    ints = (mant * 2.0**53).astype(np.int64)  # exact: 53-bit mantissas
+    low = np.array([(int(i) & -int(i)).bit_length() - 1 for i in ints])
+    k = int((exp - 53 + low).min())  # every load is an integer multiple of 2**k
+    with np.errstate(over="ignore"):
+        top = float(np.ldexp(nz.max(), -k))
+    if top <= 2.0**53:
+        g = int(np.gcd.reduce(np.ldexp(nz, -k).astype(np.int64)))
+        return float(np.ldexp(float(g), k))
+    return float(2.0 ** math.floor(math.log2(float(nz.max()))))
+
+
+def canonical(pb: LayerProblem) -> tuple[LayerProblem, float]:
+    """``(pb in units of canonical_unit(pb.w), unit)``: the same problem with every objective
+    term divided by ``unit`` (the migration price too), so objectives and bounds scale back
+    by ``unit``."""
+    unit = canonical_unit(pb.w)
+    if unit == 1.0:
+        return pb, 1.0
+    return replace(
+        pb, w=pb.w / unit, bound=pb.bound / unit, migration_weight=pb.migration_weight / unit,
+        warm_share=pb.warm_share,
+    ), unit
+
+
 def _limits(params, pb: LayerProblem, wall: float | None) -> None:
     """CP-SAT limits: deterministic time (reproducible) and/or wall seconds; without a wall
     limit a safety net of ``5 deterministic + 5`` seconds."""
@@ -219,7 +253,42 @@ def _limits(params, pb: LayerProblem, wall: float | None) -> None:
         params.max_time_in_seconds = wall
 
 
-def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
+class _OutOfTime(Exception):
+    """The layer's end came while its model was being built."""
+
+
+def _check_end(end: float | None) -> None:
+    if end is not None and time.time() >= end:
+        raise _OutOfTime
+
+
+def _clip(wall: float | None, end: float | None) -> float | None:
+    """``wall`` seconds, at most the time left until ``end``."""
+    if end is None:
+        return wall
+    left = max(0.0, end - time.time())
+    return left if wall is None else min(wall, left)
+
+
+def _skipped(exact: bool) -> dict:
+    """What a model solve reports when its wall time ran out before the search began."""
+    return {"exact_model": exact, "cp_status": "UNKNOWN", "cp_bound": None, "stopped": "wall",
+            "method": "skipped"}
+
+
+def _solve_cpsat(
+    pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | None = None
+) -> dict:
+    """CP-SAT on the even-split model: a search of at most ``wall`` seconds, all done by
+    ``end`` (``time.time()``, the whole solve's deadline; None: no deadline): building the
+    model counts, and a build that reaches ``end`` searches nothing."""
+    try:
+        return _cpsat(pb, warm, wall, end)
+    except _OutOfTime:
+        return _skipped(False)
+
+
+def _cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | None) -> dict:
     from ortools.sat.python import cp_model  # lazy: OR-Tools is heavy; start-up avoids it
 
     w, G, S, N, gpn, P = pb.w, pb.G, pb.S, pb.N, pb.gpn, pb.P
@@ -251,6 +320,7 @@ def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict
             for n in range(N):
                 hints.append((a[k][n], int(n == node_k)))
     for e in range(E):
+        _check_end(end)
         cs = cands[e]
         xs = {}
         for c in cs:
@@ -327,8 +397,12 @@ def _solve_cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict
         held = np.nonzero(warm_y[g])[0]
         val = sum(int(math.floor(scale * w[e] / warm_c[e])) * int(warm_y[g, e]) for e in held)
         hints.append((loads[g], val))
-    for var, val in hints:
+    for i, (var, val) in enumerate(hints):
+        if i % 4096 == 0:
+            _check_end(end)
         m.AddHint(var, val)
+    _check_end(end)
+    wall = _clip(wall, end)
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.num_workers = pb.threads
@@ -365,7 +439,17 @@ def weighted_unit(w: np.ndarray, num_gpus: int) -> float:
     return mean if mean > 0 else 1.0
 
 
-def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> dict:
+def _solve_weighted(
+    pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | None = None
+) -> dict:
+    """SCIP on the shares model, within ``wall`` and done by ``end`` as `_solve_cpsat`."""
+    try:
+        return _weighted(pb, warm, wall, end)
+    except _OutOfTime:
+        return _skipped(True)
+
+
+def _weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | None) -> dict:
     from ortools.linear_solver import pywraplp  # lazy: OR-Tools is heavy; start-up avoids it
 
     G, S, N, gpn, P = pb.G, pb.S, pb.N, pb.gpn, pb.P
@@ -387,6 +471,7 @@ def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> d
     f = [[solver.NumVar(0, float(w[e]), f"f{e}_{g}") for g in range(G)] for e in range(E)]
     t = solver.NumVar(0, inf, "T")
     for e in range(E):
+        _check_end(end)
         solver.Add(sum(z[e]) >= 1)
         solver.Add(sum(f[e]) == float(w[e]))
         for g in range(G):
@@ -420,6 +505,8 @@ def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> d
     hint_vars = [z[e][g] for e in range(E) for g in range(G)]
     hint_vals = [float(min(warm_y[g, e], zmax)) for e in range(E) for g in range(G)]
     solver.SetHint(hint_vars, hint_vals)
+    _check_end(end)
+    wall = _clip(wall, end)
     limit = wall if wall is not None else (pb.deterministic_time or DEFAULT_DETERMINISTIC)
     solver.SetTimeLimit(max(1, int(1000 * limit)))
     solver.SetNumThreads(pb.threads)
@@ -439,10 +526,16 @@ def _solve_weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None) -> d
 
 
 # ----------------------------------------------------------------------------- one layer
-def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
-    """Solve one layer within ``wall`` seconds (None: only ``pb.deterministic_time``); see the
-    docs/solvers.md ("ilp") for what is certified."""
+def solve_layer(
+    pb: LayerProblem, wall: float | None = None, deadline: float | None = None
+) -> LayerResult:
+    """Solve one layer within ``wall`` seconds (None: only ``pb.deterministic_time``), ending
+    by ``deadline`` (``time.time()``; the whole solve's) however long the model takes to build;
+    see the docs/solvers.md ("ilp") for what is certified."""
     t0 = time.perf_counter()
+    if deadline is not None:
+        left = max(0.0, deadline - time.time())
+        wall = left if wall is None else min(wall, left)
     w, S = pb.w, pb.S
     warm, warm_share = pb.warm, pb.warm_share
     fallback = (warm, warm_share)
@@ -480,9 +573,14 @@ def solve_layer(pb: LayerProblem, wall: float | None = None) -> LayerResult:
             if better(val, best):
                 best_slots, best = slots, val
     else:
-        ordered = _order_warm(pb, warm)
-        res = (_solve_weighted if pb.weighted else _solve_cpsat)(pb, ordered, wall)
-        method = "mip" if pb.weighted else "cpsat"
+        if pb.weighted:  # the MIP has its own unit (`weighted_unit`)
+            res = _solve_weighted(pb, _order_warm(pb, warm), wall, deadline)
+        else:  # the integer model on scale-free loads (`canonical`)
+            cpb, unit = canonical(pb)
+            res = _solve_cpsat(cpb, _order_warm(cpb, warm), wall, deadline)
+            if res["cp_bound"] is not None:
+                res["cp_bound"] *= unit
+        method = res.get("method", "mip" if pb.weighted else "cpsat")
         stopped = res["stopped"]
         if "slots" in res:
             slots = res["slots"]

@@ -144,9 +144,10 @@ def polish(
     heaviest GPU ``h`` with a replica of another GPU of the node (never putting two replicas of
     an expert on one GPU), choosing the swap with the largest gain ``M - (largest new load
     among the GPUs it changes)``, and only if every changed GPU ends below the row's current
-    max ``M`` (the sorted loads decrease, so the search ends). Loads are exact: a move changes
-    which sources a multi-replica expert's replicas serve (`_local`). Which nodes hold which
-    experts never changes, so node totals and RDMA (under ``local_first``) are unchanged.
+    max ``M``, ``h`` included (the sorted loads decrease strictly, so the search ends). Loads
+    are exact: a move changes which sources a multi-replica expert's replicas serve (`_local`).
+    Which nodes hold which experts never changes, so node totals and RDMA (under
+    ``local_first``) are unchanged.
     Rows holding two replicas of one expert on a GPU are left as they are.
     """
     L, P = phy2log.shape
@@ -220,6 +221,11 @@ def polish(
         worst = np.where(changed, newl, -np.inf).max(-1)
         ok = np.isfinite(worst) & ~same & ~np.isnan(delta).any(-1)
         ok &= worst < M[:, None, None, None] * (1 - REL_TOL)
+        # and ``h`` itself must drop: a swap can leave ``h`` as it was (a multi-replica
+        # expert's sources re-spread) while lifting other GPUs below ``M``; accepting it let
+        # two layouts alternate until the budget ran out (issue 18's slow check_solver runs)
+        hl = np.take_along_axis(newl, h[:, None, None, None, None], -1)[..., 0]
+        ok &= hl < M[:, None, None, None] * (1 - REL_TOL)
         gain = np.where(ok, M[:, None, None, None] - worst, -np.inf).reshape(n, -1)
         best = gain.argmax(1)
         good = np.isfinite(gain[r, best])

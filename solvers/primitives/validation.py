@@ -226,18 +226,13 @@ def check_num_groups(num_groups, num_experts: int, *, divides: bool = True) -> i
 
 
 def check_groups(num_groups, num_experts: int, num_nodes: int) -> int:
-    """``num_groups`` for the group-to-node contract (required, divides the experts, at
-    least one group per node)."""
+    """``num_groups`` for the group-to-node contract (required, divides the experts; whether
+    the contract can hold on the nodes is `group_placement.contract_fallback`'s question)."""
     if num_groups is None:
         raise InputError(
             "hierarchical placement needs num_groups (expert groups, e.g. 8; CLI: --groups 8)"
         )
-    g = check_num_groups(num_groups, num_experts)
-    if g < num_nodes:
-        raise InputError(
-            f"num_groups {g} < {num_nodes} nodes: every node needs a group; use the global policy"
-        )
-    return g
+    return check_num_groups(num_groups, num_experts)
 
 
 def check_size(num_layers: int, num_experts: int, topology) -> None:
