@@ -14,7 +14,12 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
-from eplb.solvers.primitives.replica_budget import layer_curves, split_budget
+from eplb.solvers.primitives.replica_budget import (
+    balance_memory,
+    expert_slots_per_gpu,
+    layer_curves,
+    split_budget,
+)
 from eplb.solvers.primitives.validation import NonNegInt, PositiveInt
 from eplb.solvers.registry import register
 from eplb.topology import Topology
@@ -40,6 +45,41 @@ def resolve_budget(
     return L * E + int(np.floor(f * L * (P - E) + 1e-9))
 
 
+def replica_plan(
+    load: np.ndarray,
+    topology: Topology,
+    *,
+    total_slots: int | None = None,
+    redundancy: float | None = None,
+    budget: int = 10_000,
+) -> dict:
+    """The per-layer split of a slot budget for ``load: float64[L, E]`` on ``topology`` (no
+    failed GPUs; for `eplb advise`): ``phy2log: int64[L, P]`` (``-1`` unused),
+    ``used_slots: int64[L]``, ``objective`` (sum over layers of the max GPU load, tokens: the
+    MoE part of a step's time), ``uniform_objective`` (uniform replication at the same budget,
+    same packing), ``bound`` (no split or packing within the budget does better),
+    ``total_slots`` and ``expert_slots_per_gpu`` (routed experts one GPU keeps, all layers)."""
+    load = np.asarray(load, dtype=np.float64)
+    L, E = load.shape
+    G, S = topology.num_gpus, topology.slots_per_gpu
+    total = resolve_budget(L, E, topology.num_slots, total_slots, redundancy)
+    curves = layer_curves(load, G, S, budget=budget)
+    split = split_budget(load, curves, total)
+    rows = np.arange(L)
+    k = split["k"]
+    phy2log = balance_memory(curves.phy2log[rows, k], S)
+    return {
+        "phy2log": phy2log,
+        "used_slots": curves.used[rows, k],
+        "objective": split["objective"],
+        "uniform_objective": split["uniform_objective"],
+        "bound": split["bound"],
+        "source": split["source"],
+        "total_slots": total,
+        "expert_slots_per_gpu": expert_slots_per_gpu(phy2log, S),
+    }
+
+
 @register("craft")
 def craft(
     load: np.ndarray,
@@ -49,29 +89,25 @@ def craft(
     redundancy: float | None = None,
     budget: NonNegInt = 10_000,
 ) -> Placement:
-    """Per-layer replica budgets on ``load: float64[L, E]`` (module docstring).
+    """Per-layer replica budgets on ``load: float64[L, E]`` (module docstring, `replica_plan`).
 
     ``total_slots``: used expert slots summed over all layers (``>= L * E``; above ``L * P``
     every slot is used); or ``redundancy``: the fraction of the ``L * (P - E)`` redundant
     slots to use (default: all). ``budget``: swap iterations per packing.
     """
-    L, E = load.shape
-    G, S = topology.num_gpus, topology.slots_per_gpu
-    total = resolve_budget(L, E, topology.num_slots, total_slots, redundancy)
-    curves = layer_curves(load, G, S, budget=budget)
-    split = split_budget(load, curves, total)
-    rows = np.arange(L)
-    k = split["k"]
-    phy2log = curves.phy2log[rows, k]
+    plan = replica_plan(
+        load, topology, total_slots=total_slots, redundancy=redundancy, budget=budget
+    )
     info = {
         "policy": "craft",
-        "total_slots": total,
-        "used_slots": curves.used[rows, k].tolist(),
-        "objective_sum": split["objective"],
-        "uniform_objective_sum": split["uniform_objective"],
-        "bound_sum": split["bound"],
-        "split_source": split["source"],
+        "total_slots": plan["total_slots"],
+        "used_slots": plan["used_slots"].tolist(),
+        "objective_sum": plan["objective"],
+        "uniform_objective_sum": plan["uniform_objective"],
+        "bound_sum": plan["bound"],
+        "split_source": plan["source"],
+        "expert_slots_per_gpu": plan["expert_slots_per_gpu"],
         "exact": "knapsack optimal for the per-layer greedy curves; bound_sum bounds every "
         "split and packing",
     }
-    return Placement(phy2log, E, topology, meta={"solver": info})
+    return Placement(plan["phy2log"], load.shape[1], topology, meta={"solver": info})

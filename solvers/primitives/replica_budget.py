@@ -170,3 +170,31 @@ def split_budget(load: np.ndarray, curves: Curves, total_slots: int) -> dict:
         "bound": bound,
         "source": source,
     }
+
+
+def balance_memory(phy2log: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+    """``int64[L, P]`` ``phy2log`` with each layer's GPUs permuted (their contents kept, so
+    every layer's GPU loads are the same multiset) so that the used slots summed over the
+    layers spread evenly over the GPUs: layer by layer, the fullest GPU of the layer goes to
+    the GPU with the fewest used slots so far (ties by index). The largest per-GPU total is
+    the expert weight memory a GPU needs (`expert_slots_per_gpu`)."""
+    L, P = phy2log.shape
+    S = slots_per_gpu
+    G = P // S
+    tables = phy2log.reshape(L, G, S)
+    out = np.empty_like(tables)
+    total = np.zeros(G, dtype=np.int64)
+    for layer in range(L):
+        used = (tables[layer] >= 0).sum(1)
+        src = np.argsort(-used, kind="stable")
+        dst = np.argsort(total, kind="stable")
+        out[layer, dst] = tables[layer, src]
+        total[dst] += used[src]
+    return out.reshape(L, P)
+
+
+def expert_slots_per_gpu(phy2log: np.ndarray, slots_per_gpu: int) -> int:
+    """Largest number of used (non-empty) slots one GPU holds over all layers of ``phy2log:
+    int64[L, P]``: the routed-expert weights (in experts) that GPU keeps in memory."""
+    L, P = phy2log.shape
+    return int((phy2log.reshape(L, P // slots_per_gpu, slots_per_gpu) >= 0).sum((0, 2)).max())
