@@ -14,7 +14,14 @@ import numpy as np
 from tqdm import tqdm
 
 from eplb import Placement, Topology
-from eplb.solvers.primitives.replica_budget import balance_memory, layer_curves, split_budget
+from eplb.evaluation.serving.config import ClusterConfig
+from eplb.evaluation.serving.config.budget import kv_capacity_for_slots
+from eplb.solvers.primitives.replica_budget import (
+    balance_memory,
+    expert_slots_per_gpu,
+    layer_curves,
+    split_budget,
+)
 
 TRACE = Path(__file__).resolve().parents[1] / "traces" / "data" / "deepseek-v3-calibrated.npz"
 REDUNDANT = (8, 16, 32)
@@ -32,7 +39,9 @@ def run(counts: np.ndarray, topo: Topology, step: int) -> None:
     W, L, E = counts.shape
     S, rows = topo.slots_per_gpu, np.arange(L)
     print(f"trace {TRACE.name}: {W} windows, {L} layers, {E} experts; topology {topo}")
-    gains = {r: ([], [], []) for r in REDUNDANT}  # in-sample, held-out, bound gap
+    day6 = ClusterConfig.deepseek_day6()
+    decode = day6.unit("decode").topology() == topo
+    gains = {r: ([], [], [], []) for r in REDUNDANT}  # in-sample, held-out, bound gap, slots
     for w in tqdm(range(0, W - 1, step), desc="windows"):
         plan, test = counts[w], counts[w + 1]
         curves = layer_curves(plan, topo.num_gpus, S)
@@ -45,9 +54,17 @@ def run(counts: np.ndarray, topo: Topology, step: int) -> None:
             gains[red][0].append(split["uniform_objective"] / split["objective"])
             gains[red][1].append(held)
             gains[red][2].append(split["objective"] / split["bound"] - 1)
-    print("redundant/layer  gain in-sample (uniform/craft)  gain held-out  gap to bound")
-    for red, (a, b, c) in gains.items():
-        print(f"{red:15d}  {np.mean(a):29.5f}  {np.mean(b):13.5f}  {np.mean(c):12.2e}")
+            gains[red][3].append(expert_slots_per_gpu(mine.phy2log, S))
+    print("redundant/layer  gain in-sample (uniform/craft)  gain held-out  gap to bound  "
+          "expert slots/GPU (of full)" + ("  Day-6 decode KV tokens/rank (full)" if decode else ""))
+    full = L * topo.slots_per_gpu
+    for red, (a, b, c, d) in gains.items():
+        kv = ""
+        if decode:
+            kv = f"  {kv_capacity_for_slots(day6, 'decode', max(d), L):,} " \
+                f"({kv_capacity_for_slots(day6, 'decode', full, L):,})"
+        print(f"{red:15d}  {np.mean(a):29.5f}  {np.mean(b):13.5f}  {np.mean(c):12.2e}  "
+              f"{max(d):13d} ({full}){kv}")
     print(f"(planned on windows {list(range(0, W - 1, step))}, held out: the next window)")
 
 

@@ -45,7 +45,9 @@ def test_knapsack_matches_brute_force(case):
     assert int(extra[k].sum()) <= budget
 
 
-loads = st.tuples(st.integers(1, 4), st.integers(2, 6), st.integers(2, 3), st.integers(1, 3)).flatmap(
+# (layers, GPUs, extra slots per GPU, experts per GPU), then the loads and a budget fraction
+sizes = st.tuples(st.integers(1, 4), st.integers(2, 6), st.integers(2, 3), st.integers(1, 3))
+loads = sizes.flatmap(
     lambda s: st.tuples(
         st.lists(st.integers(0, 1000), min_size=s[0] * s[1] * s[3],
                  max_size=s[0] * s[1] * s[3]),
