@@ -30,7 +30,8 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 class Placement:
     """A replicated expert placement for ``L`` layers on a `Topology`.
 
-    - ``phy2log: int64[L, P]``: logical expert of each slot (``-1`` only on failed GPUs).
+    - ``phy2log: int64[L, P]``: logical expert of each slot; ``-1`` is an empty slot (every
+      slot of a failed GPU, and slots a per-layer replica budget leaves unused).
     - ``num_experts``: ``E``; ``topology``: the cluster, ``P = topology.num_slots``.
     - ``replica_share: float64[L, P]`` or ``None``: fraction of its expert's tokens each slot
       receives (per expert summing to 1); ``None`` is an even split ``1 / logcnt``.
@@ -184,15 +185,13 @@ class Placement:
             )
         if P % topo.num_gpus:
             raise PlacementError(f"{P} slots is not a multiple of {topo.num_gpus} GPUs")
-        alive = topo.slot_alive  # [P]; empty slots (-1) only on failed GPUs, and all of them
-        bad = (self.phy2log < -1) | (self.phy2log >= E) | ((self.phy2log == -1) & alive)
+        alive = topo.slot_alive  # [P]; a failed GPU's slots are all empty (-1)
+        bad = (self.phy2log < -1) | (self.phy2log >= E)
         if bad.any():
             layer, slot = (int(i) for i in np.argwhere(bad)[0])
             raise PlacementError(
                 f"layer {layer} slot {slot} holds expert {self.phy2log[layer, slot]}, "
-                f"outside 0..{E - 1}"
-                + (" (-1, an empty slot, only on a failed GPU: Topology.failed_gpus)"
-                   if self.phy2log[layer, slot] == -1 else "")
+                f"outside 0..{E - 1} (or -1, an empty slot)"
             )
         on_failed = (self.phy2log != -1) & ~alive
         if on_failed.any():
@@ -209,10 +208,13 @@ class Placement:
         if missing.any():
             layer, expert = (int(i) for i in np.argwhere(missing)[0])
             raise PlacementError(f"layer {layer} expert {expert} has no replica")
-        wrong = cnt.sum(axis=1) != P
+        used = (self.phy2log >= 0).sum(axis=1)  # alive slots less those left empty
+        wrong = cnt.sum(axis=1) != used
         if wrong.any():
             layer = int(np.argmax(wrong))
-            raise PlacementError(f"layer {layer}: logcnt sums to {cnt[layer].sum()}, not {P}")
+            raise PlacementError(
+                f"layer {layer}: logcnt sums to {cnt[layer].sum()}, not {used[layer]}"
+            )
         self._check_log2phy()
         if self.replica_share is not None:
             self._check_share()

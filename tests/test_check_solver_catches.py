@@ -85,6 +85,7 @@ SOLVER_OPTIONS = {
         {**ILP, "hierarchical": True},
     ],
     "ilp_weighted": [{"workers": 1, "max_examples": 10}],
+    "craft": [],  # tests/test_solvers_craft.py runs check_solver (redundancy 0.5)
     "relaxed": [],  # tests/test_solvers_relaxed.py runs check_solver at relax 0, 0.5 and 1
     "robust": [
         {},

@@ -76,7 +76,8 @@ def test_weighted_gpu_load():
     [
         ([[0, 1, 0, 2, 3]], 4, None, "5 slots per layer but topology 1x2x3 has 6"),
         ([[0, 1, 0, 2, 3, 4]], 4, None, "layer 0 slot 5 holds expert 4, outside 0..3"),
-        ([[0, 1, 0, 2, 3, -1]], 4, None, "slot 5 holds expert -1"),
+        ([[0, 1, 0, 2, 3, -2]], 4, None, "slot 5 holds expert -2"),
+        ([[0, 1, -1, 2, -1, -1]], 4, None, "layer 0 expert 3 has no replica"),
         ([[0, 1, 0, 2, 2, 0]], 4, None, "layer 0 expert 3 has no replica"),
         ([[0, 1, 2, 3, 0, 1], [0, 0, 1, 1, 2, 2]], 4, None, "layer 1 expert 3 has no replica"),
         ([[0, 1, 0, 2, 3, 0]], 4, np.full((1, 5), 0.5), "replica_share has shape"),

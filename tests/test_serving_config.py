@@ -110,7 +110,7 @@ BAD = [
     ("prefill.micro_batches", 3, "prefill.micro_batches must be 1 or 2"),
     ("decode.mtp_acceptance", 1.5, "decode.mtp_acceptance must be <= 1"),
     ("prefill.mtp_draft_tokens", 1, "prefill.mtp_draft_tokens applies to decode units only"),
-    ("eplb.solver", "magic", "eplb.solver 'magic' is unknown; use one of biased, deepseek"),
+    ("eplb.solver", "magic", "eplb.solver 'magic' is unknown; use one of biased, craft, deepseek"),
     ("eplb.migration", "later", "eplb.migration must be one of stall, overlap"),
     ("eplb.rebalance_interval_s", 0, "eplb.rebalance_interval_s must be > 0"),
     ("kv.transfer_gbps", -1.0, "kv.transfer_gbps must be > 0"),

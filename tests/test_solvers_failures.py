@@ -116,7 +116,9 @@ def test_topology_failed_gpus_checked_and_round_trip():
         Topology.parse("1x4", slots=16, min_slots=14, failed_gpus=[0])
 
 
-def test_placement_empty_slots_only_on_failed_gpus():
+def test_placement_empty_slots():
+    """Every slot of a failed GPU is empty (-1); a live GPU may leave slots empty too (a
+    replica budget, ``craft``) as long as every expert keeps a replica."""
     t = Topology(1, 4, 2, failed_gpus=[1])
     ok = Placement(np.array([[0, 1, -1, -1, 2, 3, 4, 5]]), 6, t).validate()
     assert ok.logcnt.tolist() == [[1, 1, 1, 1, 1, 1]]
@@ -124,8 +126,10 @@ def test_placement_empty_slots_only_on_failed_gpus():
     assert ok.log2phy.shape == (1, 6, 1) and (ok.log2phy >= 0).all()
     with pytest.raises(PlacementError, match="failed GPU 1"):
         Placement(np.array([[0, 1, 2, -1, 2, 3, 4, 5]]), 6, t).validate()
-    with pytest.raises(PlacementError, match="only on a failed GPU"):
+    with pytest.raises(PlacementError, match="expert 0 has no replica"):
         Placement(np.array([[-1, 1, -1, -1, 2, 3, 4, 5]]), 6, t).validate()
+    live = Placement(np.array([[0, -1, -1, -1, 1, 2, 3, 4]]), 5, t).validate()
+    assert live.logcnt.tolist() == [[1, 1, 1, 1, 1]] and live.share[0, 1] == 0.0
     with pytest.raises(PlacementError, match="empty slot must be 0"):
         Placement(
             np.array([[0, 1, -1, -1, 2, 3, 4, 5]]),

@@ -20,6 +20,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "solvers"
 POLICIES = {
     "biased",
+    "craft",
     "deepseek",
     "greedy",
     "greedy_traffic",

@@ -2,7 +2,7 @@
 slots of a node): GPU loads, replica counts per GPU, duplicates, moved replicas.
 
 Slot ``p`` of a row lives on GPU ``p // S``. Loads use an even split (``load / count``)
-unless ``share: float64[X, P]`` is given.
+unless ``share: float64[X, P]`` is given. ``-1`` is an empty slot: no expert, no load.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 def replica_counts(phy2log: np.ndarray, num_experts: int) -> np.ndarray:
     """``int64[X, E]`` replicas of each expert per row of ``phy2log: int64[X, P]``."""
     X = phy2log.shape[0]
-    key = (phy2log + np.arange(X)[:, None] * num_experts).ravel()
+    ok = phy2log >= 0
+    key = (phy2log + np.arange(X)[:, None] * num_experts)[ok]
     return np.bincount(key, minlength=X * num_experts).reshape(X, num_experts)
 
 
@@ -25,9 +26,10 @@ def gpu_loads(
     X, E = load.shape
     if share is None:
         cnt = replica_counts(phy2log, E)
-        per = np.take_along_axis(load / np.maximum(cnt, 1), phy2log, 1)
+        per = np.take_along_axis(load / np.maximum(cnt, 1), np.maximum(phy2log, 0), 1)
     else:
-        per = np.take_along_axis(load, phy2log, 1) * share
+        per = np.take_along_axis(load, np.maximum(phy2log, 0), 1) * share
+    per = np.where(phy2log >= 0, per, 0.0)
     return per.reshape(X, -1, slots_per_gpu).sum(2)
 
 
@@ -42,14 +44,15 @@ def gpu_counts(phy2log: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.
     X, P = phy2log.shape
     G = P // slots_per_gpu
     key = (np.arange(X)[:, None] * G + np.arange(P) // slots_per_gpu) * num_experts + phy2log
-    return np.bincount(key.ravel(), minlength=X * G * num_experts).reshape(X, G, num_experts)
+    key = key[phy2log >= 0]
+    return np.bincount(key, minlength=X * G * num_experts).reshape(X, G, num_experts)
 
 
 def duplicates(phy2log: np.ndarray, slots_per_gpu: int) -> np.ndarray:
     """``int64[X]``: surplus replicas of ``phy2log: int64[X, P]`` sharing a GPU with another
     replica of their expert."""
     e = np.sort(phy2log.reshape(phy2log.shape[0], -1, slots_per_gpu), axis=2)
-    return (e[:, :, 1:] == e[:, :, :-1]).sum((1, 2))
+    return ((e[:, :, 1:] == e[:, :, :-1]) & (e[:, :, 1:] >= 0)).sum((1, 2))
 
 
 def moved(old: np.ndarray, new: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.ndarray:

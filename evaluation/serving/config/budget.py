@@ -1,0 +1,57 @@
+"""Expert weight memory follows the slots a placement uses: a per-layer replica budget
+(`solvers.policies.craft`) that leaves slots empty frees their expert weights for KV cache.
+docs/solvers.md, "craft"."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from eplb.errors import InputError
+from eplb.evaluation.serving.config.cluster import ClusterConfig
+from eplb.evaluation.serving.config.model import get_model
+from eplb.placement import Placement
+from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
+
+
+def placement_expert_slots(placement: Placement) -> int:
+    """Routed experts the fullest GPU of ``placement`` keeps, summed over its layers."""
+    return expert_slots_per_gpu(placement.phy2log, placement.topology.slots_per_gpu)
+
+
+def kv_capacity_for_slots(
+    config: ClusterConfig, phase: str, expert_slots: int, num_layers: int
+) -> int | None:
+    """KV tokens per rank of ``config``'s ``phase`` unit when each GPU holds ``expert_slots``
+    routed experts over ``num_layers`` placement layers (scaled to the model's MoE layers)
+    instead of ``slots_per_gpu`` in every MoE layer: the unit's ``kv_capacity_tokens`` plus
+    the tokens the freed expert weights (bytes, FP8) hold. ``None`` (unbounded) stays
+    ``None``."""
+    unit = config.unit(phase)
+    if unit.kv_capacity_tokens is None:
+        return None
+    model = get_model(config.model)
+    full = model.moe_layers * unit.slots_per_gpu
+    used = math.ceil(expert_slots * model.moe_layers / num_layers)
+    if used > full:
+        raise InputError(
+            f"{expert_slots} expert slots per GPU over {num_layers} layers exceed the "
+            f"{phase} unit's {unit.slots_per_gpu} slots per GPU per layer"
+        )
+    freed = (full - used) * model.expert_params
+    return int(unit.kv_capacity_tokens + freed // (model.kv_bytes_per_token * model.num_layers))
+
+
+def with_placement_memory(config: ClusterConfig, phase: str, placement: Placement) -> ClusterConfig:
+    """``config`` with the ``phase`` unit's KV capacity following the slots ``placement``
+    uses (`kv_capacity_for_slots`); unchanged when every live slot is used."""
+    alive = placement.topology.slot_alive
+    if not (placement.phy2log[:, alive] < 0).any():
+        return config
+    cap = kv_capacity_for_slots(
+        config, phase, placement_expert_slots(placement), placement.num_layers
+    )
+    unit = config.unit(phase)
+    if cap == unit.kv_capacity_tokens:
+        return config
+    return config.replace(**{phase: replace(unit, kv_capacity_tokens=cap)})

@@ -1,0 +1,200 @@
+"""Per-layer replica budgets under one slot budget (after CRAFT, arXiv 2603.28768): for each
+layer the max GPU load it reaches with ``r`` used slots (``E <= r <= P``; the other ``P - r``
+slots left empty, ``-1``), and the split of a total slot budget over the layers as a
+multiple-choice knapsack (a dynamic programme over the budget, exact for the curves it is
+given). docs/solvers.md, "craft".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from eplb.errors import InputError
+from eplb.solvers.primitives.analytic_bounds import average_bound, replica_bound, single_bound
+from eplb.solvers.primitives.packing import improve, lpt
+from eplb.solvers.primitives.replication import default_cap, waterfill
+
+QUANT = 2.0**32  # curve values are compared on a grid of 2**-32 of the largest expert load
+
+
+@dataclass(frozen=True)
+class Curves:
+    """What each layer reaches per number of used slots ``slots[k] = E + k``.
+
+    - ``value: float64[L, K]``: max GPU load of the packing kept for ``k`` (the best packing
+      found with at most ``slots[k]`` used slots: a prefix minimum over ``k``);
+    - ``used: int64[L, K]``: slots that packing uses (``<= slots[k]``);
+    - ``bound: float64[L, K]``: a lower bound on the max GPU load of any placement of the
+      layer with at most ``slots[k]`` used slots (analytic bounds, prefix minimum);
+    - ``phy2log: int64[L, K, P]``: the packings (``-1`` for empty slots).
+    """
+
+    slots: np.ndarray
+    value: np.ndarray
+    used: np.ndarray
+    bound: np.ndarray
+    phy2log: np.ndarray
+
+
+def layer_curves(
+    load: np.ndarray, num_gpus: int, slots_per_gpu: int, *, budget: int = 10_000
+) -> Curves:
+    """`Curves` of ``load: float64[L, E]`` on ``num_gpus`` x ``slots_per_gpu`` (``P = G * S
+    >= E``): per used-slot count ``r`` water-filled replica counts (capped as `greedy`), LPT
+    and swap search (``budget`` iterations) with the ``P - r`` unused slots as zero-load
+    placeholders, which become ``-1``."""
+    L, E = load.shape
+    G, S = num_gpus, slots_per_gpu
+    P = G * S
+    slots = np.arange(E, P + 1, dtype=np.int64)
+    K = slots.size
+    rows = np.repeat(load, K, axis=0)  # [L*K, E], layer-major
+    r = np.tile(slots, L)
+    counts = waterfill(rows, r, default_cap(E, G, S))
+    empty = P - r  # placeholders: distinct zero-load "experts" E.., one slot each
+    pad = (np.arange(P - E)[None, :] < empty[:, None]).astype(np.int64)
+    packed = lpt(np.hstack([rows, np.zeros((L * K, P - E))]), np.hstack([counts, pad]), G, S)
+    improve(packed, budget=budget)
+    phy = packed.phy2log().copy()
+    phy[phy >= E] = -1
+    value = packed.gpu.max(1).reshape(L, K)
+    phy = phy.reshape(L, K, P)
+    bound = flat_bound_rows(rows, G, r).reshape(L, K)
+    # at most r slots: the best of every r' <= r (prefix minimum; ties keep the smaller r')
+    best = np.zeros((L, K), dtype=np.int64)
+    for k in range(1, K):
+        prev = best[:, k - 1]
+        keep = value[np.arange(L), prev] <= value[:, k]
+        best[:, k] = np.where(keep, prev, k)
+    idx = np.arange(L)[:, None]
+    return Curves(
+        slots=slots,
+        value=value[idx, best],
+        used=slots[best],
+        bound=np.minimum.accumulate(bound, axis=1),
+        phy2log=phy[idx, best],
+    )
+
+
+def flat_bound_rows(load: np.ndarray, num_gpus: int, used: np.ndarray) -> np.ndarray:
+    """``float64[X]`` max of the average, largest-replica and single-expert bounds of each row
+    of ``load: float[X, E]`` with ``used: int[X]`` slots (docs/solvers.md, "Lower bounds")."""
+    out = np.empty(load.shape[0])
+    for r in np.unique(used):
+        sel = used == r
+        out[sel] = np.maximum.reduce(
+            [
+                average_bound(load[sel], num_gpus),
+                replica_bound(load[sel], num_gpus, int(r)),
+                single_bound(load[sel], num_gpus, int(r)),
+            ]
+        )
+    return out
+
+
+def knapsack(cost: np.ndarray, extra: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
+    """Multiple-choice knapsack by dynamic programming over the budget: pick one column
+    ``k[l]`` per row of ``cost: int64[L, K]`` (weights ``extra: int64[K]``, ascending, ``extra[0]
+    == 0``) with ``sum extra[k] <= budget`` minimising ``sum cost[l, k[l]]``. Exact for the
+    integer costs; ties go to the smaller weight in the lowest layer first. Returns ``(k:
+    int64[L], total cost)``. O(L * K * budget)."""
+    L, K = cost.shape
+    B = int(min(max(budget, 0), int(extra[-1]) * L))
+    big = np.iinfo(np.int64).max // 4
+    best = np.zeros(B + 1, dtype=np.int64)  # best[b]: min cost of the layers so far, weight <= b
+    pick = np.zeros((L, B + 1), dtype=np.int64)
+    for layer in range(L):
+        new = np.full(B + 1, big, dtype=np.int64)
+        for k in range(K):
+            w = int(extra[k])
+            if w > B:
+                break
+            cand = np.full(B + 1, big, dtype=np.int64)
+            cand[w:] = best[: B + 1 - w] + cost[layer, k]
+            take = cand < new  # strict: the smaller weight wins ties
+            new[take] = cand[take]
+            pick[layer, take] = k
+        best = new
+    k = np.empty(L, dtype=np.int64)
+    b = B
+    for layer in range(L - 1, -1, -1):
+        k[layer] = pick[layer, b]
+        b -= int(extra[k[layer]])
+    return k, int(best[B])
+
+
+def quantise(values: np.ndarray, scale: float, *, down: bool = False) -> np.ndarray:
+    """``int64`` of ``values / scale`` on a grid of ``1 / QUANT`` (rounded to nearest, or down
+    for bounds)."""
+    q = values / scale * QUANT
+    return (np.floor(q) if down else np.rint(q)).astype(np.int64)
+
+
+def split_budget(load: np.ndarray, curves: Curves, total_slots: int) -> dict:
+    """Split ``total_slots`` used slots over the layers of ``load: float64[L, E]`` with
+    ``curves`` (`layer_curves`): the knapsack on the curves (quantised to ``2**-32`` of the
+    largest expert load), then the uniform split (``total_slots // L`` each, as many as fit)
+    if it is strictly better on the real curve values, so the result is never worse than
+    uniform replication at the same budget. Returns ``k: int64[L]`` (curve columns),
+    ``objective`` (sum of per-layer max GPU load, tokens), ``uniform_objective``, ``bound``
+    (a lower bound on that sum over every split and placement within the budget),
+    ``source`` (``"knapsack"`` or ``"uniform"``)."""
+    L, E = load.shape
+    extra = curves.slots - E
+    if total_slots < L * E:
+        raise InputError(
+            f"total_slots {total_slots} cannot hold {E} experts in each of {L} layers "
+            f"(need >= {L * E})"
+        )
+    spare = total_slots - L * E
+    scale = float(load.max())
+    if scale <= 0:
+        scale = 1.0
+    k, _ = knapsack(quantise(curves.value, scale), extra, spare)
+    ku = np.full(L, min(spare // L, int(extra[-1])), dtype=np.int64)
+    rows = np.arange(L)
+    objective = float(curves.value[rows, k].sum())
+    uniform = float(curves.value[rows, ku].sum())
+    source = "knapsack"
+    if uniform < objective:
+        k, objective, source = ku, uniform, "uniform"
+    kb, qb = knapsack(quantise(curves.bound, scale, down=True), extra, spare)
+    bound = float(qb) / QUANT * scale * (1 - 1e-12)
+    bound = min(bound, float(curves.bound[rows, kb].sum()))
+    return {
+        "k": k,
+        "objective": objective,
+        "uniform_objective": uniform,
+        "bound": bound,
+        "source": source,
+    }
+
+
+def balance_memory(phy2log: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+    """``int64[L, P]`` ``phy2log`` with each layer's GPUs permuted (their contents kept, so
+    every layer's GPU loads are the same multiset) so that the used slots summed over the
+    layers spread evenly over the GPUs: layer by layer, the fullest GPU of the layer goes to
+    the GPU with the fewest used slots so far (ties by index). The largest per-GPU total is
+    the expert weight memory a GPU needs (`expert_slots_per_gpu`)."""
+    L, P = phy2log.shape
+    S = slots_per_gpu
+    G = P // S
+    tables = phy2log.reshape(L, G, S)
+    out = np.empty_like(tables)
+    total = np.zeros(G, dtype=np.int64)
+    for layer in range(L):
+        used = (tables[layer] >= 0).sum(1)
+        src = np.argsort(-used, kind="stable")
+        dst = np.argsort(total, kind="stable")
+        out[layer, dst] = tables[layer, src]
+        total[dst] += used[src]
+    return out.reshape(L, P)
+
+
+def expert_slots_per_gpu(phy2log: np.ndarray, slots_per_gpu: int) -> int:
+    """Largest number of used (non-empty) slots one GPU holds over all layers of ``phy2log:
+    int64[L, P]``: the routed-expert weights (in experts) that GPU keeps in memory."""
+    L, P = phy2log.shape
+    return int((phy2log.reshape(L, P // slots_per_gpu, slots_per_gpu) >= 0).sum((0, 2)).max())

@@ -1,0 +1,132 @@
+"""``craft``: per-layer replica budgets under one slot budget (issue 20, part 5)."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eplb import InputError, Placement, Topology, solvers
+from eplb.evaluation.serving.config import ClusterConfig, presets
+from eplb.evaluation.serving.config.budget import kv_capacity_for_slots, with_placement_memory
+from eplb.evaluation.serving.results.steady import steady_state
+from eplb.solvers.policies.craft import replica_plan
+from eplb.solvers.primitives.replica_budget import knapsack, layer_curves
+from eplb.testing import assert_valid_placement, check_solver
+
+FAST = settings(max_examples=15, deadline=None, derandomize=True)
+
+
+@FAST
+@given(
+    st.integers(1, 3).flatmap(
+        lambda L: st.tuples(
+            st.lists(st.lists(st.integers(0, 20), min_size=4, max_size=4), min_size=L,
+                     max_size=L),
+            st.integers(0, 10),
+        )
+    )
+)
+def test_knapsack_matches_brute_force(case):
+    cost, budget = case
+    cost = np.array(cost, dtype=np.int64)
+    L, K = cost.shape
+    extra = np.arange(K, dtype=np.int64) * 2  # weights 0, 2, 4, 6
+    k, total = knapsack(cost, extra, budget)
+    best = min(
+        sum(int(cost[layer, c]) for layer, c in enumerate(pick))
+        for pick in product(range(K), repeat=L)
+        if sum(int(extra[c]) for c in pick) <= budget
+    )
+    assert total == best == int(cost[np.arange(L), k].sum())
+    assert int(extra[k].sum()) <= budget
+
+
+# (layers, GPUs, extra slots per GPU, experts per GPU), then the loads and a budget fraction
+sizes = st.tuples(st.integers(1, 4), st.integers(2, 6), st.integers(2, 3), st.integers(1, 3))
+loads = sizes.flatmap(
+    lambda s: st.tuples(
+        st.lists(st.integers(0, 1000), min_size=s[0] * s[1] * s[3],
+                 max_size=s[0] * s[1] * s[3]),
+        st.just(s),
+        st.floats(0, 1),
+    )
+)
+
+
+@FAST
+@given(loads)
+def test_budget_respected_and_never_worse_than_uniform(case):
+    values, (L, G, S_extra, m), frac = case
+    E = G * m
+    S = m + S_extra  # room for redundant slots
+    load = np.array(values, dtype=np.float64).reshape(L, E)
+    topo = Topology(1, G, S)
+    P = G * S
+    total = L * E + int(frac * L * (P - E))
+    p = solvers.solve("craft", load, topo, total_slots=total)
+    assert_valid_placement(p, load)
+    used = (p.phy2log >= 0).sum(1)
+    assert used.sum() <= total and (p.logcnt >= 1).all()
+    info = p.meta["solver"]
+    got = p.gpu_load(load).max(1).sum()
+    assert np.isclose(got, info["objective_sum"], rtol=1e-12)
+    # uniform replication at the same budget, the same packer: (total - L*E) // L extra each
+    curves = layer_curves(load, G, S)
+    k_uni = min((total - L * E) // L, P - E)
+    uniform = curves.value[:, k_uni].sum()
+    assert got <= uniform * (1 + 1e-12)
+    assert info["bound_sum"] <= got * (1 + 1e-12)
+    assert info["expert_slots_per_gpu"] * G >= used.sum()
+
+
+def test_hot_layers_get_more_slots():
+    """A flat layer gains nothing from replicas; a skewed one does: the budget goes there."""
+    flat = np.full(8, 10.0)
+    hot = np.array([80.0, 1, 1, 1, 1, 1, 1, 1])
+    topo = Topology(1, 4, 4)  # 16 slots, 8 experts
+    plan = replica_plan(np.stack([flat, hot]), topo, total_slots=2 * 8 + 3)
+    assert plan["used_slots"].tolist() == [8, 11]
+    assert plan["objective"] < plan["uniform_objective"]
+    p = Placement(plan["phy2log"], 8, topo).validate()
+    assert (p.phy2log[0] == -1).sum() == 8
+
+
+def test_check_solver_and_bad_options():
+    assert check_solver("craft", max_examples=4, redundancy=0.5).ok
+    load = np.ones((2, 4))
+    with pytest.raises(InputError, match="total_slots"):
+        solvers.solve("craft", load, Topology(1, 2, 3), total_slots=7)
+    with pytest.raises(InputError, match="redundancy"):
+        solvers.solve("craft", load, Topology(1, 2, 3), redundancy=1.5)
+
+
+def test_kv_capacity_follows_used_slots():
+    """Fewer used slots, more KV cache: the freed FP8 expert weights over the KV bytes of a
+    token in every layer, in steady_state's decode too."""
+    config = ClusterConfig.deepseek_day6()
+    unit = config.unit("decode")
+    model = presets.get_model(config.model)
+    L = model.moe_layers
+    full = L * unit.slots_per_gpu
+    assert kv_capacity_for_slots(config, "decode", full, L) == unit.kv_capacity_tokens
+    less = kv_capacity_for_slots(config, "decode", full - L, L)
+    freed = L * model.expert_params // (model.kv_bytes_per_token * model.num_layers)
+    assert less - unit.kv_capacity_tokens == freed > 0
+    topo = unit.topology()
+    rng = np.random.default_rng(0)
+    load = rng.gamma(0.3, 100.0, (8, model.num_experts))  # 8 layers stand for all 58
+    plan = replica_plan(load, topo, redundancy=0.0)  # no redundant slot: 256 of 288 used
+    p = Placement(plan["phy2log"], model.num_experts, topo)
+    cfg = with_placement_memory(config, "decode", p)
+    assert cfg.unit("decode").kv_capacity_tokens > unit.kv_capacity_tokens
+    rows = np.arange(L) % 8  # the 8 layers repeated to the model's 58
+    tiled = Placement(plan["phy2log"][rows], model.num_experts, topo)
+    a = steady_state(config, "decode", batch=64, placement=tiled, load=load[rows])
+    full_p = solvers.solve("greedy", load, topo)
+    full_p = Placement(full_p.phy2log[rows], model.num_experts, topo)
+    b = steady_state(config, "decode", batch=64, placement=full_p, load=load[rows])
+    assert a["kv_usage"] < b["kv_usage"]
