@@ -49,6 +49,22 @@ class LpShares:
         cnt = np.take_along_axis(placement.logcnt, np.maximum(placement.phy2log, 0), 1)
         self._even = np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)
         self.L, self.G = L, G
+        # per-placement index tables reused by every call (flat indices into [L, E] / [L, P])
+        E, P = placement.num_experts, topo.num_slots
+        phy = placement.phy2log
+        self._s_flat = self.s_layer * E + self.s_expert
+        single = np.zeros((L, E), dtype=bool)
+        single[self.s_layer, self.s_expert] = True
+        self._single_slots = np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0)
+        self._s_out = self.s_layer * P + self.s_slot
+        self._f_flat = self.f_layer * E + self.f_expert
+        flex_of = np.full((L, E), -1, dtype=np.int64)
+        flex_of[self.f_layer, self.f_expert] = np.arange(self.f_layer.size)
+        slot_flex = np.where(phy >= 0, np.take_along_axis(flex_of, np.maximum(phy, 0), 1), -1)
+        self._fs_pos = np.flatnonzero(slot_flex >= 0)  # flat [L, P] slots of flexible experts
+        self._fs_f = slot_flex.ravel()[self._fs_pos]
+        self._a_out = self.a_layer * P + self.a_slot
+        self._a_lg = self.a_layer * G + self.a_gpu  # flat (layer, GPU) of each arc
         F, A = self.f_layer.size, self.a_flex.size
         self._F, self._A = F, A
         if F == 0:
@@ -75,7 +91,7 @@ class LpShares:
         picks of flexible experts whose GPUs all lie in X) / |X|): a lower bound on ``T`` for
         any split (every such pick must land in X); 0 for an empty set."""
         L = self.L
-        outside = np.bincount(self.a_flex, weights=~X[self.a_layer, self.a_gpu], minlength=self._F)
+        outside = np.bincount(self.a_flex, weights=~X.ravel().take(self._a_lg), minlength=self._F)
         inside = np.where(outside == 0, demand, 0)
         y = np.bincount(self.f_layer, weights=inside, minlength=L)
         x = np.where(X, fixed, 0).sum(1)
@@ -93,14 +109,11 @@ class LpShares:
         live = total > 0
         scale = np.where(live, _SCALE / np.where(live, total, 1.0), 0.0)
         work = np.rint(load * scale[:, None]).astype(np.int64)  # [L, E]
-        s_work = work[self.s_layer, self.s_expert]
+        flat = work.ravel()
+        s_work = flat.take(self._s_flat)
         # a single-GPU expert: all its picks on that GPU's lowest slot (its other slots there 0)
-        single = np.zeros(work.shape, dtype=bool)
-        single[self.s_layer, self.s_expert] = True
-        phy = self.placement.phy2log
-        out[np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0) & live[:, None]] = 0.0
-        take = live[self.s_layer]
-        out[self.s_layer[take], self.s_slot[take]] = 1.0
+        out[self._single_slots & live[:, None]] = 0.0
+        out.ravel()[self._s_out[live[self.s_layer]]] = 1.0
         if self._F == 0:
             return out
         fixed = (
@@ -108,13 +121,15 @@ class LpShares:
             .astype(np.int64)
             .reshape(L, G)
         )
-        demand = work[self.f_layer, self.f_expert]  # [F]
+        demand = flat.take(self._f_flat)  # [F]
         flex_total = np.bincount(self.f_layer, weights=demand, minlength=L).astype(np.int64)
         layer_total = work.sum(1)
         T = np.maximum(fixed.max(1), -(-layer_total // G))
         T = np.maximum(T, self._hall(self._X, fixed, demand))  # warm start, still a bound
         mf = self._mf
-        caps = np.concatenate([demand, layer_total[self.a_layer], (T[:, None] - fixed).ravel()])
+        caps = np.concatenate(
+            [demand, layer_total.take(self.a_layer), (T[:, None] - fixed).ravel()]
+        )
         mf.set_arcs_capacity(self._all_arcs, caps.astype(np.int64))
         F = self._F
         want = int(flex_total.sum())
@@ -145,11 +160,9 @@ class LpShares:
         d = demand[self.a_flex]
         ok = d > 0
         # a flexible expert with picks: its flow per GPU on that GPU's lowest slot, 0 elsewhere
-        f_ok = np.zeros((L, self.placement.num_experts), dtype=bool)
-        f_ok[self.f_layer[demand > 0], self.f_expert[demand > 0]] = True
-        phy = self.placement.phy2log
-        out[np.take_along_axis(f_ok, np.maximum(phy, 0), 1) & (phy >= 0)] = 0.0
-        out[self.a_layer[ok], self.a_slot[ok]] = flow[ok] / d[ok]
+        o = out.ravel()
+        o[self._fs_pos[demand.take(self._fs_f) > 0]] = 0.0
+        o[self._a_out[ok]] = flow[ok] / d[ok]
         return out
 
 
