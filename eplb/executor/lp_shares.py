@@ -16,6 +16,7 @@ from eplb.placement import Placement
 __all__ = ["LpShares", "lp_shares"]
 
 _SCALE = 2.0**40  # a layer's picks as integers: ~1e-12 relative rounding
+_KEEP = 8  # cut sets remembered per layer for the warm start
 
 
 class LpShares:
@@ -84,19 +85,31 @@ class LpShares:
         self._mid_arcs = np.arange(F, F + A, dtype=np.int32)
         self._sink_arcs = np.arange(F + A, F + A + L * G, dtype=np.int32)
         self._all_arcs = np.arange(F + A + L * G, dtype=np.int32)
-        self._X = np.zeros((L, G), dtype=bool)  # per layer, the last GPU set that bound T
+        # per layer, the last _KEEP GPU sets that bound T (newest first): the warm start's
+        # bound is the best of them, so fewer Newton solves; the final solve, at the optimal
+        # T, is the same whatever the start (every start is a lower bound), hence the shares
+        self._Xs = np.zeros((_KEEP, L, G), dtype=bool)
+        self._k_f = (np.arange(_KEEP) * F)[:, None]
+        self._k_l = (np.arange(_KEEP) * L)[:, None]
+        self.solves = 0  # max-flow solves so far (benchmarks report solves per call)
 
     def _hall(self, X: np.ndarray, fixed: np.ndarray, demand: np.ndarray) -> np.ndarray:
-        """``int64[L]``: for each layer's GPU set ``X: bool[L, G]``, ceil((fixed picks on X +
-        picks of flexible experts whose GPUs all lie in X) / |X|): a lower bound on ``T`` for
-        any split (every such pick must land in X); 0 for an empty set."""
-        L = self.L
-        outside = np.bincount(self.a_flex, weights=~X.ravel().take(self._a_lg), minlength=self._F)
-        inside = np.where(outside == 0, demand, 0)
-        y = np.bincount(self.f_layer, weights=inside, minlength=L)
-        x = np.where(X, fixed, 0).sum(1)
-        n = X.sum(1)
-        return np.where(n > 0, -(-(y + x).astype(np.int64) // np.maximum(n, 1)), 0)
+        """``int64[L]``: the best over ``K`` GPU sets per layer ``X: bool[K, L, G]`` of
+        ceil((fixed picks on X + picks of flexible experts whose GPUs all lie in X) / |X|): a
+        lower bound on ``T`` for any split (every such pick must land in X); 0 for an empty
+        set."""
+        L, F, K = self.L, self._F, X.shape[0]
+        miss = (~X.reshape(K, -1)).take(self._a_lg, axis=1)  # [K, A]
+        outside = np.bincount(
+            (self._k_f[:K] + self.a_flex).ravel(), weights=miss.ravel(), minlength=K * F
+        )
+        inside = np.where(outside.reshape(K, F) == 0, demand, 0)
+        y = np.bincount(
+            (self._k_l[:K] + self.f_layer).ravel(), weights=inside.ravel(), minlength=K * L
+        ).reshape(K, L)
+        x = np.where(X, fixed, 0).sum(2)
+        n = X.sum(2)
+        return np.where(n > 0, -(-(y + x).astype(np.int64) // np.maximum(n, 1)), 0).max(0)
 
     def __call__(self, load: np.ndarray) -> np.ndarray:
         """``float64[L, P]``: share of its expert's picks each slot receives when each layer's
@@ -125,7 +138,7 @@ class LpShares:
         flex_total = np.bincount(self.f_layer, weights=demand, minlength=L).astype(np.int64)
         layer_total = work.sum(1)
         T = np.maximum(fixed.max(1), -(-layer_total // G))
-        T = np.maximum(T, self._hall(self._X, fixed, demand))  # warm start, still a bound
+        T = np.maximum(T, self._hall(self._Xs, fixed, demand))  # warm start, still a bound
         mf = self._mf
         caps = np.concatenate(
             [demand, layer_total.take(self.a_layer), (T[:, None] - fixed).ravel()]
@@ -134,6 +147,7 @@ class LpShares:
         F = self._F
         want = int(flex_total.sum())
         for _ in range(G + 2):
+            self.solves += 1
             if mf.solve(0, 1) != mf.OPTIMAL:  # pragma: no cover - small non-negative ints
                 raise RuntimeError("lp shares: max-flow failed")
             if mf.optimal_flow() == want:
@@ -152,7 +166,9 @@ class LpShares:
             T = np.where(short, nxt, T)
             X = np.zeros((L, G), dtype=bool)
             X.ravel()[xs] = True
-            self._X[short] = X[short]  # the sets that bound these layers: next call's start
+            # the sets that bound these layers: next call's start (oldest dropped)
+            self._Xs[1:, short] = self._Xs[:-1, short]
+            self._Xs[0, short] = X[short]
             mf.set_arcs_capacity(self._sink_arcs, (T[:, None] - fixed).ravel().astype(np.int64))
         else:  # pragma: no cover - at most G raises per layer
             raise RuntimeError("lp shares did not converge")
