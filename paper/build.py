@@ -684,6 +684,134 @@ def lp_study(out: dict, windows: int = 12, layers: int = 16, tokens: int = 4096)
     out["lp_seeds"] = ", ".join(map(str, STUDY_SEEDS[:2]))
 
 
+LEVER_TOKENS = {"decode": (4, 8, 16, 32, 64, 128, 256),
+                "prefill": (256, 512, 1024, 2048, 4096, 8192, 16384)}
+BLOG = {"waterfill": (1.48, 4.66), "lp": (0.84, 7.34)}  # LMSYS 2026-06-26, % total throughput
+
+
+def lever_settings() -> list[tuple]:
+    """(label, phase, topology, hardware, trace stem): DeepSeek's Day-6 units (H800, EP32
+    prefill, EP144 decode) and SGLang's blog setting (2 nodes x 8 Hopper GPUs, 16 and 32
+    redundant experts), for both phases."""
+    from eplb.evaluation import serving
+    day6 = serving.ClusterConfig.deepseek_day6()
+    rows = [("Day-6", ph, day6.topology(ph), "h800",
+             "prefill_in1024" if ph == "prefill" else "decode_in1000out1000")
+            for ph in ("decode", "prefill")]
+    for red in (16, 32):
+        for ph in ("decode", "prefill"):
+            rows.append((f"SGLang 2x8 +{red}", ph, Topology(2, 8, (256 + red) // 16), "h100",
+                         "prefill_in1024" if ph == "prefill" else "decode_in1000out1000"))
+    return rows
+
+
+def levers() -> dict:
+    """Lever name -> StepModel options against ``even`` + local shared expert, net of the
+    configured overheads (lp: `LP_OVERHEAD_S` per MoE layer and micro-batch; Waterfill: its
+    shipped shared-expert copies). A per-micro-batch duplication dispatch joins here when its
+    policy is registered (issue 21 part 3: the name ``duplicate``)."""
+    from eplb.executor.routing import POLICIES
+    out = {"lp": {"dispatch": "lp"}, "lp, no overhead": {"dispatch": "lp", "lp_overhead_s": 0.0},
+           "waterfill": {"shared_expert": "waterfill"},
+           "lp + waterfill": {"dispatch": "lp", "shared_expert": "waterfill"}}
+    if "duplicate" in POLICIES:  # pragma: no cover - the dup helper's policy
+        out["duplication"] = {"dispatch": "duplicate"}
+    return out
+
+
+def _break_even(tokens, gains) -> str:
+    """Tokens per rank where the gain first turns positive (log-linear between grid points),
+    '< min' if it pays at every point, 'none' if at none."""
+    g = np.asarray(gains)
+    if (g > 0).all():
+        return f"< {tokens[0]}"
+    if not (g > 0).any():
+        return "none"
+    i = int(np.argmax(g > 0))
+    if i == 0:
+        return f"< {tokens[0]}"
+    x0, x1 = np.log2(tokens[i - 1]), np.log2(tokens[i])
+    x = x0 + (x1 - x0) * (-g[i - 1]) / (g[i] - g[i - 1])
+    return f"{2 ** x:.0f}"
+
+
+def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) -> None:
+    """E8: step-time gain over even split of each dispatch-time lever vs tokens per rank, for
+    decode and prefill, on the Day-6 units and SGLang's two-node setting; placements from the
+    `deepseek` solver on the SGLang-published count file of the phase, each step's picks drawn
+    from it (multinomial, ``top_k`` x tokens per layer), gain = mean even step seconds / mean
+    lever step seconds - 1 (throughput at a fixed batch)."""
+    from eplb.evaluation import serving
+    from eplb.evaluation.serving import RankBatch, StepModel
+    from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
+    m = serving.ClusterConfig.deepseek_day6().model_spec
+    by_stem = {f.stem: f for f in files}
+    lev = levers()
+    rows = []
+    jobs = lever_settings()
+    for label, phase, topo, hw_name, stem in tqdm(jobs, desc="E8 levers", unit="setting"):
+        load = traces.read(by_stem[stem]).load()
+        prob = load / load.sum(1, keepdims=True)
+        p = solvers.solve("deepseek", load, topo, num_groups=8)
+        hw = get_hardware(hw_name)
+        models = {"even": StepModel(phase, topo, hardware=hw)}
+        models.update({k: StepModel(phase, topo, hardware=hw, **v) for k, v in lev.items()})
+        routed = {k: sm.prepare(p, load) for k, sm in models.items()}
+        rng = np.random.default_rng(seed)
+        G = topo.num_gpus
+        for tok in LEVER_TOKENS[phase]:
+            batch = RankBatch.uniform(phase, G, tokens=tok, context=1024 if phase == "prefill"
+                                      else 2000)
+            draws = [rng.multinomial(int(m.top_k * tok * G), prob).astype(float)
+                     for _ in range(steps)]
+            secs = {k: np.mean([sm.time_routed(batch, routed[k], d, picks=True).total_s
+                                for d in draws]) for k, sm in models.items()}
+            for k in lev:
+                rows.append({"setting": label, "phase": phase, "tokens_per_rank": tok,
+                             "lever": k, "gain_pct": 100 * (secs["even"] / secs[k] - 1)})
+    df = pd.DataFrame(rows)
+    atomic_write_text(OUT / "tables" / "levers.md", markdown(df.pivot_table(
+        index=["setting", "phase", "tokens_per_rank"], columns="lever",
+        values="gain_pct").reset_index(), digits=3, index=False))
+    be = []
+    for (label, phase, k), part in df.groupby(["setting", "phase", "lever"], sort=False):
+        be.append({"setting": label, "phase": phase, "lever": k,
+                   "break_even_tokens_per_rank": _break_even(
+                       list(part["tokens_per_rank"]), list(part["gain_pct"])),
+                   "best_gain_pct": part["gain_pct"].max()})
+    atomic_write_text(OUT / "tables" / "levers_break_even.md",
+                      markdown(pd.DataFrame(be), digits=3, index=False))
+    plt = plots._plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"Day-6": "-", "SGLang 2x8 +16": "--", "SGLang 2x8 +32": ":"}
+    colors = dict(zip(lev, ["C0", "C1", "C2", "C3", "C4"], strict=False))
+    for ax, phase in zip(axes, ("decode", "prefill"), strict=True):
+        for (label, k), part in df[df["phase"] == phase].groupby(["setting", "lever"]):
+            ax.plot(part["tokens_per_rank"], part["gain_pct"], styles[label],
+                    color=colors[k], marker=".", label=f"{k}, {label}")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per rank" if phase == "prefill" else "requests per rank")
+        ax.set_ylabel("step-time gain over even split (%)")
+        ax.set_title(phase, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=6)
+    plots._save(fig, OUT / "figures" / "levers.png")
+    sg = df[df["setting"].str.startswith("SGLang")]
+    for k, (lo, hi) in BLOG.items():
+        g = sg[sg["lever"] == k]["gain_pct"]
+        out[f"lever_{k}_sglang_min"], out[f"lever_{k}_sglang_max"] = f"{g.min():.2f}", \
+            f"{g.max():.2f}"
+        inside = ((g >= lo) & (g <= hi)).mean()
+        out[f"lever_{k}_sglang_inside_pct"] = f"{100 * inside:.0f}"
+    g = sg[sg["lever"] == "lp, no overhead"]["gain_pct"]
+    out["lever_lp_free_sglang_min"], out["lever_lp_free_sglang_max"] = f"{g.min():.2f}", \
+        f"{g.max():.2f}"
+    ov = LP_OVERHEAD_S * m.moe_layers * 2
+    out["lever_lp_overhead_ms"] = f"{1e3 * ov:.1f}"
+    out["lever_steps"] = str(steps)
+
+
 def default_data() -> Path:
     root = os.environ.get("EPLB_DATA")
     base = Path(root).expanduser() if root else REPO.parent / "shared" / "traces"
@@ -806,6 +934,7 @@ def main() -> None:
         ("E5 executor cross-check", executor_check),
         ("E6 drift-robust rebalancing", robust_study),
         ("E7 per-batch lp dispatch", lp_study),
+        ("E8 dispatch-time levers (issue 21)", lambda out: levers_study(files, out)),
     ]
     try:
         results = run_stages(stages, args.out, lambda staging, out: render_paper(

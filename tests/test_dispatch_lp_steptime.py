@@ -98,6 +98,19 @@ def test_lp_shares_scale_invariant_and_warm_start_safe(case, c):
     )
 
 
+@settings(max_examples=10, deadline=None)
+@given(_cases(), st.integers(0, 2**31 - 1))
+def test_lp_shares_do_not_depend_on_the_warm_start(case, seed):
+    # every warm start is a lower bound, so the last solve runs at the optimal T with the
+    # same capacities: a warmed solver returns exactly what a fresh one does
+    p, load = case
+    warm = LpShares(p)
+    rng = np.random.default_rng(seed)
+    for _ in range(12):  # more calls than cut sets remembered
+        warm(load * rng.gamma(1.0, size=load.shape))
+    assert np.array_equal(warm(load), LpShares(p)(load))
+
+
 def test_lp_counts_send_nothing_to_a_failed_gpu():
     p = Placement(np.array([[0, -1]]), 1, Topology(1, 2, 1, failed_gpus=[1]))
     assert lp_shares(p, np.array([[31.0]])).tolist() == [[1.0, 0.0]]

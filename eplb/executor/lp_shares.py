@@ -16,6 +16,7 @@ from eplb.placement import Placement
 __all__ = ["LpShares", "lp_shares"]
 
 _SCALE = 2.0**40  # a layer's picks as integers: ~1e-12 relative rounding
+_KEEP = 8  # cut sets remembered per layer for the warm start
 
 
 class LpShares:
@@ -49,6 +50,22 @@ class LpShares:
         cnt = np.take_along_axis(placement.logcnt, np.maximum(placement.phy2log, 0), 1)
         self._even = np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)
         self.L, self.G = L, G
+        # per-placement index tables reused by every call (flat indices into [L, E] / [L, P])
+        E, P = placement.num_experts, topo.num_slots
+        phy = placement.phy2log
+        self._s_flat = self.s_layer * E + self.s_expert
+        single = np.zeros((L, E), dtype=bool)
+        single[self.s_layer, self.s_expert] = True
+        self._single_slots = np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0)
+        self._s_out = self.s_layer * P + self.s_slot
+        self._f_flat = self.f_layer * E + self.f_expert
+        flex_of = np.full((L, E), -1, dtype=np.int64)
+        flex_of[self.f_layer, self.f_expert] = np.arange(self.f_layer.size)
+        slot_flex = np.where(phy >= 0, np.take_along_axis(flex_of, np.maximum(phy, 0), 1), -1)
+        self._fs_pos = np.flatnonzero(slot_flex >= 0)  # flat [L, P] slots of flexible experts
+        self._fs_f = slot_flex.ravel()[self._fs_pos]
+        self._a_out = self.a_layer * P + self.a_slot
+        self._a_lg = self.a_layer * G + self.a_gpu  # flat (layer, GPU) of each arc
         F, A = self.f_layer.size, self.a_flex.size
         self._F, self._A = F, A
         if F == 0:
@@ -68,19 +85,31 @@ class LpShares:
         self._mid_arcs = np.arange(F, F + A, dtype=np.int32)
         self._sink_arcs = np.arange(F + A, F + A + L * G, dtype=np.int32)
         self._all_arcs = np.arange(F + A + L * G, dtype=np.int32)
-        self._X = np.zeros((L, G), dtype=bool)  # per layer, the last GPU set that bound T
+        # per layer, the last _KEEP GPU sets that bound T (newest first): the warm start's
+        # bound is the best of them, so fewer Newton solves; the final solve, at the optimal
+        # T, is the same whatever the start (every start is a lower bound), hence the shares
+        self._Xs = np.zeros((_KEEP, L, G), dtype=bool)
+        self._k_f = (np.arange(_KEEP) * F)[:, None]
+        self._k_l = (np.arange(_KEEP) * L)[:, None]
+        self.solves = 0  # max-flow solves so far (benchmarks report solves per call)
 
     def _hall(self, X: np.ndarray, fixed: np.ndarray, demand: np.ndarray) -> np.ndarray:
-        """``int64[L]``: for each layer's GPU set ``X: bool[L, G]``, ceil((fixed picks on X +
-        picks of flexible experts whose GPUs all lie in X) / |X|): a lower bound on ``T`` for
-        any split (every such pick must land in X); 0 for an empty set."""
-        L = self.L
-        outside = np.bincount(self.a_flex, weights=~X[self.a_layer, self.a_gpu], minlength=self._F)
-        inside = np.where(outside == 0, demand, 0)
-        y = np.bincount(self.f_layer, weights=inside, minlength=L)
-        x = np.where(X, fixed, 0).sum(1)
-        n = X.sum(1)
-        return np.where(n > 0, -(-(y + x).astype(np.int64) // np.maximum(n, 1)), 0)
+        """``int64[L]``: the best over ``K`` GPU sets per layer ``X: bool[K, L, G]`` of
+        ceil((fixed picks on X + picks of flexible experts whose GPUs all lie in X) / |X|): a
+        lower bound on ``T`` for any split (every such pick must land in X); 0 for an empty
+        set."""
+        L, F, K = self.L, self._F, X.shape[0]
+        miss = (~X.reshape(K, -1)).take(self._a_lg, axis=1)  # [K, A]
+        outside = np.bincount(
+            (self._k_f[:K] + self.a_flex).ravel(), weights=miss.ravel(), minlength=K * F
+        )
+        inside = np.where(outside.reshape(K, F) == 0, demand, 0)
+        y = np.bincount(
+            (self._k_l[:K] + self.f_layer).ravel(), weights=inside.ravel(), minlength=K * L
+        ).reshape(K, L)
+        x = np.where(X, fixed, 0).sum(2)
+        n = X.sum(2)
+        return np.where(n > 0, -(-(y + x).astype(np.int64) // np.maximum(n, 1)), 0).max(0)
 
     def __call__(self, load: np.ndarray) -> np.ndarray:
         """``float64[L, P]``: share of its expert's picks each slot receives when each layer's
@@ -93,14 +122,11 @@ class LpShares:
         live = total > 0
         scale = np.where(live, _SCALE / np.where(live, total, 1.0), 0.0)
         work = np.rint(load * scale[:, None]).astype(np.int64)  # [L, E]
-        s_work = work[self.s_layer, self.s_expert]
+        flat = work.ravel()
+        s_work = flat.take(self._s_flat)
         # a single-GPU expert: all its picks on that GPU's lowest slot (its other slots there 0)
-        single = np.zeros(work.shape, dtype=bool)
-        single[self.s_layer, self.s_expert] = True
-        phy = self.placement.phy2log
-        out[np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0) & live[:, None]] = 0.0
-        take = live[self.s_layer]
-        out[self.s_layer[take], self.s_slot[take]] = 1.0
+        out[self._single_slots & live[:, None]] = 0.0
+        out.ravel()[self._s_out[live[self.s_layer]]] = 1.0
         if self._F == 0:
             return out
         fixed = (
@@ -108,17 +134,20 @@ class LpShares:
             .astype(np.int64)
             .reshape(L, G)
         )
-        demand = work[self.f_layer, self.f_expert]  # [F]
+        demand = flat.take(self._f_flat)  # [F]
         flex_total = np.bincount(self.f_layer, weights=demand, minlength=L).astype(np.int64)
         layer_total = work.sum(1)
         T = np.maximum(fixed.max(1), -(-layer_total // G))
-        T = np.maximum(T, self._hall(self._X, fixed, demand))  # warm start, still a bound
+        T = np.maximum(T, self._hall(self._Xs, fixed, demand))  # warm start, still a bound
         mf = self._mf
-        caps = np.concatenate([demand, layer_total[self.a_layer], (T[:, None] - fixed).ravel()])
+        caps = np.concatenate(
+            [demand, layer_total.take(self.a_layer), (T[:, None] - fixed).ravel()]
+        )
         mf.set_arcs_capacity(self._all_arcs, caps.astype(np.int64))
         F = self._F
         want = int(flex_total.sum())
         for _ in range(G + 2):
+            self.solves += 1
             if mf.solve(0, 1) != mf.OPTIMAL:  # pragma: no cover - small non-negative ints
                 raise RuntimeError("lp shares: max-flow failed")
             if mf.optimal_flow() == want:
@@ -137,7 +166,9 @@ class LpShares:
             T = np.where(short, nxt, T)
             X = np.zeros((L, G), dtype=bool)
             X.ravel()[xs] = True
-            self._X[short] = X[short]  # the sets that bound these layers: next call's start
+            # the sets that bound these layers: next call's start (oldest dropped)
+            self._Xs[1:, short] = self._Xs[:-1, short]
+            self._Xs[0, short] = X[short]
             mf.set_arcs_capacity(self._sink_arcs, (T[:, None] - fixed).ravel().astype(np.int64))
         else:  # pragma: no cover - at most G raises per layer
             raise RuntimeError("lp shares did not converge")
@@ -145,11 +176,9 @@ class LpShares:
         d = demand[self.a_flex]
         ok = d > 0
         # a flexible expert with picks: its flow per GPU on that GPU's lowest slot, 0 elsewhere
-        f_ok = np.zeros((L, self.placement.num_experts), dtype=bool)
-        f_ok[self.f_layer[demand > 0], self.f_expert[demand > 0]] = True
-        phy = self.placement.phy2log
-        out[np.take_along_axis(f_ok, np.maximum(phy, 0), 1) & (phy >= 0)] = 0.0
-        out[self.a_layer[ok], self.a_slot[ok]] = flow[ok] / d[ok]
+        o = out.ravel()
+        o[self._fs_pos[demand.take(self._fs_f) > 0]] = 0.0
+        o[self._a_out[ok]] = flow[ok] / d[ok]
         return out
 
 

@@ -29,6 +29,7 @@ from eplb.evaluation.serving.config.schema import (
     _choice,
     _str,
 )
+from eplb.evaluation.serving.steptime.waterfill import check_shared_expert
 from eplb.executor.routing import POLICIES
 from eplb.topology import Topology
 
@@ -37,7 +38,8 @@ from eplb.topology import Topology
 class ClusterConfig:
     """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
     ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`; ``lp_overhead_s``:
-    seconds per MoE layer and micro-batch the ``lp`` split adds), ``eplb``, ``kv``,
+    seconds per MoE layer and micro-batch the ``lp`` split adds; ``shared_expert``: ``"local"``
+    or ``"waterfill"``, `steptime.waterfill`), ``eplb``, ``kv``,
     ``slo``, ``routing``, ``scheduler`` blocks and ``faults`` (simulator fault objects or
     their tables). Seed-independent: the simulator takes the seed."""
 
@@ -51,6 +53,7 @@ class ClusterConfig:
     )
     dispatch: str = "even"
     lp_overhead_s: float = LP_OVERHEAD_S
+    shared_expert: str = "local"
     eplb: EplbConfig = field(default_factory=EplbConfig)
     kv: KVConfig = field(default_factory=KVConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
@@ -107,6 +110,7 @@ class ClusterConfig:
             raise InputError(
                 f"lp_overhead_s must be seconds >= 0 (per MoE layer and micro-batch), got {v!r}"
             )
+        check_shared_expert(self.shared_expert, model)
         _str("name", self.name)
         if not isinstance(self.faults, tuple):
             raise InputError(f"faults must be a list, got {type(self.faults).__name__}")

@@ -41,7 +41,8 @@ class Assembly:
         """Seconds of each MoE layer under the overlap schedule, every all-to-all a barrier.
 
         Shape: rank side ``a1``, ``a2``, ``sh: float[..., G]`` (projections, core attention,
-        shared expert of one micro-batch per rank; ``G = 1`` for a mean rank), overhead ``o``
+        shared expert of one micro-batch per rank; ``G = 1`` for a mean rank; ``sh: float[...,
+        L, G]`` under Waterfill, each GPU's shared work per layer), overhead ``o``
         (scalar), ``moe: float[..., L, G]`` routed-expert seconds per GPU (one micro-batch),
         ``d``, ``c: float[..., L]`` dispatch / combine seconds of the slowest GPU; returns
         ``float[..., L]``. Between two barriers a rank runs its own stages back to back, so
@@ -51,6 +52,8 @@ class Assembly:
         top = np.max
         a1, a2, sh = np.asarray(a1), np.asarray(a2), np.asarray(sh)
         moe, d, c = np.asarray(moe), np.asarray(d), np.asarray(c)
+        if sh.ndim > a1.ndim:  # Waterfill: shared work dispatched, run with the experts
+            moe, sh = moe + sh, np.zeros(a1.shape)
         if self.micro_batches == 1:
             A = top(a1 + a2 + sh, axis=-1)[..., None] + o
             return A + top(moe, axis=-1) + d + c
@@ -80,13 +83,16 @@ class Assembly:
         head_r,
         *,
         balanced: bool,
+        sh_act=None,
     ) -> StepTime:
         """The step's time and breakdown from its stage times.
 
         Shape: rank side ``a1``, ``a2``, ``sh``, ``dense_r``, ``head_r: float[G]`` (one
         micro-batch; dense layers and head for the whole step); GPU side ``moe``, ``moe_eq:
         float[L, G]`` (as-is, every rank at the mean tokens), ``recv: float[L, G]`` picks
-        (both micro-batches); ``links``, ``links_eq``: `Comm.links` as-is and DP-equalised.
+        (both micro-batches); ``links``, ``links_eq``: `Comm.links` as-is and DP-equalised;
+        ``sh_act: float[L, G]``: the as-is shared work under Waterfill (None: ``sh``, local;
+        the equalised cases keep the mean rank's own shared expert).
         """
         m, hw, mb = self.model, self.hardware, self.micro_batches
         o = hw.fit.layer_overhead_s
@@ -104,8 +110,10 @@ class Assembly:
         d_bal, c_bal = seconds(links_eq, _mean, _mean)
         d_bal, c_bal = np.minimum(d_dp, d_bal), np.minimum(c_dp, c_bal)
         a1m, a2m, shm = _mean(a1, 0), _mean(a2, 0), _mean(sh, 0)
-        mean = (np.array([a1m]), np.array([a2m]), np.array([shm]))
-        t_act = self.layer(a1, a2, sh, o, moe, d_act, c_act)
+        # Waterfill: the mean GPU's shared work per layer, in the expert stage like as-is
+        sh_m = np.array([shm]) if sh_act is None else _mean(sh_act, -1)[:, None]
+        mean = (np.array([a1m]), np.array([a2m]), sh_m)
+        t_act = self.layer(a1, a2, sh if sh_act is None else sh_act, o, moe, d_act, c_act)
         t_dp = np.minimum(t_act, self.layer(*mean, o, moe_eq, d_dp, c_dp))
         moe_bal = np.minimum(moe_act, moe_mean)
         t_bal = np.minimum(t_dp, self.layer(*mean, o, moe_bal[:, None], d_bal, c_bal))
@@ -144,7 +152,7 @@ class Assembly:
         )
 
     def decode_step(
-        self, batch: RankBatch, rank: np.ndarray, src: np.ndarray, recv, moe, ll
+        self, batch: RankBatch, rank: np.ndarray, src: np.ndarray, recv, moe, ll, wf=None
     ) -> StepTime:
         """`step` for decode on a prepared placement, with only the reductions decode needs:
         the low-latency kernels move one copy per pick, so a layer's dispatch and combine
@@ -155,7 +163,9 @@ class Assembly:
 
         Shape: ``rank: float64[5, G]`` (`RankSide.decode_rows`, changed in place); ``src:
         float[G]`` tokens per rank and micro-batch; ``recv``, ``moe: float[L, G]`` picks and
-        expert seconds of one micro-batch; ``ll``: `Comm.ll`.
+        expert seconds of one micro-batch; ``ll``: `Comm.ll`; ``wf``: Waterfill's ``(sh_act:
+        float[L, G]`` shared seconds per GPU as-is, ``out: float[L, G]``, ``inn: float[L, G]``
+        shared-expert copies each GPU sends / receives on top of its routed ones), or None.
         """
         m, hw, mb = self.model, self.hardware, self.micro_batches
         L, G, K = m.moe_layers, recv.shape[1], m.top_k
@@ -175,7 +185,16 @@ class Assembly:
         out_mean = float(np.add.reduce(ks) * inv_g)
         ll_d, ll_c = ll
         copies = np.empty((3, L))
-        np.maximum(out_max, recv_max, out=copies[0])
+        if wf is None:
+            sh_act = rank[2]
+            np.maximum(out_max, recv_max, out=copies[0])
+        else:  # shipped shared-expert tokens: one more copy each, out and in
+            sh_act, w_out, w_in = wf
+            np.maximum(
+                np.maximum.reduce(ks + w_out, -1),
+                np.maximum.reduce(recv + w_in, -1),
+                out=copies[0],
+            )
         np.minimum(copies[0], np.maximum(out_mean, recv_max), out=copies[1])
         np.minimum(copies[1], np.maximum(out_mean, recv_mean), out=copies[2])
         # rank side: rows a1, a2, shared, dense FFN, head; dense layers replace row 3
@@ -192,13 +211,13 @@ class Assembly:
         t3 = np.empty((3, L))
         if mb != 2:
             means = (np.array([a1m]), np.array([a2m]), np.array([shm]))
-            t3[0] = self.layer(rank[0], rank[1], rank[2], o, moe, d3[0], c3[0])
+            t3[0] = self.layer(rank[0], rank[1], sh_act, o, moe, d3[0], c3[0])
             t3[1] = self.layer(*means, o, moe, d3[1], c3[1])
             t3[2] = self.layer(*means, o, moe3[2][:, None], d3[2], c3[2])
             np.minimum(t3[1], t3[0], out=t3[1])
             np.minimum(t3[2], t3[1], out=t3[2])
         else:
-            _decode_layers(t3, rank, moe, moe3, d3, c3, top[1], a1m, a2m, shm, o)
+            _decode_layers(t3, rank, sh_act, moe, moe3, d3, c3, top[1], a1m, a2m, shm, o)
         t_act_sum, t_dp_sum, t_bal_sum = np.add.reduce(t3, 1)
         per = mb * self.sm_factor
         attention = per * L * (a1m + a2m)
@@ -232,13 +251,14 @@ class Assembly:
         )
 
 
-def _decode_layers(t3, rank, moe, moe3, d3, c3, a2_top, a1m, a2m, shm, o) -> None:
+def _decode_layers(t3, rank, sh_act, moe, moe3, d3, c3, a2_top, a1m, a2m, shm, o) -> None:
     """`Assembly.layer` in decode with two micro-batches for the three cases at once, into
     ``t3: float64[3, L]`` (rows as-is, DP-equalised, balanced; each clamped to the row
     before). Shape: ``rank: float[5, G]`` (`RankSide.decode_rows`), ``moe: float[L, G]``,
-    ``moe3``, ``d3``, ``c3: float[3, L]``; ``a2_top`` the slowest rank's core attention."""
+    ``moe3``, ``d3``, ``c3: float[3, L]``; ``a2_top`` the slowest rank's core attention;
+    ``sh_act: float[G]`` (``rank[2]``) or ``float[L, G]`` (Waterfill) the as-is shared work."""
     x = np.maximum(rank[0][None, :], d3[0][:, None])
-    x += rank[2] + o
+    x += sh_act + o
     x += moe
     np.maximum.reduce(x, -1, out=t3[0])
     t3[0] += np.maximum(a2_top, c3[0])

@@ -25,13 +25,16 @@ from eplb.evaluation.serving.steptime.routing import (
     normalise,
     per_gpu,
 )
+from eplb.evaluation.serving.steptime.waterfill import check_shared_expert, shipped, waterline
 from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.topology import Topology
 
 
 class StepModel:
-    """The step-time model of one unit (phase, shape, model, hardware, dispatch policy).
+    """The step-time model of one unit (phase, shape, model, hardware, dispatch policy, and
+    ``shared_expert``: ``"local"``, each rank runs its own tokens' shared expert, or
+    ``"waterfill"``, SGLang's waterline over the ranks, `waterfill`).
 
     Build once per unit and call `time` per step (`time_routed` on a `prepare`d placement is
     the simulator's hot path); `step_time` is the one-call form. ``topology`` gives the unit's
@@ -50,6 +53,7 @@ class StepModel:
         dispatch: str = "even",
         micro_batches: int = 2,
         lp_overhead_s: float = LP_OVERHEAD_S,
+        shared_expert: str = "local",
     ) -> None:
         self.phase = check_phase(phase)
         if not isinstance(topology, Topology):
@@ -71,6 +75,7 @@ class StepModel:
         ):
             raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
         self.lp_overhead_s = float(lp_overhead_s) if self.dispatch == "lp" else 0.0
+        self.shared_expert = check_shared_expert(shared_expert, model)
         self.micro_batches = micro_batches
         self.rank = RankSide(phase, model, hardware, micro_batches)
         self.gpu = GpuSide(topology, model, hardware)
@@ -138,15 +143,42 @@ class StepModel:
         slot = self.routing.slot_picks(routed, dist, scale)
         recv = per_gpu(slot, self.topology.slots_per_gpu)
         moe = self.gpu.seconds_fast(slot, tabulated)
+        wf = None
+        if self.shared_expert == "waterfill":
+            wf = self._waterfill(batch, recv)[:3]
         return self._lp_cost(
-            self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll)
+            self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll, wf)
         )
+
+    def _waterfill(self, batch: RankBatch, recv: np.ndarray):
+        """Waterfill's as-is shared work and extra copies for one micro-batch's routed picks
+        ``recv: float[L, G]``: ``(sh_act, out, inn, rd_out, rd_in)``, shared-expert seconds
+        per GPU and the shipped shared-expert tokens (`waterfill.shipped`), all ``float64[L,
+        G]``. One shared pick per token and shared expert, at the local GEMM's speed."""
+        n = self.model.shared_experts
+        own = n * batch.tokens / self.micro_batches
+        share = waterline(recv, np.add.reduce(own))
+        sh_act = n * self.rank.ffn.seconds(share / n)
+        return (sh_act, *shipped(share, own, self.topology.num_nodes))
 
     def _assemble(self, batch: RankBatch, a1, a2, sh, gpu, *, balanced: bool) -> StepTime:
         rank = self.rank
         dense_r = rank.dense(batch, a1, a2)
         head_r = rank.head(batch.logits)
-        st = self.assembly.step(batch, a1, a2, sh, *gpu, dense_r, head_r, balanced=balanced)
+        sh_act = None
+        if self.shared_expert == "waterfill":
+            moe, recv, links, moe_eq, links_eq = gpu
+            sh_act, *extra = self._waterfill(batch, recv / self.micro_batches)
+            # decode: one class (every pick); prefill: NVLink, then RDMA
+            pairs = [(extra[0], extra[1])] + [(extra[2], extra[3])] * (len(links) - 1)
+            links = [
+                (out + w_out, inn + w_in, sd, sc)
+                for (out, inn, sd, sc), (w_out, w_in) in zip(links, pairs, strict=True)
+            ]
+            gpu = (moe, recv, links, moe_eq, links_eq)
+        st = self.assembly.step(
+            batch, a1, a2, sh, *gpu, dense_r, head_r, balanced=balanced, sh_act=sh_act
+        )
         return st if balanced else self._lp_cost(st)
 
     def _lp_cost(self, st: StepTime) -> StepTime:
@@ -260,7 +292,9 @@ class StepModel:
 
 
 @lru_cache(maxsize=64)
-def _model_for(phase, topology, model, hardware, dispatch, micro_batches, lp_overhead_s):
+def _model_for(
+    phase, topology, model, hardware, dispatch, micro_batches, lp_overhead_s, shared_expert
+):
     return StepModel(
         phase,
         topology,
@@ -269,6 +303,7 @@ def _model_for(phase, topology, model, hardware, dispatch, micro_batches, lp_ove
         dispatch=dispatch,
         micro_batches=micro_batches,
         lp_overhead_s=lp_overhead_s,
+        shared_expert=shared_expert,
     )
 
 
@@ -285,6 +320,7 @@ def step_time(
     dispatch: str | None = None,
     micro_batches: int | None = None,
     lp_overhead_s: float | None = None,
+    shared_expert: str | None = None,
 ) -> StepTime:
     """Seconds of one forward step of a unit, with a breakdown that sums to it.
 
@@ -306,6 +342,7 @@ def step_time(
         micro_batches = micro_batches or unit.micro_batches
         if lp_overhead_s is None:
             lp_overhead_s = config.lp_overhead_s
+        shared_expert = shared_expert or config.shared_expert
     if topology is None:
         if placement is None:
             raise InputError(
@@ -321,4 +358,5 @@ def step_time(
         dispatch or "even",
         micro_batches or 2,
         LP_OVERHEAD_S if lp_overhead_s is None else lp_overhead_s,
+        shared_expert or "local",
     ).time(batch, placement, load)
