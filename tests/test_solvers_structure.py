@@ -27,6 +27,7 @@ POLICIES = {
     "hierarchical",
     "ilp",
     "ilp_weighted",
+    "lplb",
     "relaxed",
     "repair",
     "robust",
