@@ -28,6 +28,7 @@ POLICIES = {
     "hierarchical",
     "ilp",
     "ilp_weighted",
+    "lplb",
     "relaxed",
     "repair",
     "robust",

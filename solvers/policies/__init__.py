@@ -2,7 +2,7 @@
 
 Importing this package registers them all: ``biased``, ``craft``, ``deepseek``, ``greedy``,
 ``greedy_weighted``, ``greedy_traffic``, ``repair``, ``hierarchical``, ``relaxed``,
-``robust``, ``ilp``, ``ilp_weighted``. A policy builds on `solvers.primitives` and
+``robust``, ``ilp``, ``ilp_weighted``, ``lplb``. A policy builds on `solvers.primitives` and
 `solvers.analysis`, never on another policy's module. Call them through `solvers.solve`.
 """
 
@@ -16,6 +16,7 @@ from eplb.solvers.policies import (  # noqa: F401  (each module registers its po
     hierarchical,
     ilp,
     ilp_weighted,
+    lplb,
     relaxed,
     repair,
     robust,
