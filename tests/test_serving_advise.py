@@ -111,6 +111,13 @@ def test_steps_are_steady_states(small):
                          load=None if placement is None else _load(0))
         assert t.loc[option, "step_ms"] == pytest.approx(r["step_s"] * 1e3, rel=1e-9)
         assert t.loc[option, "tok_s_per_node"] == pytest.approx(r["tok_s_per_node"], rel=1e-9)
+    # the waterfill row on today's placement is steady_state with shared_expert = "waterfill"
+    row = small.table[(small.table.lever == "waterfill") & (small.table.option == "today")]
+    assert list(row["shared_expert"]) == ["waterfill"]
+    n = int(row["tokens_per_rank"].iloc[0])
+    r = steady_state(cfg.replace(shared_expert="waterfill"), "decode", placement=today,
+                     kv_tokens=4096, batch=n, load=_load(0))
+    assert row["step_ms"].iloc[0] == pytest.approx(r["step_s"] * 1e3, rel=1e-9)
 
 
 def test_previous_placement_that_is_the_solution_moves_nothing(tmp_path):

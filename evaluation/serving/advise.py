@@ -48,6 +48,8 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "option": ("-", INPUT, "the row's setting of that lever"),
     "slots": ("slots/layer", INPUT, "physical expert slots per MoE layer"),
     "dispatch": ("-", INPUT, "how tokens split among an expert's replicas (even, or lp per batch)"),
+    "shared_expert": ("-", INPUT, "where the shared expert runs (local: each rank its own "
+                      "tokens; waterfill: poured onto the less-loaded ranks, SGLang #19290)"),
     "balance": ("max/mean", COMPUTED,
                 "GPU expert-load max over mean of the summed load, tokens split evenly among "
                 "an expert's replicas, averaged over layers (1.0 = perfectly balanced)"),
@@ -91,6 +93,7 @@ class Option:
     placement: Placement | None
     dispatch: str = "even"
     moved_from: Placement | None = None
+    shared_expert: str = "local"
 
 
 @dataclass
@@ -169,6 +172,21 @@ def lever_dispatch_lp(ctx: Context) -> list[Option]:
     ]
 
 
+def lever_waterfill(ctx: Context) -> list[Option]:
+    """The shared expert's tokens poured onto the less-loaded ranks (``shared_expert =
+    "waterfill"``, SGLang #19290) on today's placement and on the rebalanced one; skipped
+    (with a note) for a model without a shared expert."""
+    if not getattr(ctx.model, "shared_experts", 0):
+        ctx.notes.append(f"waterfill skipped: {ctx.model.name} has no shared expert")
+        return []
+    new = ctx.solve(ctx.slots)
+    return [
+        Option("waterfill", "today", ctx.slots, ctx.today, shared_expert="waterfill"),
+        Option("waterfill", f"{ctx.solver}+waterfill", ctx.slots, new,
+               shared_expert="waterfill", moved_from=ctx.today),
+    ]
+
+
 def lever_balanced(ctx: Context) -> list[Option]:
     """Perfectly balanced routing on today's slots: the bound no placement beats."""
     return [Option("bound", "perfect balance", ctx.slots, None)]
@@ -179,6 +197,7 @@ LEVERS: dict[str, Callable[[Context], list[Option]]] = {
     "rebalance": lever_rebalance,
     "redundant": lever_redundant,
     "dispatch_lp": lever_dispatch_lp,
+    "waterfill": lever_waterfill,
     "bound": lever_balanced,
 }
 
@@ -243,7 +262,8 @@ class _Scorer:
         self.model = StepModel(ctx.phase, unit.topology(), model=ctx.model,
                                hardware=ctx.hardware, dispatch=opt.dispatch,
                                micro_batches=unit.micro_batches,
-                               lp_overhead_s=ctx.lp_overhead_s)
+                               lp_overhead_s=ctx.lp_overhead_s,
+                               shared_expert=opt.shared_expert)
         placement = opt.placement
         if placement is not None:  # on the unit's topology object
             placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
@@ -509,6 +529,7 @@ def advise(
             "option": o.option,
             "slots": o.slots,
             "dispatch": o.dispatch,
+            "shared_expert": o.shared_expert,
             "balance": gpu_balance(o.placement, load),
             "balance_bound": balance_bound(load, G, o.slots),
             "tokens_per_rank": r["tokens"],
