@@ -248,7 +248,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
     except PermissionError:
         raise InputError(
             f"cannot write {shown}: permission denied (directory {parent} is not writable); "
-            "make it writable or write elsewhere"
+            "make it writable or write elsewhere (EACCES)"
         ) from None
     except OSError as exc:
         raise write_error(shown, exc) from None
@@ -393,7 +393,7 @@ def foreign_entries(folder: str | os.PathLike) -> list[str]:
                 continue
             if rel not in listed and rel not in parents:
                 extra.append(rel)
-    return sorted(extra)
+    return sorted(extra, key=lambda rel: ((root / rel).is_dir(), rel))  # files first
 
 
 def _refuse_foreign(out: Path, shown: str | os.PathLike, flag: str = "--force") -> None:
