@@ -245,12 +245,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
         fd, tmp = tempfile.mkstemp(
             prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=parent
         )
-    except PermissionError:
-        raise InputError(
-            f"cannot write {shown}: permission denied (directory {parent} is not writable); "
-            "make it writable or write elsewhere (EACCES)"
-        ) from None
     except OSError as exc:
+        if exc.errno == errno.EACCES:
+            raise InputError(
+                f"cannot write {shown}: permission denied (directory {parent} is not "
+                "writable); make it writable or write elsewhere (EACCES)"
+            ) from None
         raise write_error(shown, exc) from None
     try:
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
