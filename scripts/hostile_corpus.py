@@ -460,9 +460,13 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return "failing", f"hang (no exit after {timeout:g} s)"
-    rc = proc.returncode
-    ended = time.monotonic()
-    stderr = err.decode("utf-8", "replace")
+    return classify(case, root, proc.returncode, out.decode("utf-8", "replace"),
+                    err.decode("utf-8", "replace"), before, sent, time.monotonic())
+
+
+def classify(case: Case, root: Path, rc: int, stdout: str, stderr: str, before: dict,
+             sent: float | None = None, ended: float = 0.0) -> tuple[str, str]:
+    """``("clean" | "failing", reason)`` from a finished case's exit status and output."""
     reasons = []
     if "Traceback (most recent call last)" in stderr:
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1]
@@ -480,7 +484,7 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         reasons.append(f"check failed ({case.check}; rc {rc})")
     if case.json_out and rc == 0:
         try:
-            json.loads(out.decode(), parse_constant=lambda c: (_ for _ in ()).throw(
+            json.loads(stdout, parse_constant=lambda c: (_ for _ in ()).throw(
                 ValueError(c)))
         except ValueError as exc:
             reasons.append(f"invalid JSON on stdout ({exc})")
@@ -498,6 +502,94 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
     return ("failing", "; ".join(reasons)) if reasons else ("clean", "")
 
 
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang
+
+
+def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
+    """One case in this (worker) process: the CLI's ``main`` or the API source, with output
+    captured and an alarm for hangs. Signal cases are run as subprocesses instead."""
+    import contextlib
+    import io
+    import traceback
+
+    if case.signal_after is not None:
+        return run_case(case, root, timeout)
+    from eplb.atomic import clear_signals
+    from eplb.cli.main import main as cli_main
+    from eplb.errors import EplbError
+
+    before = {k: _digest(root / k) for k in case.keep}
+    saved_env, cwd = dict(os.environ), os.getcwd()
+    os.environ.update({**case.env, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"})
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(max(1, int(timeout)))
+    hang = False
+    try:
+        os.chdir(root)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                if case.api is not None:
+                    try:
+                        exec(compile(case.api, "<case>", "exec"), {})
+                        rc = 0
+                    except EplbError as exc:
+                        print("EPLB_ERROR", exc, file=sys.stderr)
+                        rc = 2
+                else:
+                    try:
+                        rc = cli_main(list(case.argv))
+                    except SystemExit as exc:
+                        rc = exc.code if isinstance(exc.code, int) else 1
+            except _Hang:
+                hang = True
+                rc = -9
+            except BaseException:  # a traceback is the finding
+                traceback.print_exc()
+                rc = 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        clear_signals()
+    if hang:
+        return "failing", f"hang (no exit after {timeout:g} s)"
+    return classify(case, root, rc, out.getvalue(), err.getvalue(), before)
+
+
+def _worker_init() -> None:
+    limit = 6 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import eplb.cli.main  # noqa: F401 - imported once per worker
+
+
+def _run_chunk(chunk: list[tuple[int, Case]], root: Path, timeout: float, mode: str):
+    results = []
+    for i, case in chunk:
+        box = root.parent / f"{root.name}-{i}"  # each case gets its own copy of the inputs
+        shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
+        ro = case.env.get("EPLB_CORPUS_RO")
+        if ro:
+            os.chmod(box / ro, 0o555)
+        try:
+            runner = run_inprocess if mode == "inprocess" else run_case
+            results.append((i, *runner(case, box, timeout)))
+        except MemoryError:
+            results.append((i, "failing", "MemoryError escaped"))
+        finally:
+            if ro:
+                os.chmod(box / ro, 0o755)
+            shutil.rmtree(box, ignore_errors=True)
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
@@ -507,6 +599,9 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=0, metavar="N",
                     help="run about N cases spread over the corpus (default: all)")
     ap.add_argument("--list", action="store_true", help="print the case counts and exit")
+    ap.add_argument("--subprocess", action="store_true",
+                    help="run every case as its own process (slower; default: CLI and API cases "
+                    "run inside worker processes, signal cases as their own processes)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="eplb-hostile-"))
     try:
@@ -526,29 +621,30 @@ def main() -> int:
         print(f"{len(cases)} cases", flush=True)
         results = []
 
-        def one(i: int, case: Case) -> tuple[str, str]:
-            box = root.parent / f"{root.name}-{i}"  # each case gets its own copy of the inputs
-            shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
-            ro = case.env.get("EPLB_CORPUS_RO")
-            if ro:
-                os.chmod(box / ro, 0o555)
-            try:
-                return run_case(case, box, args.timeout)
-            finally:
-                if ro:
-                    os.chmod(box / ro, 0o755)
-                shutil.rmtree(box, ignore_errors=True)
-
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futs = [pool.submit(one, i, c) for i, c in enumerate(cases)]
-            for k, (case, fut) in enumerate(zip(cases, futs, strict=True), 1):
-                verdict, why = fut.result()
-                results.append((case, verdict, why))
-                tag = "FAIL " if verdict == "failing" else "clean"
-                print(f"{tag} [{case.klass}] {case.name!r}" + (f": {why}" if why else ""),
-                      flush=True)
-                if k % 100 == 0:
-                    print(f"... {k}/{len(cases)} done", flush=True)
+        verdicts: dict[int, tuple[str, str]] = {}
+        chunks = [list(enumerate(cases))[k:k + 10] for k in range(0, len(cases), 10)]
+        if args.subprocess:
+            pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+        else:
+            pool = concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_worker_init,
+                                                          max_tasks_per_child=5)
+        mode = "subprocess" if args.subprocess else "inprocess"
+        with pool:
+            futs = {pool.submit(_run_chunk, ch, root, args.timeout, mode): ch for ch in chunks}
+            for fut in concurrent.futures.as_completed(futs):
+                try:
+                    got = fut.result()
+                except Exception:  # a worker died (memory, a crash): rerun as subprocesses
+                    got = _run_chunk(futs[fut], root, args.timeout, "subprocess")
+                for i, verdict, why in got:
+                    verdicts[i] = (verdict, why)
+                    case = cases[i]
+                    tag = "FAIL " if verdict == "failing" else "clean"
+                    print(f"{tag} [{case.klass}] {case.name!r}" + (f": {why}" if why else ""),
+                          flush=True)
+                if len(verdicts) % 100 < 10:
+                    print(f"... {len(verdicts)}/{len(cases)} done", flush=True)
+        results = [(c, *verdicts[i]) for i, c in enumerate(cases)]
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

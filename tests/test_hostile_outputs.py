@@ -74,8 +74,18 @@ def test_force_rechecks_the_folder_at_the_swap(tmp_path):
 
 
 # ------------------------------------------------------------------ writers on a full disk
+_CACHE: dict = {}
+
+
 def _writers(tmp: Path) -> dict:
-    """Every public writer, as a function of the target path."""
+    """Every public writer, as a function of the target path (built once per folder)."""
+    if tmp not in _CACHE:
+        _CACHE.clear()
+        _CACHE[tmp] = _make_writers(tmp)
+    return _CACHE[tmp]
+
+
+def _make_writers(tmp: Path) -> dict:
     import pandas as pd
 
     from eplb.evaluation.serving import ClusterConfig
@@ -110,7 +120,7 @@ ERRNOS = [errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.EROFS, errno.EAC
 POINTS = ["os.replace", "os.fsync", "tempfile.mkstemp", "os.chmod"]
 
 
-@settings(max_examples=20, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(WRITERS), code=st.sampled_from(ERRNOS),
        point=st.sampled_from(POINTS))
