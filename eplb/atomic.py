@@ -20,35 +20,36 @@ from typing import IO, Any
 
 from eplb.errors import InputError
 
-_FIXES = {
-    errno.ENOSPC: "no space left on the device; free some space or write elsewhere",
-    errno.EDQUOT: "disk quota exceeded; free some space or write elsewhere",
+_FIXES = {  # what to do, per errno (the reason is the OS's own text)
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some space (quota) or write elsewhere",
     errno.EFBIG: "the file is too large for this file system; write elsewhere",
-    errno.ENAMETOOLONG: f"the path is too long (a name over {255} bytes or a path over 4096); "
-                        "give a shorter path",
+    errno.ENAMETOOLONG: "give a shorter path (a name is at most 255 bytes, a path 4096)",
     errno.EROFS: "the file system is read-only; write elsewhere",
-    errno.EACCES: "permission denied; make it writable (chmod u+w) or write elsewhere",
-    errno.EPERM: "operation not permitted; write elsewhere",
+    errno.EACCES: "make it writable (chmod u+w) or write elsewhere",
+    errno.EPERM: "write elsewhere",
     errno.ENOENT: "a folder on the path does not exist; create it first",
     errno.ENOTDIR: "a part of the path is a file, not a folder; fix the path",
     errno.EISDIR: "it is a folder; give a file name",
-    errno.ELOOP: "too many levels of symbolic links; fix the links",
-    errno.EIO: "input/output error on the device; check the disk or write elsewhere",
+    errno.ELOOP: "fix the symbolic links on the path",
+    errno.EIO: "check the disk or write elsewhere",
     errno.EBUSY: "the path is busy (a mount point or in use); write elsewhere",
-    errno.EXDEV: "the path crosses file systems; write elsewhere",
+    errno.EXDEV: "write within one file system",
 }
 
 
 def write_error(path: str | os.PathLike, exc: OSError, what: str = "") -> InputError:
     """An `InputError` for a failed write of ``path``: the path, the reason (errno) and the fix."""
-    fix = _FIXES.get(exc.errno) or f"{exc.strerror or exc}; check the path or write elsewhere"
+    reason = exc.strerror or str(exc)
+    fix = _FIXES.get(exc.errno, "check the path or write elsewhere")
     name = os.fsdecode(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else path
     text = str(name)
     if len(text) > 120:
         text = text[:60] + "..." + text[-40:]
     label = f"{what} " if what else ""
     code = errno.errorcode.get(exc.errno or -1, "")
-    return InputError(f"cannot write {label}{text}: {fix}" + (f" ({code})" if code else ""))
+    return InputError(f"cannot write {label}{text}: {reason}; {fix}"
+                      + (f" ({code})" if code else ""))
 
 
 @contextlib.contextmanager

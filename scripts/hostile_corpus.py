@@ -511,16 +511,15 @@ def _alarm(signum, frame):
 
 
 def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
-    """One case in this (worker) process: the CLI's ``main`` or the API source, with output
-    captured and an alarm for hangs. Signal cases are run as subprocesses instead."""
+    """An API case in this (worker) process (eplb imported once), output captured, an alarm
+    for hangs; CLI cases run as their own processes (`run_case`)."""
     import contextlib
     import io
     import traceback
 
-    if case.signal_after is not None:
+    if case.api is None:  # the CLI is run as users run it (scripts never import eplb.cli)
         return run_case(case, root, timeout)
     from eplb.atomic import clear_signals
-    from eplb.cli.main import main as cli_main
     from eplb.errors import EplbError
 
     before = {k: _digest(root / k) for k in case.keep}
@@ -534,18 +533,12 @@ def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         os.chdir(root)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                if case.api is not None:
-                    try:
-                        exec(compile(case.api, "<case>", "exec"), {})
-                        rc = 0
-                    except EplbError as exc:
-                        print("EPLB_ERROR", exc, file=sys.stderr)
-                        rc = 2
-                else:
-                    try:
-                        rc = cli_main(list(case.argv))
-                    except SystemExit as exc:
-                        rc = exc.code if isinstance(exc.code, int) else 1
+                try:
+                    exec(compile(case.api, "<case>", "exec"), {})
+                    rc = 0
+                except EplbError as exc:
+                    print("EPLB_ERROR", exc, file=sys.stderr)
+                    rc = 2
             except _Hang:
                 hang = True
                 rc = -9
@@ -567,7 +560,7 @@ def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
 def _worker_init() -> None:
     limit = 6 * 2**30
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import eplb.cli.main  # noqa: F401 - imported once per worker
+    import eplb.evaluation  # noqa: F401 - imported once per worker
 
 
 def _run_chunk(chunk: list[tuple[int, Case]], root: Path, timeout: float, mode: str):
@@ -600,8 +593,7 @@ def main() -> int:
                     help="run about N cases spread over the corpus (default: all)")
     ap.add_argument("--list", action="store_true", help="print the case counts and exit")
     ap.add_argument("--subprocess", action="store_true",
-                    help="run every case as its own process (slower; default: CLI and API cases "
-                    "run inside worker processes, signal cases as their own processes)")
+                    help="run API cases as processes too (default: inside worker processes)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="eplb-hostile-"))
     try:
@@ -672,8 +664,11 @@ PICKLE = b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03."
 OPTION_VALUES = ("0", "-1", "1e300", "inf", "nan", "1e-320")
 
 
-def _byte_variants(good: bytes, seed: int) -> dict[str, tuple[bytes, bool]]:
-    """name -> (content, must be refused) for one good file: truncations, garbage, flips."""
+def _byte_variants(good: bytes, seed: int, sized: bool = True
+                   ) -> dict[str, tuple[bytes, bool]]:
+    """name -> (content, must be refused) for one good file: truncations, garbage, flips.
+    ``sized``: the format declares its extent (npz, npy, JSON, Parquet, .pt, YAML), so a
+    truncation is detectable; a CSV, JSON-lines or TOML file cut at a line end is legal."""
     rng = np.random.default_rng(seed)
     n = len(good)
     out: dict[str, tuple[bytes, bool]] = {"empty": (b"", True), "one-byte": (good[:1], True),
@@ -682,7 +677,7 @@ def _byte_variants(good: bytes, seed: int) -> dict[str, tuple[bytes, bool]]:
                                           "nul-padded": (good + b"\0" * 4096, False),
                                           "junk-appended": (good + rng.bytes(64), False)}
     for frac in (0.1, 0.5, 0.9, 0.99):
-        out[f"truncated-{int(frac * 100)}%"] = (good[: int(n * frac)], frac <= 0.5)
+        out[f"truncated-{int(frac * 100)}%"] = (good[: int(n * frac)], sized and frac <= 0.5)
     for k in range(4):
         flipped = bytearray(good)
         pos = int(rng.integers(0, n))
@@ -691,21 +686,25 @@ def _byte_variants(good: bytes, seed: int) -> dict[str, tuple[bytes, bool]]:
     return out
 
 
+_OPTIONS_SRC = """
+import argparse, json
+from eplb.cli.main import build_parser
+def walk(parser, prefix):
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                yield from walk(sp, [*prefix, name])
+        elif a.option_strings and a.type is not None:
+            yield [prefix, a.option_strings[-1]]
+print(json.dumps(list(walk(build_parser(), []))))
+"""
+
+
 def _option_table():
-    """(verb path, option, type name) for every typed option of the CLI parser."""
-    import argparse
-
-    from eplb.cli.main import build_parser
-
-    def walk(parser, prefix):
-        for a in parser._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                for name, sp in a.choices.items():
-                    yield from walk(sp, [*prefix, name])
-            elif a.option_strings and a.type is not None:
-                yield tuple(prefix), a.option_strings[-1]
-
-    return list(walk(build_parser(), []))
+    """(verb path, option) for every typed option, as the CLI declares them (asked in a
+    process of its own, as a user would ask ``--help``; scripts do not import the CLI)."""
+    got = subprocess.run([PY, "-c", _OPTIONS_SRC], capture_output=True, text=True, check=True)
+    return [(tuple(verb), opt) for verb, opt in json.loads(got.stdout)]
 
 
 def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
@@ -765,7 +764,8 @@ def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
     goods = {name: (r / name).read_bytes() for name in readers if (r / name).is_file()}
     for seed, (name, good) in enumerate(sorted(goods.items())):
         stem, suffix = os.path.splitext(name)
-        for label, (data, bad) in _byte_variants(good, seed).items():
+        sized = suffix not in (".csv", ".jsonl", ".toml")
+        for label, (data, bad) in _byte_variants(good, seed, sized).items():
             vname = f"variants/{stem}.{label}{suffix}"
             (r / vname).write_bytes(data)
             for cmd in readers[name]:

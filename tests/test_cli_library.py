@@ -297,9 +297,7 @@ def test_load_heatmap(tmp_path):
 
 # ----------------------------------------------------------------- atomic folders
 def test_atomic_directory(tmp_path):
-    from eplb.atomic import atomic_directory
-
-    from eplb.atomic import MANIFEST
+    from eplb.atomic import MANIFEST, atomic_directory
 
     out = tmp_path / "run"
     with atomic_directory(out) as tmp:  # an earlier run: its files are listed in MANIFEST

@@ -111,7 +111,7 @@ WRITERS = ["write_placement", "atomic_write_text", "tables.write_csv", "workload
 
 @pytest.mark.parametrize("name", WRITERS)
 def test_every_writer_on_dev_full_names_the_path(small, name):  # noqa: F811
-    with pytest.raises(EplbError, match=r"/dev/full: no space left.*ENOSPC"):
+    with pytest.raises(EplbError, match=r"/dev/full: No space left on device; free .*ENOSPC"):
         _writers(small)[name](FULL)
 
 
@@ -149,7 +149,7 @@ def test_result_save_and_compare_plot_name_the_path(small):  # noqa: F811
     from eplb.evaluation.compare import compare
 
     res = compare([small / "t.npz"], solvers=["greedy"], topologies="2x4:32", progress=False)
-    with pytest.raises(EplbError, match="/dev/full/plots.*not a folder"):
+    with pytest.raises(EplbError, match="/dev/full/plots.*(ENOTDIR|ENOENT|EEXIST)"):
         res.plot(FULL / "plots")
     with pytest.raises(EplbError, match="longer than 255|too long"):
         res.write(small / ("n" * 300 + ".csv"))
