@@ -223,3 +223,12 @@ def test_pt_size_check_passes_ordinary_dumps(tmp_path):
     assert check_torch_file(tmp_path / "a.pt") == 2 * 3 * 4 * 4 + 5 * 2
     assert traces.read(tmp_path / "a.pt").counts.shape[-1] == 4
     shutil.rmtree(tmp_path)
+
+
+@pytest.mark.parametrize("junk", [True, None, 5, b"x", "x" * 300, "a\0b"])
+def test_cluster_config_load_refuses_junk_by_name(junk):
+    """Found by the corpus: ``ClusterConfig.load(True)`` raised a bare TypeError."""
+    from eplb.evaluation.serving import ClusterConfig
+
+    with pytest.raises(EplbError, match="cluster config"):
+        ClusterConfig.load(junk)
