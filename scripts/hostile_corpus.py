@@ -440,7 +440,7 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
                "    print('EPLB_ERROR', exc, file=sys.stderr)\n    sys.exit(2)\n")
         argv = [PY, "-c", src]
     else:
-        argv = [PY, "-m", "eplb.cli", *case.argv]
+        argv = [PY, "-m", "eplb.cli", *(a.replace("{ROOT}", str(root)) for a in case.argv)]
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             preexec_fn=_limit_memory)
@@ -882,7 +882,7 @@ def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
     os.link(r / "t.npz", r / "t_hard.npz")
     (r / "t_link.npz").symlink_to("t.npz")
     (r / "sub").mkdir()
-    spellings = {"same": "t.npz", "dot": "./t.npz", "abs": str(r / "t.npz"),
+    spellings = {"same": "t.npz", "dot": "./t.npz", "abs": "{ROOT}/t.npz",  # the sandbox's
                  "updir": "sub/../t.npz", "symlink": "t_link.npz", "hardlink": "t_hard.npz"}
     makers = {
         "solve -o": lambda o: ["solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o", o],
