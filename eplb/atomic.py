@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat
@@ -19,15 +20,45 @@ from typing import IO, Any
 
 from eplb.errors import InputError
 
-_WRITE_ERRNOS = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EIO,
-    errno.EROFS,
-    errno.EFBIG,
-    errno.EPERM,
-    errno.EACCES,
+_FIXES = {  # what to do, per errno (the reason is the OS's own text)
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some space (quota) or write elsewhere",
+    errno.EFBIG: "the file is too large for this file system; write elsewhere",
+    errno.ENAMETOOLONG: "give a shorter path (a name is at most 255 bytes, a path 4096)",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+    errno.EACCES: "make it writable (chmod u+w) or write elsewhere",
+    errno.EPERM: "write elsewhere",
+    errno.ENOENT: "a folder on the path does not exist; create it first",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; fix the path",
+    errno.EISDIR: "it is a folder; give a file name",
+    errno.ELOOP: "fix the symbolic links on the path",
+    errno.EIO: "check the disk or write elsewhere",
+    errno.EBUSY: "the path is busy (a mount point or in use); write elsewhere",
+    errno.EXDEV: "write within one file system",
 }
+
+
+def write_error(path: str | os.PathLike, exc: OSError, what: str = "") -> InputError:
+    """An `InputError` for a failed write of ``path``: the path, the reason (errno) and the fix."""
+    reason = exc.strerror or str(exc)
+    fix = _FIXES.get(exc.errno, "check the path or write elsewhere")
+    name = os.fsdecode(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else path
+    text = str(name)
+    if len(text) > 120:
+        text = text[:60] + "..." + text[-40:]
+    label = f"{what} " if what else ""
+    code = errno.errorcode.get(exc.errno or -1, "")
+    return InputError(f"cannot write {label}{text}: {reason}; {fix}"
+                      + (f" ({code})" if code else ""))
+
+
+@contextlib.contextmanager
+def os_errors(path: str | os.PathLike, what: str = "") -> Iterator[None]:
+    """Turn an `OSError` raised while writing ``path`` into `write_error`'s `InputError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise write_error(path, exc, what) from None
 
 
 class Terminated(BaseException):
@@ -194,7 +225,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        raise write_error(shown, exc) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot write {shown}: it is an existing directory; give a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -202,12 +233,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
         try:
             with open(target, mode, **open_kw) as fh:
                 yield fh
-        except PermissionError:
-            raise InputError(f"cannot write {shown}: permission denied") from None
         except OSError as exc:  # /dev/full: no space left on device
-            if exc.errno in _WRITE_ERRNOS:
-                raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
-            raise
+            raise write_error(shown, exc) from None
         return
     if st is not None:
         _refuse_read_only(target, st)
@@ -219,12 +246,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
         fd, tmp = tempfile.mkstemp(
             prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=parent
         )
-    except PermissionError:
-        raise InputError(
-            f"cannot write {shown}: permission denied (directory {parent} is not writable)"
-        ) from None
     except OSError as exc:
-        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        if exc.errno == errno.EACCES:
+            raise InputError(
+                f"cannot write {shown}: permission denied (directory {parent} is not "
+                "writable); make it writable or write elsewhere (EACCES)"
+            ) from None
+        raise write_error(shown, exc) from None
     try:
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         with os.fdopen(fd, mode, **open_kw) as fh:
@@ -235,13 +263,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kw: Any) -> It
         try:
             os.replace(tmp, target)
         except OSError as exc:
-            raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+            raise write_error(shown, exc) from None
     except OSError as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if exc.errno in _WRITE_ERRNOS:  # disk full, quota...: name the target, not the temp file
-            raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
-        raise
+        # disk full, quota, a name too long...: name the target, not the temporary file
+        raise write_error(shown, exc) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -320,10 +347,65 @@ def check_output_dir(
         if busy:
             raise InputError(f"{flag} {text} exists and is not empty; choose a new folder or "
                              "pass --force")
+    if exists and force:
+        _refuse_foreign(out, text)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"cannot write {text}: folder {parent} does not exist")
     return out
+
+
+MANIFEST = ".eplb-output.json"  # written by `atomic_directory`: the files the command wrote
+
+
+def _write_manifest(folder: Path) -> None:
+    files = []
+    for top, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            rel = os.path.relpath(os.path.join(top, name), folder)
+            if rel != MANIFEST:
+                files.append(Path(rel).as_posix())
+    (folder / MANIFEST).write_text(json.dumps({"written_by": "eplb", "files": files}) + "\n",
+                                   encoding="utf-8")
+
+
+def foreign_entries(folder: str | os.PathLike) -> list[str]:
+    """Entries of ``folder`` (relative paths, sorted) that no eplb command wrote there: all of
+    them unless the folder holds the manifest `atomic_directory` writes, else those it does not
+    list. An empty list means ``--force`` may replace the folder."""
+    root = Path(os.fspath(folder))
+    listed: set[str] = set()
+    valid = False
+    try:
+        doc = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("written_by") == "eplb":
+            files = doc.get("files", [])
+            listed = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+            valid = True
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    parents = {p.as_posix() for f in listed for p in Path(f).parents if str(p) != "."}
+    extra = []
+    for top, dirs, names in os.walk(root):
+        for name in sorted(dirs) + sorted(names):
+            rel = Path(os.path.relpath(os.path.join(top, name), root)).as_posix()
+            if rel == MANIFEST and valid:
+                continue
+            if rel not in listed and rel not in parents:
+                extra.append(rel)
+    return sorted(extra, key=lambda rel: ((root / rel).is_dir(), rel))  # files first
+
+
+def _refuse_foreign(out: Path, shown: str | os.PathLike, flag: str = "--force") -> None:
+    extra = foreign_entries(out)
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise InputError(
+            f"{flag} replaces only a folder an eplb run wrote, but {os.fspath(shown)} holds "
+            f"{extra[0]}{more}, which no eplb run wrote there; move it out, remove the folder "
+            "yourself, or choose a new folder"
+        )
 
 
 def _resolved(path) -> Path | None:
@@ -338,10 +420,13 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = True) -> Iterat
     """A temporary folder beside ``path`` to fill; on success it is renamed to ``path``, else
     it is removed. The folder gets the mode a new one would (``0o777`` less the umask).
 
+    The folder gets a manifest (`MANIFEST`) listing the files written into it, so that a
+    later ``--force`` can tell it from a folder holding files no eplb run wrote.
     ``replace=False`` claims ``path``: the rename fails (`InputError`, the temporary folder
     removed) if a non-empty folder or a file appeared there meanwhile. ``replace=True``: an
-    existing folder is moved aside first and removed after. A symlink to a folder is
-    followed (the folder it names is replaced; the link stays). A signal recorded by
+    existing folder is moved aside first and removed after, only if it is empty or every
+    entry in it is listed in its manifest (`foreign_entries`); else `InputError`. A symlink
+    to a folder is followed (the folder it names is replaced; the link stays). A signal recorded by
     `note_signal` stops the rename.
     """
     shown = Path(os.fspath(path))
@@ -352,9 +437,11 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = True) -> Iterat
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".tmp", dir=parent))
     except OSError as exc:
-        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        raise write_error(shown, exc) from None
     try:
         yield tmp
+        with os_errors(shown):
+            _write_manifest(tmp)
         os.chmod(tmp, 0o777 & ~_umask())
         check_signalled()
         if replace:
@@ -377,13 +464,15 @@ def _claim_dir(tmp: Path, out: Path, shown: Path) -> None:
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
             raise InputError(f"{shown} appeared while this run was writing (another run?); "
                              "it was left as it is. Choose a new folder or pass --force") from None
-        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        raise write_error(shown, exc) from None
 
 
 def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
     """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
     shown = out if shown is None else shown
     old = None
+    if out.is_dir():
+        _refuse_foreign(out, shown)  # re-checked at the swap: files may have appeared
     try:
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".old",
@@ -395,7 +484,7 @@ def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
         if old is not None and old.exists():
             with contextlib.suppress(OSError):
                 os.replace(old, out)
-        raise InputError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        raise write_error(shown, exc) from None
     except BaseException:
         if old is not None and old.exists():
             with contextlib.suppress(OSError):
@@ -419,7 +508,7 @@ class Stage:
                 self._root = Path(tempfile.mkdtemp(prefix=".eplb-stage.", suffix=".tmp",
                                                    dir=parent))
             except OSError as exc:
-                raise InputError(f"cannot write {near}: {exc.strerror or exc}") from None
+                raise write_error(near, exc) from None
         return self._root
 
     def file(self, path: str | os.PathLike | None) -> Path | None:
@@ -456,8 +545,7 @@ class Stage:
                 try:
                     dst.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
-                    raise InputError(f"cannot write {dst.parent}: {exc.strerror or exc}"
-                                     ) from None
+                    raise write_error(dst.parent, exc) from None
                 _move(src, dst)
 
     def discard(self) -> None:
@@ -471,7 +559,7 @@ def _move(src: Path, dst: Path) -> None:
         os.replace(src, target)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
-            raise InputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+            raise write_error(dst, exc) from None
         with open(src, "rb") as fh:  # another file system (a symlink elsewhere): copy
             atomic_write_bytes(target, fh.read())
 

@@ -304,3 +304,102 @@ def yaml_load(text: str, what: str = "YAML", error: ErrorFactory = InputError) -
         raise error(f"{what}: not readable YAML ({str(exc).splitlines()[0]})") from None
     except RecursionError:
         raise error(f"{what}: YAML is nested too deeply") from None
+
+
+# ------------------------------------------------------------------ torch.save files
+_STORAGE_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
+                  "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16,
+                  "ComplexFloat": 8, "Untyped": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4}
+_INT_OPS = {"INT", "LONG", "BININT", "BININT1", "BININT2", "LONG1", "LONG4"}
+_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
+_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+
+
+def _storage_itemsize(name: object) -> int:
+    text = str(name).rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+    base = text[: -len("Storage")] if text.endswith("Storage") else text
+    if base.startswith("Float8"):
+        return 1
+    return _STORAGE_BYTES.get(base, 16)  # unknown: the widest, so a bound errs high
+
+
+def pickle_storage_bytes(stream, error: ErrorFactory = InputError, name: str = "pickle",
+                         pickles: int = 1) -> int:
+    """Bytes of the tensor storages a torch pickle names in its persistent ids
+    (``('storage', <type>, key, location, numel, ...)``), read with `pickletools.genops`
+    (opcodes parsed, nothing executed) from the next ``pickles`` pickles of ``stream``.
+    A stream that ends early or is not a pickle stops the count (the loader reports it)."""
+    import pickletools
+
+    total = 0
+    memo: dict[int, object] = {}
+    last: object = None
+    capture: list | None = None
+    itemsize = 16
+    try:
+        for _ in range(pickles):
+            for op, arg, _pos in pickletools.genops(stream):
+                value: object = None
+                if op.name in _GET_OPS:
+                    value = memo.get(arg)
+                elif op.name in _PUT_OPS:
+                    memo[arg] = last
+                    continue
+                elif op.name == "MEMOIZE":
+                    memo[len(memo)] = last
+                    continue
+                elif isinstance(arg, (str, bytes)) or op.name in ("GLOBAL", "INST"):
+                    value = arg
+                elif op.name in _INT_OPS:
+                    value = int(arg)
+                if op.name in ("BINPERSID", "PERSID"):
+                    if capture:
+                        total += max(capture) * itemsize
+                    capture = None
+                    continue
+                if value == "storage":
+                    capture, itemsize = [], 16
+                elif capture is not None and isinstance(value, str) and "Storage" in value:
+                    itemsize = _storage_itemsize(value)
+                elif capture is not None and isinstance(value, int) and value >= 0:
+                    capture.append(value)
+                if value is not None:
+                    last = value
+    except Exception:  # a malformed pickle: torch.load then reports it by name
+        pass
+    return total
+
+
+def check_torch_file(path: str | os.PathLike, error: ErrorFactory = InputError) -> int:
+    """Refuse a ``torch.save`` file whose tensors need more than `max_bytes`, before it is
+    loaded: the storage sizes its pickle names (`pickle_storage_bytes`) and, in the zip
+    format, the sizes its ``data/`` records claim. Returns the larger of the two in bytes."""
+    p = check_regular(path, "torch file", error)
+    implied = records = 0
+    limit_fix = "load a smaller dump, or raise EPLB_MAX_BYTES if the machine has the memory"
+    try:
+        if zipfile.is_zipfile(p):
+            with zipfile.ZipFile(p) as zf:
+                infos = zf.infolist()
+                pkl = next((i for i in infos if i.filename == "data.pkl"
+                            or i.filename.endswith("/data.pkl")), None)
+                records = sum(i.file_size for i in infos if "/data/" in i.filename
+                              or i.filename.startswith("data/"))
+                if pkl is not None:
+                    check_size(f"{p}: data.pkl", (pkl.file_size,), 1, fix=limit_fix,
+                               error=error)
+                    with zf.open(pkl) as fh:
+                        implied = pickle_storage_bytes(fh, error, str(p))
+        else:
+            check_size(f"{p}", (p.stat().st_size,), 1, fix=limit_fix, error=error)
+            with open(p, "rb") as fh:  # legacy: magic, protocol, sys info, then the object
+                implied = pickle_storage_bytes(fh, error, str(p), pickles=4)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        raise error(f"{p}: truncated or not a torch.save file ({exc}); re-copy or re-dump it"
+                    ) from None
+    nbytes = max(implied, records)
+    limit = max_bytes()
+    if nbytes > limit:
+        raise error(f"{p}: its tensors need {human(nbytes)}, over the limit of {human(limit)} "
+                    f"(environment variable EPLB_MAX_BYTES); {limit_fix}")
+    return nbytes

@@ -31,7 +31,7 @@ from eplb.args import (
     check_opt_number,
     check_seed,
 )
-from eplb.atomic import atomic_write_text
+from eplb.atomic import atomic_write_text, os_errors
 from eplb.errors import EplbError, InputError, TopologyError
 from eplb.evaluation import plots
 from eplb.evaluation.align import check_trace, with_layers
@@ -348,7 +348,8 @@ class CompareResult:
         out_dir = Path(directory)
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"--plot {out_dir} exists and is not a directory")
-        out_dir.mkdir(parents=True, exist_ok=True)
+        with os_errors(out_dir, "--plot"):
+            out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         ok = self.summary[self.summary["status"] == "ok"]
         if not len(self.layers):

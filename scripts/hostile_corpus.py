@@ -49,6 +49,7 @@ class Case:
     no_temps: str | None = None  # folder that must hold no hidden temporary files afterwards
     json_out: bool = False  # stdout must be strict JSON
     check: str | None = None  # python expression on (root, rc) that must be true
+    klass: str = "misc"  # the issue's class this case belongs to (for the counts)
 
 
 def _fifo(path: Path) -> Path:
@@ -71,9 +72,11 @@ def _npy_header(path: Path, shape, dtype="<i8", payload=b"") -> Path:
 def build(root: Path) -> list[Case]:
     r = root
     cases: list[Case] = []
-    add = cases.append
-    cli = [PY, "-m", "eplb.cli"]
-    del cli
+    klass = ["setup"]
+
+    def add(case: Case) -> None:
+        case.klass = klass[0] if case.klass == "misc" else case.klass
+        cases.append(case)
 
     def run_cli(*argv):
         subprocess.run([PY, "-m", "eplb.cli", *argv], cwd=r, capture_output=True, check=True)
@@ -98,6 +101,7 @@ def build(root: Path) -> list[Case]:
     sim = ["--workload", "w.jsonl", "--no-plots", "--no-progress"]
 
     # ------------------------------------------------------------ trace readers (trace info)
+    klass[0] = "formats"
     traces: dict[str, bytes | None] = {
         "empty.npz": b"",
         "garbage.npz": os.urandom(300),
@@ -183,6 +187,7 @@ def build(root: Path) -> list[Case]:
         pass
 
     # ------------------------------------------------------------ placement files (evaluate)
+    klass[0] = "formats"
     bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 12):
         bomb.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
@@ -209,6 +214,7 @@ def build(root: Path) -> list[Case]:
                                             "--combine-bytes", "0"], expect_error=True))
 
     # ------------------------------------------------------------ solve options
+    klass[0] = "options"
     for opt in (["--slots", "0"], ["--slots", "-1"], ["--slots", "100000000000"],
                 ["--time-limit", "nan"], ["--seed", "-1"], ["--nvlink-gbps", "0"],
                 ["--nvlink-gbps", "nan"], ["--rdma-gbps", "inf"], ["--rdma-gbps", "-1"],
@@ -245,6 +251,7 @@ def build(root: Path) -> list[Case]:
                  "hierarchical=True)", expect_error=True))
 
     # ------------------------------------------------------------ trace synth options
+    klass[0] = "options"
     for opt in (["--layers", "0"], ["--layers", "-1"], ["--experts", "0"],
                 ["--windows", "1000000000"], ["--tokens", "-1"], ["--top-k", "0"],
                 ["--top-k", "300"], ["--first-layer", "-1"], ["--layers", "100000000"]):
@@ -256,6 +263,7 @@ def build(root: Path) -> list[Case]:
                                             "--format", "npz"], expect_error=True))
 
     # ------------------------------------------------------------ environment
+    klass[0] = "environment"
     for value in ("inf", "1e400", "-5", "abc", "nan"):
         add(Case(f"EPLB_MAX_BYTES={value}", ["trace", "info", "t.npz"],
                  env={"EPLB_MAX_BYTES": value}, expect_error=True))
@@ -264,6 +272,7 @@ def build(root: Path) -> list[Case]:
              env={"EPLB_MAX_BYTES": "inf"}, expect_error=True))
 
     # ------------------------------------------------------------ workloads
+    klass[0] = "workloads"
     (r / "wl_datetime.csv").write_text("arrival_s,input_tokens,output_tokens\n"
                                        "2020-01-01,10,10\n2020-01-02,10,10\n")
     (r / "wl_nan.csv").write_text("arrival_s,input_tokens,output_tokens\nnan,10,10\n")
@@ -295,6 +304,7 @@ def build(root: Path) -> list[Case]:
                  "W.synthesize(10**13)", expect_error=True))
 
     # ------------------------------------------------------------ cluster configs (simulate)
+    klass[0] = "toml configs"
     (r / "bad_utf8.toml").write_bytes(b'model = "\xff\xfe"\n')
     (r / "binary.toml").write_bytes(os.urandom(500))
     (r / "nested.toml").write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
@@ -359,6 +369,7 @@ def build(root: Path) -> list[Case]:
              expect_error=True))
 
     # ------------------------------------------------------------ compare / replay
+    klass[0] = "aliasing outputs"
     (r / "plots").mkdir()
     shutil.copy(r / "t.npz", r / "plots" / "pareto.csv")
     add(Case("compare --plot DIR holding an input",
@@ -383,6 +394,7 @@ def build(root: Path) -> list[Case]:
     add(Case("execute --tokens 0", ["execute", "p.json", "--tokens", "0"], expect_error=True))
 
     # ------------------------------------------------------------ signals
+    klass[0] = "signals"
     add(Case("SIGTERM during simulate (plots)",
              ["simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-progress", "-o",
               "sig_sim"], signal_after=6.0, no_temps=".",
@@ -396,6 +408,7 @@ def build(root: Path) -> list[Case]:
               "--workers", "2", "--time-limit", "2", "-o", "sig_cmp.csv", "--quiet"],
              signal_after=4.0, quick_exit=2.0, no_temps=".",
              check="rc in (143, -15, 0)"))
+    systematic(r, add, klass, sim)
     return cases
 
 
@@ -427,7 +440,7 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
                "    print('EPLB_ERROR', exc, file=sys.stderr)\n    sys.exit(2)\n")
         argv = [PY, "-c", src]
     else:
-        argv = [PY, "-m", "eplb.cli", *case.argv]
+        argv = [PY, "-m", "eplb.cli", *(a.replace("{ROOT}", str(root)) for a in case.argv)]
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             preexec_fn=_limit_memory)
@@ -447,9 +460,13 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return "failing", f"hang (no exit after {timeout:g} s)"
-    rc = proc.returncode
-    ended = time.monotonic()
-    stderr = err.decode("utf-8", "replace")
+    return classify(case, root, proc.returncode, out.decode("utf-8", "replace"),
+                    err.decode("utf-8", "replace"), before, sent, time.monotonic())
+
+
+def classify(case: Case, root: Path, rc: int, stdout: str, stderr: str, before: dict,
+             sent: float | None = None, ended: float = 0.0) -> tuple[str, str]:
+    """``("clean" | "failing", reason)`` from a finished case's exit status and output."""
     reasons = []
     if "Traceback (most recent call last)" in stderr:
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1]
@@ -467,7 +484,7 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         reasons.append(f"check failed ({case.check}; rc {rc})")
     if case.json_out and rc == 0:
         try:
-            json.loads(out.decode(), parse_constant=lambda c: (_ for _ in ()).throw(
+            json.loads(stdout, parse_constant=lambda c: (_ for _ in ()).throw(
                 ValueError(c)))
         except ValueError as exc:
             reasons.append(f"invalid JSON on stdout ({exc})")
@@ -485,38 +502,149 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
     return ("failing", "; ".join(reasons)) if reasons else ("clean", "")
 
 
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang
+
+
+def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
+    """An API case in this (worker) process (eplb imported once), output captured, an alarm
+    for hangs; CLI cases run as their own processes (`run_case`)."""
+    import contextlib
+    import io
+    import traceback
+
+    if case.api is None:  # the CLI is run as users run it (scripts never import eplb.cli)
+        return run_case(case, root, timeout)
+    from eplb.atomic import clear_signals
+    from eplb.errors import EplbError
+
+    before = {k: _digest(root / k) for k in case.keep}
+    saved_env, cwd = dict(os.environ), os.getcwd()
+    os.environ.update({**case.env, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"})
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(max(1, int(timeout)))
+    hang = False
+    try:
+        os.chdir(root)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                try:
+                    exec(compile(case.api, "<case>", "exec"), {})
+                    rc = 0
+                except EplbError as exc:
+                    print("EPLB_ERROR", exc, file=sys.stderr)
+                    rc = 2
+            except _Hang:
+                hang = True
+                rc = -9
+            except BaseException:  # a traceback is the finding
+                traceback.print_exc()
+                rc = 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        clear_signals()
+    if hang:
+        return "failing", f"hang (no exit after {timeout:g} s)"
+    return classify(case, root, rc, out.getvalue(), err.getvalue(), before)
+
+
+def _worker_init() -> None:
+    limit = 6 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import eplb.evaluation  # noqa: F401 - imported once per worker
+
+
+def _run_chunk(chunk: list[tuple[int, Case]], root: Path, timeout: float, mode: str):
+    results = []
+    for i, case in chunk:
+        box = root.parent / f"{root.name}-{i}"  # each case gets its own copy of the inputs
+        shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
+        ro = case.env.get("EPLB_CORPUS_RO")
+        if ro:
+            os.chmod(box / ro, 0o555)
+        try:
+            runner = run_inprocess if mode == "inprocess" else run_case
+            results.append((i, *runner(case, box, timeout)))
+        except MemoryError:
+            results.append((i, "failing", "MemoryError escaped"))
+        finally:
+            if ro:
+                os.chmod(box / ro, 0o755)
+            shutil.rmtree(box, ignore_errors=True)
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
     ap.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--limit", type=int, default=0, metavar="N",
+                    help="run about N cases spread over the corpus (default: all)")
+    ap.add_argument("--list", action="store_true", help="print the case counts and exit")
+    ap.add_argument("--subprocess", action="store_true",
+                    help="run API cases as processes too (default: inside worker processes)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="eplb-hostile-"))
     try:
         cases = build(root)
         if args.k:
             cases = [c for c in cases if args.k in c.name]
-        sandboxes = []
-        for i, _ in enumerate(cases):  # each case gets its own copy of the inputs
-            box = root.parent / f"{root.name}-{i}"
-            shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
-            sandboxes.append(box)
+        if args.list:
+            for name in dict.fromkeys(c.klass for c in cases):
+                print(f"  {name}: {sum(c.klass == name for c in cases)}")
+            print(f"{len(cases)} cases")
+            return 0
+        import random
+
+        random.Random(0).shuffle(cases)  # classes interleaved: a cut-short run is a sample
+        if args.limit:
+            cases = cases[:: max(1, len(cases) // args.limit)]
+        print(f"{len(cases)} cases", flush=True)
         results = []
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futs = [pool.submit(run_case, c, b, args.timeout)
-                    for c, b in zip(cases, sandboxes, strict=True)]
-            for case, fut in zip(cases, futs, strict=True):
-                verdict, why = fut.result()
-                results.append((case, verdict, why))
-                if verdict == "failing":
-                    print(f"FAIL  {case.name}: {why}", flush=True)
-        for box in sandboxes:
-            shutil.rmtree(box, ignore_errors=True)
+
+        verdicts: dict[int, tuple[str, str]] = {}
+        chunks = [list(enumerate(cases))[k:k + 10] for k in range(0, len(cases), 10)]
+        if args.subprocess:
+            pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+        else:
+            pool = concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_worker_init,
+                                                          max_tasks_per_child=5)
+        mode = "subprocess" if args.subprocess else "inprocess"
+        with pool:
+            futs = {pool.submit(_run_chunk, ch, root, args.timeout, mode): ch for ch in chunks}
+            for fut in concurrent.futures.as_completed(futs):
+                try:
+                    got = fut.result()
+                except Exception:  # a worker died (memory, a crash): rerun as subprocesses
+                    got = _run_chunk(futs[fut], root, args.timeout, "subprocess")
+                for i, verdict, why in got:
+                    verdicts[i] = (verdict, why)
+                    case = cases[i]
+                    tag = "FAIL " if verdict == "failing" else "clean"
+                    print(f"{tag} [{case.klass}] {case.name!r}" + (f": {why}" if why else ""),
+                          flush=True)
+                if len(verdicts) % 100 < 10:
+                    print(f"... {len(verdicts)}/{len(cases)} done", flush=True)
+        results = [(c, *verdicts[i]) for i, c in enumerate(cases)]
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     clean = sum(v == "clean" for _, v, _ in results)
+    print("\nclass: clean / failing")
+    for name in dict.fromkeys(c.klass for c, _, _ in results):
+        mine = [v for c, v, _ in results if c.klass == name]
+        print(f"  {name}: {mine.count('clean')} / {mine.count('failing')}")
     print(f"\n{len(results)} cases: {clean} clean, {len(results) - clean} failing")
     return 0 if clean == len(results) else 1
 
@@ -528,6 +656,326 @@ def _copy_or_fifo(src: str, dst: str) -> None:
         os.mkfifo(dst)
     else:
         shutil.copy2(src, dst)
+
+
+
+# ------------------------------------------------------------------ systematic families
+PICKLE = b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03."
+OPTION_VALUES = ("0", "-1", "1e300", "inf", "nan", "1e-320")
+
+
+def _byte_variants(good: bytes, seed: int, sized: bool = True
+                   ) -> dict[str, tuple[bytes, bool]]:
+    """name -> (content, must be refused) for one good file: truncations, garbage, flips.
+    ``sized``: the format declares its extent (npz, npy, JSON, Parquet, .pt, YAML), so a
+    truncation is detectable; a CSV, JSON-lines or TOML file cut at a line end is legal."""
+    rng = np.random.default_rng(seed)
+    n = len(good)
+    out: dict[str, tuple[bytes, bool]] = {"empty": (b"", True), "one-byte": (good[:1], True),
+                                          "garbage": (rng.bytes(512), True),
+                                          "pickle": (PICKLE, True),
+                                          "nul-padded": (good + b"\0" * 4096, False),
+                                          "junk-appended": (good + rng.bytes(64), False)}
+    for frac in (0.1, 0.5, 0.9, 0.99):
+        out[f"truncated-{int(frac * 100)}%"] = (good[: int(n * frac)], sized and frac <= 0.5)
+    for k in range(4):
+        flipped = bytearray(good)
+        pos = int(rng.integers(0, n))
+        flipped[pos] ^= 1 << int(rng.integers(0, 8))
+        out[f"bitflip-{k}"] = (bytes(flipped), False)
+    return out
+
+
+_OPTIONS_SRC = """
+import argparse, json
+from eplb.cli.main import build_parser
+def walk(parser, prefix):
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                yield from walk(sp, [*prefix, name])
+        elif a.option_strings and a.type is not None:
+            yield [prefix, a.option_strings[-1]]
+print(json.dumps(list(walk(build_parser(), []))))
+"""
+
+
+def _option_table():
+    """(verb path, option) for every typed option, as the CLI declares them (asked in a
+    process of its own, as a user would ask ``--help``; scripts do not import the CLI)."""
+    got = subprocess.run([PY, "-c", _OPTIONS_SRC], capture_output=True, text=True, check=True)
+    return [(tuple(verb), opt) for verb, opt in json.loads(got.stdout)]
+
+
+def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
+    """Families x variants: every input format x byte variants x readers; every typed CLI
+    option x hostile values; every numeric TOML key x hostile values; outputs that alias
+    inputs in several spellings x every output option; odd output targets x every output
+    option; contradictory topologies; API functions x wrong types."""
+
+    def run_cli(*argv):
+        return subprocess.run([PY, "-m", "eplb.cli", *argv], cwd=r, capture_output=True)
+
+    # good files of every format
+    for fmt, name in (("parquet", "t.parquet"), ("csv", "t.csv"), ("sglang", "t_sg.json")):
+        run_cli("trace", "convert", "t.npz", name, "--format", fmt)
+    counts = np.load(r / "t.npz")["counts"] if "counts" in np.load(r / "t.npz").files else None
+    if counts is not None:
+        np.save(r / "t.npy", counts)
+    for fmt, name in (("sglang", "p_sg.json"), ("trtllm", "p.yaml"), ("npz", "p.npz"),
+                      ("vllm", "p_vllm.json")):
+        run_cli("solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o", name,
+                "--format", fmt)
+    for name in ("w.csv", "w.parquet"):
+        run_cli("workload", "convert", "w.jsonl", name)
+    try:
+        import torch
+
+        torch.save({"logical_count": torch.ones(2, 3, 16)}, r / "t.pt")
+    except ImportError:  # pragma: no cover
+        pass
+
+    readers = {  # good file -> commands reading it as what it is
+        "t.npz": [["trace", "info"], ["solve", "--topology", "2x4", "--slots", "32", "--FILE"]],
+        "t.npy": [["trace", "info"]],
+        "t.csv": [["trace", "info"], ["solve", "--topology", "2x4", "--slots", "32", "--FILE"]],
+        "t.parquet": [["trace", "info"]],
+        "t_sg.json": [["trace", "info"], ["replay", "--topology", "2x4", "--slots", "32",
+                                           "--quiet", "--FILE"]],
+        "t.pt": [["trace", "info"]],
+        "p.json": [["evaluate", "--FILE", "t.npz"]],
+        "p_sg.json": [["evaluate", "--FILE", "t.npz"]],
+        "p.yaml": [["evaluate", "--FILE", "t.npz"]],
+        "p.npz": [["evaluate", "--FILE", "t.npz"]],
+        "p_vllm.json": [["evaluate", "--FILE", "t.npz"]],
+        "w.jsonl": [["workload", "info"]],
+        "w.csv": [["workload", "info"]],
+        "w.parquet": [["workload", "info"], ["workload", "convert", "--FILE", "wc.csv"]],
+    }
+    (r / "c.toml").exists() and readers.setdefault("c.toml", [["simulate", "--FILE", *sim,
+                                                                 "-o", "o_bytes"]])
+    vdir = r / "variants"
+    vdir.mkdir()
+
+    def argv_for(cmd: list[str], path: str) -> list[str]:
+        return [path if a == "--FILE" else a for a in cmd] if "--FILE" in cmd else [*cmd, path]
+
+    klass[0] = "formats: truncated / garbage / bit flips"
+    goods = {name: (r / name).read_bytes() for name in readers if (r / name).is_file()}
+    for seed, (name, good) in enumerate(sorted(goods.items())):
+        stem, suffix = os.path.splitext(name)
+        sized = suffix not in (".csv", ".jsonl", ".toml")
+        for label, (data, bad) in _byte_variants(good, seed, sized).items():
+            vname = f"variants/{stem}.{label}{suffix}"
+            (r / vname).write_bytes(data)
+            for cmd in readers[name]:
+                klass[0] = ("disguised pickles" if label == "pickle"
+                            else "formats: truncated / garbage / bit flips")
+                add(Case(f"{cmd[0]} {name} {label}", argv_for(cmd, vname), expect_error=bad,
+                         keep=[vname]))
+        klass[0] = "formats: disguised as another format"
+        for other, data in sorted(goods.items()):
+            if other == name:
+                continue
+            vname = f"variants/{stem}.as-{other.replace('.', '_')}{suffix}"
+            (r / vname).write_bytes(data)
+            add(Case(f"{readers[name][0][0]} {name} holding {other}",
+                     argv_for(readers[name][0], vname), keep=[vname],
+                     expect_error=Path(other).suffix in (".toml", ".yaml")
+                     and Path(name).suffix not in (".toml", ".yaml")))
+        klass[0] = "FIFOs / devices / odd paths"
+        specials = {"fifo": lambda p: os.mkfifo(p), "devzero": lambda p: p.symlink_to("/dev/zero"),
+                    "devnull": lambda p: p.symlink_to("/dev/null"), "dir": lambda p: p.mkdir(),
+                    "dangling-link": lambda p: p.symlink_to("nope-nothing-here"),
+                    "link-loop": lambda p: p.symlink_to(p.name)}
+        for label, make in specials.items():
+            vname = f"variants/{stem}.{label}{suffix}"
+            make(r / vname)
+            add(Case(f"{readers[name][0][0]} {name} as {label}", argv_for(readers[name][0],
+                                                                         vname),
+                     expect_error=True))
+        for label, odd in (("space", f"a b{suffix}"), ("unicode", f"é²ü{suffix}"),
+                           ("dash", f"-x{suffix}"), ("newline", f"a\nb{suffix}"),
+                           ("name-255", "n" * (255 - len(suffix)) + suffix)):
+            vname = f"variants/{odd}"
+            (r / vname).write_bytes(good)
+            add(Case(f"{readers[name][0][0]} {name} named {label}",
+                     argv_for(readers[name][0], vname), keep=[vname]))
+
+    # numeric content: NaN / inf / negative / huge / nested / wrong types in each text format
+    klass[0] = "formats: NaN / inf / huge / nested / mistyped values"
+    values = {"nan": "NaN", "inf": "Infinity", "neg": "-3", "huge": "1e300",
+              "bigint": "1" + "0" * 30, "string": '"x"', "bool": "true", "null": "null",
+              "nested": "[[[[1]]]]", "deep": "[" * 5000 + "1" + "]" * 5000}
+    for label, v in values.items():
+        (r / f"variants/sg_{label}.json").write_text('{"logical_count": [[[1, 2, ' + v
+                                                     + ", 4]]]}")
+        add(Case(f"trace info sglang value {label}", ["trace", "info",
+                                                      f"variants/sg_{label}.json"],
+                 expect_error=True))
+        csv_v = {"nan": "nan", "inf": "inf", "neg": "-3", "huge": "1e300", "bigint": "1" + "0" * 30,
+                 "string": "x", "bool": "True", "null": "", "nested": "[1]",
+                 "deep": "[" * 50}[label]
+        (r / f"variants/t_{label}.csv").write_text(f"window,layer,expert,count\n0,0,0,{csv_v}\n"
+                                                   "0,0,1,3\n")
+        add(Case(f"trace info csv count {label}", ["trace", "info", f"variants/t_{label}.csv"],
+                 expect_error=label not in ("nan",)))  # csv: an empty/nan count may mean 0
+        (r / f"variants/w_{label}.jsonl").write_text(
+            '{"timestamp": 0, "input_length": ' + v + ', "output_length": 10}\n')
+        add(Case(f"workload info jsonl input_length {label}",
+                 ["workload", "info", f"variants/w_{label}.jsonl"], expect_error=True))
+        doc = json.loads((r / "p.json").read_text())
+        text = json.dumps(doc)
+        key = next(iter(k for k in doc if isinstance(doc[k], list)), None)
+        if key is not None:
+            (r / f"variants/p_{label}.json").write_text(
+                text.replace(f'"{key}": [', f'"{key}": [{v}, ', 1))
+            add(Case(f"evaluate placement {key} value {label}",
+                     ["evaluate", f"variants/p_{label}.json", "t.npz"], expect_error=True))
+
+    # every typed CLI option x hostile values
+    klass[0] = "numeric options (0, negative, huge, inf, nan, denormal)"
+    bases = {
+        ("solve",): ["solve", "t.npz", "--topology", "2x4", "--slots", "32"],
+        ("evaluate",): ["evaluate", "p.json", "t.npz"],
+        ("replay",): ["replay", "t.npz", "--topology", "2x4", "--slots", "32", "--quiet"],
+        ("compare",): ["compare", "t.npz", "--solvers", "greedy", "--topologies", "2x4:32",
+                       "--quiet"],
+        ("execute",): ["execute", "p.json", "--trace", "t.npz"],
+        ("simulate",): ["simulate", "deepseek_day6", *sim, "-o", "o_num"],
+        ("trace", "synth"): ["trace", "synth", "zipf", "-o", "s.npz", "--layers", "2",
+                             "--experts", "16", "--windows", "2"],
+        ("trace", "info"): ["trace", "info", "t.npz"],
+        ("workload", "synth"): ["workload", "synth", "-o", "ws.jsonl", "-n", "10"],
+        ("workload", "info"): ["workload", "info", "w.jsonl"],
+        ("workload", "convert"): ["workload", "convert", "w.jsonl", "wc.csv"],
+    }
+    for verb, opt in _option_table():
+        base = bases.get(verb)
+        if base is None:
+            continue
+        for value in OPTION_VALUES:
+            add(Case(f"{' '.join(verb)} {opt} {value}", [*base, opt, value],
+                     expect_error=value == "nan", json_out="--json" in base))
+
+    # every numeric TOML key x hostile values
+    klass[0] = "toml configs"
+    cfg = (r / "c.toml").read_text() if (r / "c.toml").exists() else ""
+    import re
+
+    lines = cfg.splitlines()
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"([a-z_]+) = (-?[0-9.e+-]+)", line)
+        if not m:
+            continue
+        for label, v in (("neg", "-1"), ("inf", "inf"), ("nan", "nan"), ("string", '"x"'),
+                         ("bool", "true")):
+            name = f"variants/cfg_{i}_{label}.toml"
+            (r / name).write_text("\n".join([*lines[:i], f"{m.group(1)} = {v}",
+                                             *lines[i + 1:]]) + "\n")
+            add(Case(f"simulate config line {i} {m.group(1)} = {v}",
+                     ["simulate", name, *sim, "-o", f"o_cfg_{i}_{label}"],
+                     expect_error=label in ("nan", "string", "bool"), keep=[name]))
+
+    # outputs that alias inputs, in several spellings
+    klass[0] = "aliasing outputs"
+    os.link(r / "t.npz", r / "t_hard.npz")
+    (r / "t_link.npz").symlink_to("t.npz")
+    (r / "sub").mkdir()
+    spellings = {"same": "t.npz", "dot": "./t.npz", "abs": "{ROOT}/t.npz",  # the sandbox's
+                 "updir": "sub/../t.npz", "symlink": "t_link.npz", "hardlink": "t_hard.npz"}
+    makers = {
+        "solve -o": lambda o: ["solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o", o],
+        "trace convert": lambda o: ["trace", "convert", "t.npz", o],
+        "trace stack -o": lambda o: ["trace", "stack", "t.npz", "t.npz", "-o", o],
+        "trace info --plot": lambda o: ["trace", "info", "t.npz", "--plot", o],
+        "evaluate -o": lambda o: ["evaluate", "p.json", "t.npz", "-o", o],
+        "evaluate --plot": lambda o: ["evaluate", "p.json", "t.npz", "--plot", o],
+        "replay -o": lambda o: ["replay", "t.npz", "--topology", "2x4", "--slots", "32",
+                                "--quiet", "-o", o],
+        "replay --plot": lambda o: ["replay", "t.npz", "--topology", "2x4", "--slots", "32",
+                                    "--quiet", "--plot", o],
+        "compare -o": lambda o: ["compare", "t.npz", "--solvers", "greedy", "--topologies",
+                                 "2x4:32", "--quiet", "-o", o],
+        "compare --plot": lambda o: ["compare", "t.npz", "--solvers", "greedy",
+                                     "--topologies", "2x4:32", "--quiet", "--plot", o],
+        "simulate -o": lambda o: ["simulate", "deepseek_day6", "--workload", "w.jsonl",
+                                  "--no-plots", "--no-progress", "-o", o, "--force"],
+    }
+    for what, make in makers.items():
+        for label, spelled in spellings.items():
+            add(Case(f"{what} = input ({label})", make(spelled), expect_error=True,
+                     keep=["t.npz"]))
+
+    # odd output targets
+    klass[0] = "read-only / full disks / odd output paths"
+    (r / "ro").mkdir()
+    (r / "ro_file.npz").write_bytes(b"x")
+    os.chmod(r / "ro_file.npz", 0o444)
+    targets = {"/dev/full": "/dev/full", "missing folder": "no/such/dir/out.x",
+               "under a file": "t.npz/out.x", "name 300": "n" * 300 + ".x",
+               "path 5000": "/".join(["d" * 200] * 25) + "/o.x", "empty": "",
+               "read-only file": "ro_file.npz", "existing folder": "ro"}
+    for what, make in makers.items():
+        for label, target in targets.items():
+            suffix = {"plot": ".png", "-o": ".csv"}.get(what.split()[-1].lstrip("-"), ".csv")
+            if what.startswith("solve") or what.startswith("trace convert") \
+                    or what.startswith("trace stack"):
+                suffix = ".npz" if not what.startswith("solve") else ".json"
+            t = target.replace(".x", suffix) if target.endswith(".x") else target
+            if label == "existing folder" and what.startswith(("simulate", "compare --plot")):
+                continue  # folders are legal there
+            add(Case(f"{what} to {label}", make(t), expect_error=True, keep=["ro_file.npz"]))
+    (r / "ro_dir").mkdir()
+    for what in ("solve -o", "evaluate -o", "compare -o", "simulate -o"):
+        add(Case(f"{what} into a read-only folder", makers[what]("ro_dir/out.json"
+                 if what == "solve -o" else "ro_dir/out"), expect_error=True,
+                 env={"EPLB_CORPUS_RO": "ro_dir"}))
+
+    # contradictory topologies
+    klass[0] = "contradictory topologies"
+    for topo, slots in (("0x8", 32), ("2x0", 32), ("3x8", 32), ("2x3", 32), ("2x4", 7),
+                        ("2x4", 8), ("2x4", 0), ("2x4", -32), ("-2x4", 32), ("axb", 32),
+                        ("1e3x8", 32), ("2x4x3", 32), ("2x4", 10**12), ("8x1", 32),
+                        ("2x4", 33), ("16x16", 32), ("2.5x4", 32), ("x", 32)):
+        for verb in ("solve", "replay", "evaluate"):
+            if verb == "evaluate":
+                argv = ["evaluate", "p.json", "t.npz", "--topology", topo]
+            else:
+                argv = [verb, "t.npz", "--topology", topo, "--slots", str(slots)]
+                if verb == "replay":
+                    argv.append("--quiet")
+            add(Case(f"{verb} --topology {topo} --slots {slots}", argv,
+                     expect_error=not (topo in ("2x4", "8x1") and slots in (8, 32, 33))
+                     and not (verb == "evaluate" and topo in ("2x4", "8x1"))))
+
+    # API functions x wrong types and shapes
+    klass[0] = "API wrong types / shapes"
+    calls = {
+        "traces.read": "from eplb import traces\ntraces.read(X)",
+        "Topology.parse": "from eplb import Topology\nTopology.parse(X, 32)",
+        "read_placement": "from eplb.io import read_placement\nread_placement(X)",
+        "write_placement": "from eplb.io import write_placement\nwrite_placement(X, 'o.json')",
+        "solve": "from eplb import traces, Topology\nfrom eplb.evaluation.solve import solve\n"
+                 "solve(X, Topology.parse('2x4', 32))",
+        "lower_bound": "from eplb import Topology\n"
+                       "from eplb.solvers.analysis.bounds import lower_bound\n"
+                       "lower_bound(X, Topology.parse('2x4', 32))",
+        "workload.read": "from eplb.evaluation.serving import workload as W\nW.read(X)",
+        "synthesize": "from eplb.evaluation.serving import workload as W\nW.synthesize(X)",
+        "ClusterConfig.load": "from eplb.evaluation.serving import ClusterConfig\n"
+                              "ClusterConfig.load(X)",
+        "replay": "from eplb import Topology\nfrom eplb.evaluation.replay import replay\n"
+                  "replay(X, Topology.parse('2x4', 32), policy='even')",
+    }
+    junk = {"None": "None", "str": "'nope'", "bool": "True", "nan": "float('nan')",
+            "empty array": "np.ones(0)", "1-d array": "np.ones(3)",
+            "nan array": "np.full((2, 16), np.nan)", "object array": "np.array([{}], dtype=object)",
+            "dict": "{'a': 1}", "huge int": "10**30", "negative": "-5", "bytes": "b'\\xff'"}
+    for fname, src in calls.items():
+        for label, value in junk.items():
+            add(Case(f"API {fname}({label})", api="import numpy as np\n" + src.replace("X", value),
+                     expect_error=True))
 
 
 if __name__ == "__main__":

@@ -297,18 +297,18 @@ def test_load_heatmap(tmp_path):
 
 # ----------------------------------------------------------------- atomic folders
 def test_atomic_directory(tmp_path):
-    from eplb.atomic import atomic_directory
+    from eplb.atomic import MANIFEST, atomic_directory
 
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+    with atomic_directory(out) as tmp:  # an earlier run: its files are listed in MANIFEST
+        (tmp / "old.txt").write_text("old")
     with pytest.raises(RuntimeError), atomic_directory(out) as tmp:
         (tmp / "new.txt").write_text("new")
         raise RuntimeError("interrupted")
-    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "old.txt"]
     with atomic_directory(out) as tmp:
         (tmp / "new.txt").write_text("new")
-    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "new.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from eplb import Topology, traces
 from eplb.atomic import (
+    MANIFEST,
     Terminated,
     atomic_directory,
     atomic_write_text,
@@ -147,13 +148,14 @@ def test_staged_outputs_all_or_nothing(tmp_path):
 
 def test_symlinked_output_folder_leaves_nothing_behind(tmp_path):
     real = tmp_path / "real"
-    real.mkdir()
-    (real / "old.txt").write_text("old")
+    with atomic_directory(real, replace=False) as tmp:  # an earlier run's folder
+        (tmp / "old.txt").write_text("old")
     link = tmp_path / "link"
     link.symlink_to(real)
     with atomic_directory(link) as tmp:
         (tmp / "new.txt").write_text("new")
-    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ["new.txt"]
+    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == [MANIFEST,
+                                                                               "new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 

@@ -114,8 +114,15 @@ def test_existing_output_needs_force(tmp_path):
         "--window",
         "0:10",
     )
+    # --force replaces only a folder an eplb run wrote: keep.txt is the user's
+    assert r.returncode == 2 and r.stderr.count("eplb: error:") == 1, r.stderr
+    assert "keep.txt" in r.stderr and (out / "keep.txt").read_text() == "x"
+    (out / "keep.txt").unlink()
+    r = eplb("simulate", cfg, "--workload", SYNTH, "-o", out, "--no-progress", "--no-plots")
     assert r.returncode == 0, r.stderr
-    assert not (out / "keep.txt").exists() and (out / "summary.json").exists()
+    r = eplb("simulate", cfg, "--workload", SYNTH, "-o", out, "--no-progress", "--no-plots",
+             "--force", "--window", "0:10")
+    assert r.returncode == 0, r.stderr  # the folder the first run wrote is replaced
     assert json.loads((out / "summary.json").read_text())["window"] == [0.0, 10.0]
 
 

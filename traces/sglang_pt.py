@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from eplb.errors import TraceError
+from eplb.safeload import check_size, check_torch_file
 from eplb.traces.checks import check_values, drop_dense, fail, from_dense, make_trace
 from eplb.traces.model import Trace
 
@@ -37,6 +39,10 @@ def _to_numpy(value, path, field: str) -> np.ndarray:
         if kind is not None:
             raise fail(path, f"{field} is {kind}; save a dense tensor of counts "
                        "(tensor.to_dense() / dequantize())")
+        # a view can claim far more elements than its storage holds (stride 0): the copy
+        # made below would allocate them all
+        check_size(f"{path}: {field}", tuple(int(d) for d in value.shape), 8,
+                   fix="save a smaller tensor", error=TraceError)
         try:
             t = value.detach().cpu()
             if t.is_floating_point() and t.element_size() < 4:  # bf16, fp16, fp8
@@ -47,10 +53,27 @@ def _to_numpy(value, path, field: str) -> np.ndarray:
         except (TypeError, RuntimeError, ValueError) as exc:
             raise fail(path, f"{field} is a tensor numpy cannot hold ({exc}); save it as "
                        "int64 or float32") from None
+    if isinstance(value, (list, tuple)):  # shared sub-lists can imply billions of entries
+        check_size(f"{path}: {field}", _nested_shape(value), 8, fix="save a smaller tensor",
+                   error=TraceError)
     try:
         return np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise fail(path, f"{field} is not an array ({exc})") from None
+
+
+def _nested_shape(value, depth: int = 64) -> tuple[int, ...]:
+    """The shape a nested list implies, read along its first elements (a pickle can share one
+    sub-list many times, so a small file can imply a huge array)."""
+    shape = []
+    while isinstance(value, (list, tuple)) and len(shape) < depth:
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    if hasattr(value, "shape"):  # a list of tensors
+        shape.extend(int(d) for d in value.shape)
+    return tuple(shape)
 
 
 def _rank(value, path, field: str) -> int:
@@ -65,6 +88,9 @@ def _rank(value, path, field: str) -> int:
 def read_pt(path: str | os.PathLike) -> Trace:
     """The trace of an SGLang ``torch.save`` dump (stat, per-pass or per-token)."""
     torch = _torch(path)
+    # sizes the file implies (storages named in the pickle, zip data records), checked
+    # against EPLB_MAX_BYTES before torch.load allocates anything
+    check_torch_file(path, error=TraceError)
     try:
         with warnings.catch_warnings():  # torch's deprecation notes are not the user's error
             warnings.simplefilter("ignore")

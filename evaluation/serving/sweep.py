@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from eplb import runners
+from eplb.atomic import atomic_write
 from eplb.errors import InputError
 from eplb.evaluation.serving import metrics
 from eplb.evaluation.serving.compare import _named, run_task
@@ -128,8 +129,11 @@ def plot_rate_sweep(frame: pd.DataFrame, path: str | Path) -> Path:
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_write(path, "wb") as fh:
+            fig.savefig(fh, format=path.suffix.lstrip(".").lower() or "png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

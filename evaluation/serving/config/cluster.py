@@ -179,10 +179,19 @@ class ClusterConfig:
     @classmethod
     def load(cls, text: str | os.PathLike) -> ClusterConfig:
         """A TOML file, or a preset by name (`presets.PRESETS`) when no such file exists."""
+        if isinstance(text, bool) or not isinstance(text, (str, os.PathLike)):
+            raise InputError(f"cluster config must be a TOML file name or a preset name "
+                             f"({', '.join(presets.PRESETS)}), got {type(text).__name__}")
         path = Path(text)
-        if not path.exists() and str(text) in presets.PRESETS:
+        try:
+            exists = path.exists()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+            raise InputError(f"cluster config {str(text)[:60]!r}: cannot read it "
+                             f"({getattr(exc, 'strerror', None) or exc}); give a TOML file or "
+                             f"a preset ({', '.join(presets.PRESETS)})") from None
+        if not exists and str(text) in presets.PRESETS:
             return getattr(cls, str(text))()
-        if not path.exists():
+        if not exists:
             raise InputError(
                 f"cluster config {str(text)!r} does not exist; give a TOML file or a preset "
                 f"({', '.join(presets.PRESETS)})"

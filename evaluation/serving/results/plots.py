@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eplb.atomic import os_errors
 from eplb.evaluation.plots import _plt, _save
 from eplb.evaluation.serving.steptime import BREAKDOWN
 
@@ -155,7 +156,8 @@ def breakdown(result, path) -> Path:
 
 def write_all(result, directory: Path) -> list[Path]:
     """Every figure into ``directory`` (created); the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
+    with os_errors(directory):
+        directory.mkdir(parents=True, exist_ok=True)
     return [
         latency_cdfs(result, directory / "latency_cdf.png"),
         throughput(result, directory / "throughput.png"),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb.atomic import os_errors
 from eplb.errors import InputError
 from eplb.evaluation.serving.results import plots
 from eplb.evaluation.serving.steptime import BREAKDOWN
@@ -406,32 +407,33 @@ class SimResult:
         ``steps.parquet``, ``rebalances.csv``, ``faults.csv``, ``utilisation.parquet``,
         ``config.toml`` (``config`` as run, when given) and ``plots/``."""
         folder = Path(folder)
-        self.requests.to_parquet(folder / "requests.parquet", index=False)
-        self.steps.to_parquet(folder / "steps.parquet", index=False)
-        self.rebalances.to_csv(folder / "rebalances.csv", index=False)
-        self.faults.to_csv(folder / "faults.csv", index=False)
-        util = []
-        for name, frame in self.utilisation.items():
-            long = frame.stack().rename("utilisation").reset_index()
-            long.insert(0, "unit", name)
-            util.append(long)
-        if util:
-            pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet",
-                                                         index=False)
-        if config is not None:
-            (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
-        payload = {
-            "summary": self.summary(window, measure_from_s=measure_from_s),
-            "window": window,
-            "meta": self.meta,
-        }
-        (folder / "summary.json").write_text(
-            json.dumps(_nan_to_none(payload), indent=1, default=_json_default,
-                       allow_nan=False),
-            encoding="utf-8",
-        )
-        if plots:
-            self.plot(folder / "plots")
+        with os_errors(folder):  # a full disk or a long name: the path and the fix
+            self.requests.to_parquet(folder / "requests.parquet", index=False)
+            self.steps.to_parquet(folder / "steps.parquet", index=False)
+            self.rebalances.to_csv(folder / "rebalances.csv", index=False)
+            self.faults.to_csv(folder / "faults.csv", index=False)
+            util = []
+            for name, frame in self.utilisation.items():
+                long = frame.stack().rename("utilisation").reset_index()
+                long.insert(0, "unit", name)
+                util.append(long)
+            if util:
+                pd.concat(util, ignore_index=True).to_parquet(folder / "utilisation.parquet",
+                                                             index=False)
+            if config is not None:
+                (folder / "config.toml").write_text(config.to_toml(), encoding="utf-8")
+            payload = {
+                "summary": self.summary(window, measure_from_s=measure_from_s),
+                "window": window,
+                "meta": self.meta,
+            }
+            (folder / "summary.json").write_text(
+                json.dumps(_nan_to_none(payload), indent=1, default=_json_default,
+                           allow_nan=False),
+                encoding="utf-8",
+            )
+            if plots:
+                self.plot(folder / "plots")
         return folder
 
     def plot(self, directory: str | os.PathLike) -> list[Path]:
