@@ -19,7 +19,10 @@
     python benchmarks/bench_simulator.py [--hours 1] [--minutes 5] [--skip-hour]
 
 Wall times are of this machine while it ran (2 cores shared with other jobs: read ratios, and
-expect +-30% between runs).
+expect +-30% between runs); the headline also prints the process's CPU seconds, which a busy
+machine inflates less than wall time. To compare two commits, run
+``benchmarks/sim_cpu_seconds.py ROOT SECONDS`` with each commit's checkout (and its own
+editable install) alternately.
 """
 
 from __future__ import annotations
@@ -85,9 +88,10 @@ def run(cfg, rate: float, seconds: float, mix: str, *, timers: bool = False) -> 
     if t:
         t.__enter__()
     try:
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.process_time()
         res = serving.simulate(cfg, wl, seed=0, duration_s=seconds, progress=False)
         wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
     finally:
         if t:
             t.__exit__(None, None, None)
@@ -95,6 +99,7 @@ def run(cfg, rate: float, seconds: float, mix: str, *, timers: bool = False) -> 
     steps = res.steps["phase"].value_counts().to_dict()
     out = {
         "wall_s": wall,
+        "cpu_s": cpu,
         "sim_per_wall": seconds / wall,
         "events": res.meta["events"],
         "events_per_s": res.meta["events"] / wall,
@@ -146,7 +151,8 @@ def main() -> None:
             rest = r["wall_s"] - sum(split.values())
             print(f"== {name}: {hour / 3600:g} simulated hour(s)")
             print(
-                f"   wall {r['wall_s']:.1f} s, simulated/wall {r['sim_per_wall']:.1f}, "
+                f"   wall {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f} s), "
+                f"simulated/wall {r['sim_per_wall']:.1f}, "
                 f"{r['events']:,} events ({r['events_per_s']:,.0f} events/s), "
                 f"{r['prefill_steps']:,} prefill + {r['decode_steps']:,} decode steps, "
                 f"{r['requests']:,} requests"
