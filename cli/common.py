@@ -82,14 +82,14 @@ def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> N
     )
     p.add_argument(
         "--nvlink-gbps",
-        type=float,
+        type=gbps_arg,
         default=NVLINK_GBPS,
         metavar="GB/s",
         help=f"NVLink bandwidth per GPU in GB/s (default {NVLINK_GBPS:g})",
     )
     p.add_argument(
         "--rdma-gbps",
-        type=float,
+        type=gbps_arg,
         default=RDMA_GBPS,
         metavar="GB/s",
         help=f"RDMA bandwidth per GPU in GB/s (default {RDMA_GBPS:g})",
@@ -156,6 +156,17 @@ def seed_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"seed {text!r} is not an integer") from None
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"seed {value} is outside 0..{MAX_SEED}")
+    return value
+
+
+def gbps_arg(text: str) -> float:
+    """argparse type of ``--nvlink-gbps`` / ``--rdma-gbps``: a finite bandwidth > 0 GB/s."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bandwidth in GB/s") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite bandwidth > 0 GB/s")
     return value
 
 

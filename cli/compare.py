@@ -13,6 +13,7 @@ from eplb.cli.common import (
     check_groups,
     check_outputs,
     check_reserved,
+    gbps_arg,
     parse_options,
     seconds_arg,
     seed_arg,
@@ -74,8 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="import MODULE first (repeatable): a module registering its own "
                    "policies (eplb.solvers.register); or an 'eplb.solvers' entry point")
     p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
-    p.add_argument("--nvlink-gbps", type=float, default=NVLINK_GBPS, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=float, default=RDMA_GBPS, metavar="GB/s")
+    p.add_argument("--nvlink-gbps", type=gbps_arg, default=NVLINK_GBPS, metavar="GB/s")
+    p.add_argument("--rdma-gbps", type=gbps_arg, default=RDMA_GBPS, metavar="GB/s")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="local worker processes (default 1: run inline)")
     p.add_argument("--scheduler", metavar="ADDR",

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from eplb.atomic import atomic_write_bytes
-from eplb.cli.common import check_groups, check_outputs, seed_arg, windows_arg
+from eplb.cli.common import check_groups, check_outputs, gbps_arg, seed_arg, windows_arg
 from eplb.errors import InputError
 from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
@@ -41,9 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", metavar="NxG",
                    help="topology for SGLang/TensorRT-LLM placement files (they do not store it)")
     p.add_argument("--slots", type=int, metavar="P", help="slots in all, with --topology")
-    p.add_argument("--nvlink-gbps", type=float, metavar="GB/s",
+    p.add_argument("--nvlink-gbps", type=gbps_arg, metavar="GB/s",
                    help="override the placement's NVLink bandwidth per GPU")
-    p.add_argument("--rdma-gbps", type=float, metavar="GB/s",
+    p.add_argument("--rdma-gbps", type=gbps_arg, metavar="GB/s",
                    help="override the placement's RDMA bandwidth per GPU")
     p.add_argument("--groups", type=int, metavar="G",
                    help="expert groups (lower bound; with --topk-groups the traffic model's "

@@ -9,6 +9,7 @@ from eplb.cli.common import (
     check_groups,
     check_outputs,
     check_solver_options,
+    gbps_arg,
     parse_options,
     seconds_arg,
     seed_arg,
@@ -42,8 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="nodes x GPUs (default 4x8), or NxGxS with slots per GPU")
     p.add_argument("--slots", type=int, metavar="P",
                    help="slots in all (default: experts rounded up to the GPUs + one per GPU)")
-    p.add_argument("--nvlink-gbps", type=float, default=NVLINK_GBPS, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=float, default=RDMA_GBPS, metavar="GB/s")
+    p.add_argument("--nvlink-gbps", type=gbps_arg, default=NVLINK_GBPS, metavar="GB/s")
+    p.add_argument("--rdma-gbps", type=gbps_arg, default=RDMA_GBPS, metavar="GB/s")
     p.add_argument("--groups", type=int, metavar="G",
                    help="expert groups (default: the trace's own)")
     p.add_argument("--topk-groups", type=int, metavar="T",

@@ -401,3 +401,21 @@ def test_execute_takes_model_layer_ids_and_defaults_to_the_first_moe_layer(work,
     rc, out, err = run(capsys, *common, "--trace", "t.npz")
     assert rc == 0 and "model layer 3" in out
     one_error(*run(capsys, *common, "--layer", "9")[::2], "--layer 9 is not a layer")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "fast"])
+@pytest.mark.parametrize("verb", [
+    ["solve", "t.npz", "--topology", "2x2", "--slots", "20", "-o", "q.json"],
+    ["execute", "p.json", "t.npz"],
+    ["evaluate", "p.json", "t.npz"],
+    ["replay", "t.npz", "--solver", "deepseek", "--topology", "2x2", "--slots", "20"],
+    ["compare", "t.npz", "--solvers", "deepseek", "--topology", "2x2", "--slots", "20"],
+], ids=lambda v: v[0] if isinstance(v, list) else v)
+@pytest.mark.parametrize("flag", ["--nvlink-gbps", "--rdma-gbps"])
+def test_bandwidths_are_finite_and_positive_everywhere(work, capsys, verb, flag, value):
+    """Every verb that takes a bandwidth refuses one that is not a finite number > 0 GB/s,
+    also where the topology comes from a placement file (the corpus found `execute` taking
+    nan there)."""
+    rc, _, err = run(capsys, *verb, flag, value)
+    one_error(rc, err, flag)
+    assert not (work / "q.json").exists()
