@@ -86,6 +86,7 @@ SOLVER_OPTIONS = {
     ],
     "ilp_weighted": [{"workers": 1, "max_examples": 10}],
     "craft": [],  # tests/test_solvers_craft.py runs check_solver (redundancy 0.5)
+    "lplb": [],  # tests/test_solvers_lplb.py runs check_solver where its graphs fit
     "relaxed": [],  # tests/test_solvers_relaxed.py runs check_solver at relax 0, 0.5 and 1
     "robust": [
         {},

@@ -39,6 +39,14 @@ def files(tmp_path):
     return tmp_path
 
 
+def exit_code(argv) -> int:
+    """``main(argv)``'s code, or argparse's exit code for an option its type refused."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -88,12 +96,12 @@ def test_evaluate_bad_input_one_line(files, capsys, case):
     if case == "bandwidth":
         argv += ["--rdma-gbps", "0"]
     capsys.readouterr()
-    assert main(argv) == 2
+    assert exit_code(argv) == 2
     line = error_line(capsys)
     expect = {"experts": "16 experts per layer but the trace has 12",
               "layers": "no rows for trace layers 3, 4, 5, 6",
               "empty": "needs >= 1 window", "dispatch": "unknown dispatch policy 'fastest'",
-              "bandwidth": "rdma_gbps must be a positive bandwidth"}[case]
+              "bandwidth": "--rdma-gbps: 0 must be a finite bandwidth > 0 GB/s"}[case]
     assert expect in line
 
 
@@ -116,7 +124,7 @@ def test_compare_cli(files, capsys):
 
 
 @pytest.mark.parametrize("argv,expect", [
-    (["--nvlink-gbps", "0"], "nvlink_gbps must be a positive bandwidth"),
+    (["--nvlink-gbps", "0"], "--nvlink-gbps: 0 must be a finite bandwidth > 0 GB/s"),
     (["--dispatch", "nope"], "unknown dispatch policy 'nope'"),
     (["--topologies", "4x8:100"], "not a multiple of 32 GPUs; use 128"),
     (["--solvers", "nope"], "unknown solver 'nope'"),
@@ -124,7 +132,7 @@ def test_compare_cli(files, capsys):
 ])
 def test_compare_bad_input(files, capsys, argv, expect):
     capsys.readouterr()
-    assert main(["compare", str(files / "multi.npz"), "--quiet", *argv]) == 2
+    assert exit_code(["compare", str(files / "multi.npz"), "--quiet", *argv]) == 2
     assert expect in error_line(capsys)
 
 

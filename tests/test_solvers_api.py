@@ -32,15 +32,16 @@ def test_trace_input_carries_model_layer_ids(name):
         kw["deterministic_time"] = 0.05
     if name == "repair":
         kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO)
-    p = solvers.solve(name, tr, TOPO, **kw)
+    topo = Topology(2, 2, 4) if name == "lplb" else TOPO  # a replica graph needs even spares
+    p = solvers.solve(name, tr, topo, **kw)
     assert p.layer_ids.tolist() == [3, 4, 7]
     arr = tr.counts if solvers.takes_windows(name) else tr.load()  # what a trace gives
-    q = solvers.solve(name, arr, TOPO, **kw)
+    q = solvers.solve(name, arr, topo, **kw)
     assert q.layer_ids.tolist() == [0, 1, 2]
     assert np.array_equal(p.phy2log, q.phy2log)  # the same problem
     if name == "repair":  # the ids follow previous when not given: give them explicitly
         kw["previous"] = solvers.solve("greedy", tr.load() * 0.5, TOPO, layer_ids=[0, 1, 2])
-    r = solvers.solve(name, arr, TOPO, layer_ids=[3, 4, 7], **kw)
+    r = solvers.solve(name, arr, topo, layer_ids=[3, 4, 7], **kw)
     assert r.layer_ids.tolist() == [3, 4, 7] and np.array_equal(r.phy2log, q.phy2log)
 
 
