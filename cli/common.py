@@ -159,26 +159,26 @@ def seed_arg(text: str) -> int:
     return value
 
 
-def gbps_arg(text: str) -> float:
-    """argparse type of ``--nvlink-gbps`` / ``--rdma-gbps``: a finite bandwidth > 0 GB/s."""
+def _finite_positive(text: str, what: str, finite: str) -> float:
+    """``text`` as a finite float > 0, else argparse's error: "is not ``what``" or "must be
+    ``finite``"."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a bandwidth in GB/s") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
     if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite bandwidth > 0 GB/s")
+        raise argparse.ArgumentTypeError(f"{text} must be {finite}")
     return value
+
+
+def gbps_arg(text: str) -> float:
+    """argparse type of ``--nvlink-gbps`` / ``--rdma-gbps``: a finite bandwidth > 0 GB/s."""
+    return _finite_positive(text, "a bandwidth in GB/s", "a finite bandwidth > 0 GB/s")
 
 
 def seconds_arg(text: str) -> float:
     """argparse type of ``--time-limit``: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds > 0")
-    return value
+    return _finite_positive(text, "a number of seconds", "a finite number of seconds > 0")
 
 
 def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups",
