@@ -29,8 +29,8 @@ from eplb.evaluation.serving.config.schema import (
     _choice,
     _str,
 )
+from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig, check_dispatch
 from eplb.evaluation.serving.steptime.waterfill import check_shared_expert
-from eplb.executor.routing import POLICIES
 from eplb.topology import Topology
 
 
@@ -39,7 +39,8 @@ class ClusterConfig:
     """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
     ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`; ``lp_overhead_s``:
     seconds per MoE layer and micro-batch the ``lp`` split adds; ``shared_expert``: ``"local"``
-    or ``"waterfill"``, `steptime.waterfill`), ``eplb``, ``kv``,
+    or ``"waterfill"``, `steptime.waterfill`; ``duplicate``: the settings and costs of
+    ``dispatch="duplicate"``, `steptime.duplicate.DuplicateConfig`), ``eplb``, ``kv``,
     ``slo``, ``routing``, ``scheduler`` blocks and ``faults`` (simulator fault objects or
     their tables). Seed-independent: the simulator takes the seed."""
 
@@ -54,6 +55,7 @@ class ClusterConfig:
     dispatch: str = "even"
     lp_overhead_s: float = LP_OVERHEAD_S
     shared_expert: str = "local"
+    duplicate: DuplicateConfig = field(default_factory=DuplicateConfig)
     eplb: EplbConfig = field(default_factory=EplbConfig)
     kv: KVConfig = field(default_factory=KVConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
@@ -104,7 +106,15 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
-        _choice("dispatch", self.dispatch, POLICIES)
+        check_dispatch(self.dispatch)
+        if self.dispatch == DUPLICATE:
+            for phase in PHASES:
+                try:
+                    self.duplicate.check_usable(
+                        getattr(self, phase).gpus_per_node, float(model.expert_params)
+                    )
+                except InputError as exc:
+                    raise InputError(f"{phase}: {exc}") from None
         v = self.lp_overhead_s
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
             raise InputError(

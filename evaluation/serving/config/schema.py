@@ -12,6 +12,7 @@ from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation.serving.config.hardware import Hardware
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig
 from eplb.topology import RDMA_GBPS, Topology
 
 PHASES = ("prefill", "decode")
@@ -330,4 +331,5 @@ BLOCKS = {
     "slo": SLOConfig,
     "routing": RoutingConfig,
     "scheduler": SchedulerConfig,
+    "duplicate": DuplicateConfig,
 }

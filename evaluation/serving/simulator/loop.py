@@ -104,6 +104,7 @@ def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str,
                 micro_batches=uc.micro_batches,
                 lp_overhead_s=config.lp_overhead_s,
                 shared_expert=config.shared_expert,
+                duplicate=config.duplicate,
             )
             planner = Planner(
                 eplb, model, topo, seed=seed, unit_key=(0 if phase == "prefill" else 1, u)

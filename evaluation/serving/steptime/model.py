@@ -16,6 +16,12 @@ from eplb.evaluation.serving.steptime.assemble import Assembly
 from eplb.evaluation.serving.steptime.batch import RankBatch, check_phase
 from eplb.evaluation.serving.steptime.breakdown import StepTime
 from eplb.evaluation.serving.steptime.comm import Comm
+from eplb.evaluation.serving.steptime.duplicate import (
+    DUPLICATE,
+    DuplicateConfig,
+    check_dispatch,
+    plan,
+)
 from eplb.evaluation.serving.steptime.gpu_side import GpuSide
 from eplb.evaluation.serving.steptime.rank_side import RankSide
 from eplb.evaluation.serving.steptime.routing import (
@@ -34,7 +40,9 @@ from eplb.topology import Topology
 class StepModel:
     """The step-time model of one unit (phase, shape, model, hardware, dispatch policy, and
     ``shared_expert``: ``"local"``, each rank runs its own tokens' shared expert, or
-    ``"waterfill"``, SGLang's waterline over the ranks, `waterfill`).
+    ``"waterfill"``, SGLang's waterline over the ranks, `waterfill`; ``dispatch="duplicate"``:
+    per-micro-batch expert copies inside each node on an even split, `duplicate`, with the
+    costs of ``duplicate``, a `DuplicateConfig`).
 
     Build once per unit and call `time` per step (`time_routed` on a `prepare`d placement is
     the simulator's hot path); `step_time` is the one-call form. ``topology`` gives the unit's
@@ -54,6 +62,7 @@ class StepModel:
         micro_batches: int = 2,
         lp_overhead_s: float = LP_OVERHEAD_S,
         shared_expert: str = "local",
+        duplicate: DuplicateConfig | None = None,
     ) -> None:
         self.phase = check_phase(phase)
         if not isinstance(topology, Topology):
@@ -69,7 +78,19 @@ class StepModel:
                 f"{topology.num_slots} slots cannot hold the model's {model.num_experts} experts"
             )
         self.topology, self.model, self.hardware = topology, model, hardware
-        self.dispatch = check_policy(dispatch)
+        self.dispatch = check_dispatch(dispatch)
+        base = "even" if self.dispatch == DUPLICATE else check_policy(self.dispatch)
+        self.duplicate: DuplicateConfig | None = None
+        self._dup_s: np.ndarray | None = None  # the last step's copy seconds per layer
+        if self.dispatch == DUPLICATE:
+            dup = DuplicateConfig() if duplicate is None else duplicate
+            if not isinstance(dup, DuplicateConfig):
+                raise InputError(
+                    f"duplicate must be a DuplicateConfig, got {type(dup).__name__}"
+                )
+            self.expert_bytes = float(model.expert_params)  # FP8: one byte per parameter
+            dup.check_usable(topology.gpus_per_node, self.expert_bytes)
+            self.duplicate, self._dup_cap = dup, dup.copies_per_gpu(self.expert_bytes)
         if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) or not (
             0 <= lp_overhead_s < float("inf")
         ):
@@ -79,7 +100,7 @@ class StepModel:
         self.micro_batches = micro_batches
         self.rank = RankSide(phase, model, hardware, micro_batches)
         self.gpu = GpuSide(topology, model, hardware)
-        self.routing = StepRouting(phase, topology, model, self.dispatch)
+        self.routing = StepRouting(phase, topology, model, base)
         self.comm = Comm(phase, topology, model, hardware)
         self.assembly = Assembly(phase, model, hardware, micro_batches, self.dispatch)
 
@@ -107,6 +128,17 @@ class StepModel:
             return moe, recv * mb, links, moe, links_eq
         self.routing.check_placement(placement)
         slot, recv, v, vn, report = self.routing.routed(placement, load, src)
+        if self.duplicate is not None:
+            if report is not None:
+                raise InputError(
+                    "dispatch 'duplicate' takes a step load float[L, E]; per-source loads "
+                    "float[L, G, E] need dispatch 'even' or 'local_first'"
+                )
+            moe, recv = self._duplicated(slot, placement, False)
+            links = comm.links(src, recv, v, vn)
+            if uniform:
+                return moe, recv * mb, links, moe, links
+            return moe, recv * mb, links, moe, comm.links(src_eq, recv, v, vn)
         moe = self.gpu.seconds(slot)
         links = comm.links(src, recv, v, vn, report)
         if uniform:
@@ -125,8 +157,11 @@ class StepModel:
         uniform = bool(np.all(src == src[0]))
         scale = (1.0 / mb) if picks else m.top_k * np.add.reduce(src)
         slot = self.routing.slot_picks(routed, dist, scale)
-        recv = per_gpu(slot, self.topology.slots_per_gpu)
-        moe = self.gpu.seconds_fast(slot, tabulated)
+        if self.duplicate is not None:
+            moe, recv = self._duplicated(slot, routed.placement, tabulated)
+        else:
+            recv = per_gpu(slot, self.topology.slots_per_gpu)
+            moe = self.gpu.seconds_fast(slot, tabulated)
         links = self.comm.links(src, recv, routed.v, routed.vn)
         if uniform:
             return moe, recv * mb, links, moe, links
@@ -141,14 +176,38 @@ class StepModel:
         src = batch.tokens / mb
         scale = (1.0 / mb) if picks else m.top_k * np.add.reduce(src)
         slot = self.routing.slot_picks(routed, dist, scale)
-        recv = per_gpu(slot, self.topology.slots_per_gpu)
-        moe = self.gpu.seconds_fast(slot, tabulated)
+        if self.duplicate is not None:
+            moe, recv = self._duplicated(slot, routed.placement, tabulated)
+        else:
+            recv = per_gpu(slot, self.topology.slots_per_gpu)
+            moe = self.gpu.seconds_fast(slot, tabulated)
         wf = None
         if self.shared_expert == "waterfill":
             wf = self._waterfill(batch, recv)[:3]
         return self._lp_cost(
             self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll, wf)
         )
+
+    def _duplicated(self, slot: np.ndarray, placement: Placement, tabulated: bool):
+        """Expert-GEMM seconds and routed picks per GPU (``float64[L, G]`` each) of one
+        micro-batch's ``slot: float[L, P]`` picks after `duplicate.plan`'s copies (each copy one
+        more grouped-GEMM group on its GPU); keeps the copy seconds per layer (``_dup_s``: the
+        busiest GPU's sent or received copies over NVLink) for `_lp_cost`."""
+        topo, dup = self.topology, self.duplicate
+        p = plan(slot, placement.phy2log, topo.gpus_per_node, topo.slots_per_gpu,
+                 dup.experts, self._dup_cap)
+        moe = self.gpu.seconds_fast(p.slot, tabulated)
+        made = p.gpu >= 0
+        L, G = moe.shape
+        if made.any():
+            curve = self.gpu.expert_table if tabulated else self.gpu.expert
+            flat = (np.arange(L)[:, None, None] * G + p.gpu)[made]
+            moe += np.bincount(
+                flat, weights=curve.seconds(p.picks[made]), minlength=L * G
+            ).reshape(L, G)
+        busiest = np.maximum(p.copies(), p.sent()).max(1)  # [L] copies on the busiest GPU
+        self._dup_s = busiest * self.expert_bytes / (topo.nvlink_gbps * 1e9)
+        return moe, p.recv
 
     def _waterfill(self, batch: RankBatch, recv: np.ndarray):
         """Waterfill's as-is shared work and extra copies for one micro-batch's routed picks
@@ -183,16 +242,27 @@ class StepModel:
 
     def _lp_cost(self, st: StepTime) -> StepTime:
         """``st`` with the ``lp`` dispatch's per-layer solve on the critical path (``lp_overhead_s``
-        per MoE layer and micro-batch, in ``overhead``; ``meta["lp_s"]``); unchanged otherwise."""
+        per MoE layer and micro-batch, in ``overhead``; ``meta["lp_s"]``), or duplication's
+        exposed planner and copy seconds (`_dup_cost`); unchanged otherwise."""
+        if self.duplicate is not None:
+            return self._dup_cost(st)
         if not self.lp_overhead_s:
             return st
         extra = self.lp_overhead_s * self.model.moe_layers * self.micro_batches
-        breakdown = dict(st.breakdown)
-        breakdown["overhead"] += extra
-        return StepTime(
-            st.phase, st.total_s + extra, breakdown, st.layer_s + extra / self.model.moe_layers,
-            st.gpu_load_max, st.gpu_load_mean, st.tokens, meta={**st.meta, "lp_s": extra},
-        )
+        return _with_overhead(st, extra, self.model.moe_layers, {"lp_s": extra})
+
+    def _dup_cost(self, st: StepTime) -> StepTime:
+        """``st`` with duplication's exposed cost per MoE layer and micro-batch: planner plus
+        copy seconds (``overlap="none"``), or what of them exceeds the layer's time per
+        micro-batch (``"previous_layer"``); ``meta["duplicate_s"]`` the step's total."""
+        dup, mb, L = self.duplicate, self.micro_batches, self.model.moe_layers
+        per = dup.planner_s + (np.zeros(L) if self._dup_s is None else self._dup_s)  # [L]
+        if dup.overlap == "previous_layer":
+            per = np.maximum(per - st.layer_s / mb, 0.0)
+        extra = float(mb * per.sum())
+        meta = {"duplicate_s": extra,
+                "duplicate_copy_s": 0.0 if self._dup_s is None else float(mb * self._dup_s.sum())}
+        return _with_overhead(st, extra, L, meta)
 
     # ------------------------------------------------------------------ public
     def time(self, batch: RankBatch, placement: Placement | None = None, load=None) -> StepTime:
@@ -291,9 +361,20 @@ class StepModel:
         return self._assemble(batch, a1, a2, sh, gpu, balanced=routed.placement is None)
 
 
+def _with_overhead(st: StepTime, extra: float, layers: int, meta: dict) -> StepTime:
+    """``st`` with ``extra`` seconds in ``overhead`` (spread evenly over ``layers``)."""
+    breakdown = dict(st.breakdown)
+    breakdown["overhead"] += extra
+    return StepTime(
+        st.phase, st.total_s + extra, breakdown, st.layer_s + extra / layers,
+        st.gpu_load_max, st.gpu_load_mean, st.tokens, meta={**st.meta, **meta},
+    )
+
+
 @lru_cache(maxsize=64)
 def _model_for(
-    phase, topology, model, hardware, dispatch, micro_batches, lp_overhead_s, shared_expert
+    phase, topology, model, hardware, dispatch, micro_batches, lp_overhead_s, shared_expert,
+    duplicate=None,
 ):
     return StepModel(
         phase,
@@ -304,6 +385,7 @@ def _model_for(
         micro_batches=micro_batches,
         lp_overhead_s=lp_overhead_s,
         shared_expert=shared_expert,
+        duplicate=duplicate,
     )
 
 
@@ -321,6 +403,7 @@ def step_time(
     micro_batches: int | None = None,
     lp_overhead_s: float | None = None,
     shared_expert: str | None = None,
+    duplicate: DuplicateConfig | None = None,
 ) -> StepTime:
     """Seconds of one forward step of a unit, with a breakdown that sums to it.
 
@@ -343,6 +426,7 @@ def step_time(
         if lp_overhead_s is None:
             lp_overhead_s = config.lp_overhead_s
         shared_expert = shared_expert or config.shared_expert
+        duplicate = duplicate or config.duplicate
     if topology is None:
         if placement is None:
             raise InputError(
@@ -359,4 +443,5 @@ def step_time(
         micro_batches or 2,
         LP_OVERHEAD_S if lp_overhead_s is None else lp_overhead_s,
         shared_expert or "local",
+        duplicate,
     ).time(batch, placement, load)
