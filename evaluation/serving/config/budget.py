@@ -1,6 +1,7 @@
 """Expert weight memory follows the slots a placement uses: a per-layer replica budget
-(`solvers.policies.craft`) that leaves slots empty frees their expert weights for KV cache.
-docs/solvers.md, "craft"."""
+(`solvers.policies.craft`) that leaves slots empty frees their expert weights for KV cache
+(docs/solvers.md, "craft"); the spare HBM of ``dispatch="duplicate"``'s copies
+(`DuplicateConfig.hbm_gb`) comes out of it (`with_duplicate_memory`)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,28 @@ def with_placement_memory(config: ClusterConfig, phase: str, placement: Placemen
     if cap == unit.kv_capacity_tokens:
         return config
     return config.replace(**{phase: replace(unit, kv_capacity_tokens=cap)})
+
+
+def with_duplicate_memory(config: ClusterConfig) -> ClusterConfig:
+    """``config`` with each unit's KV capacity less the tokens ``duplicate.hbm_gb`` (the copies'
+    spare HBM per GPU) would hold, under ``dispatch="duplicate"``; unchanged otherwise or where
+    the capacity is unbounded (None). `InputError` if nothing is left for KV cache."""
+    if config.dispatch != "duplicate":
+        return config
+    model = get_model(config.model)
+    per_token = model.kv_bytes_per_token * model.num_layers
+    reserved = int(config.duplicate.hbm_gb * 1e9 // per_token)
+    changes = {}
+    for phase in ("prefill", "decode"):
+        unit = config.unit(phase)
+        if unit.kv_capacity_tokens is None or not reserved:
+            continue
+        cap = unit.kv_capacity_tokens - reserved
+        if cap < 1:
+            raise InputError(
+                f"duplicate.hbm_gb = {config.duplicate.hbm_gb} GB leaves no KV cache on a "
+                f"{phase} GPU ({unit.kv_capacity_tokens:,} tokens, {reserved:,} reserved): "
+                "lower duplicate.hbm_gb"
+            )
+        changes[phase] = replace(unit, kv_capacity_tokens=cap)
+    return config.replace(**changes) if changes else config

@@ -10,7 +10,7 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
-from eplb.evaluation.serving.config.budget import with_placement_memory
+from eplb.evaluation.serving.config.budget import with_duplicate_memory, with_placement_memory
 from eplb.evaluation.serving.results.mix import (
     LengthMix,
     decode_batches,
@@ -93,14 +93,17 @@ def steady_state(
     ``placement=None`` means perfectly balanced routing; ``load: float[L, E]`` is the expert
     load routed through ``placement``, scaled to the step's tokens. A placement with empty
     slots on live GPUs (a replica budget, ``craft``) frees their expert weights: the unit's
-    KV capacity grows by what they hold (`config.budget.with_placement_memory`). Returns a dict with
-    ``step_s``, ``tok_s_per_node``, ``breakdown`` (seconds, sums to ``step_s``) and the inputs.
+    KV capacity grows by what they hold (`config.budget.with_placement_memory`); under
+    ``dispatch="duplicate"`` it shrinks by the copies' spare HBM (`with_duplicate_memory`).
+    Returns a dict with ``step_s``, ``tok_s_per_node``, ``breakdown`` (seconds, sums to
+    ``step_s``) and the inputs.
     """
     if not isinstance(config, ClusterConfig):
         raise InputError(f"config must be a ClusterConfig, got {type(config).__name__}")
     check_phase(phase)
     if placement is not None:  # empty slots (a replica budget) free memory for KV cache
         config = with_placement_memory(config, phase, placement)
+    config = with_duplicate_memory(config)  # duplication's copies take their HBM from it
     unit = config.unit(phase)
     G, gpn = unit.num_gpus, unit.gpus_per_node
     out: dict[str, Any] = {"phase": phase, "config": config.name, "nodes": unit.nodes, "gpus": G}

@@ -277,6 +277,11 @@ def simulate(
     seeds) comes from it. ``duration_s``: stop at that simulated time (requests arriving later
     are not simulated; unfinished ones keep NaN times); None runs until every request has
     finished. ``progress``: a tqdm bar over simulated seconds. ``bucket_s``: time resolution of
-    the per-rank utilisation record (`SimResult.utilisation`).
+    the per-rank utilisation record (`SimResult.utilisation`). Under ``dispatch="duplicate"``
+    the copies' spare HBM comes out of the KV cache (`config.budget.with_duplicate_memory`).
     """
+    from eplb.evaluation.serving.config.budget import with_duplicate_memory
+
+    if isinstance(config, ClusterConfig):
+        config = with_duplicate_memory(config)
     return Simulation(config, workload, seed, duration_s, progress, bucket_s).run()

@@ -7,15 +7,16 @@ between its holders; the copies are dropped after the layer. UltraEP reports the
 imbalance falling from 1.30-4.01 to 1.01-1.04 and 94.3% of the force-balanced throughput.
 
 The planner here is eplb's greedy (UltraEP's quota-driven planner is not reproduced): up to
-`DuplicateConfig.experts` rounds per (layer, node); each round takes the node's most loaded GPU
-``h``, its hottest slot (expert ``e``, ``a`` picks), and the least loaded GPU ``t`` of the node
-that holds no copy of ``e`` and has HBM for one more copy; ``e``'s ``a`` picks are split between
-``h`` and ``t`` by the two-rank `waterfill.waterline` (the min-max split of ``a`` given the rest
-of both GPUs' loads). A round never raises the node's maximum, conserves picks and never puts
-two copies of an expert on one GPU. Costs (`DuplicateConfig`): the planner's seconds, the copy
-bytes (``ModelSpec.expert_params``, FP8) over the unit's NVLink bandwidth, hidden behind the
-previous layer or not (``overlap``), and the spare HBM the copies need (taken from the KV
-cache). docs/serving.md, "Dispatch-time balancing"."""
+`DuplicateConfig.experts` rounds per (layer, node); each round takes the node's busiest GPU
+``h`` (expert-GEMM seconds), its hottest slot (expert ``e``, ``a`` picks), and the least busy
+GPU ``t`` of the node that holds no copy of ``e`` and has HBM for one more copy; ``e``'s ``a``
+picks are split between ``h`` and ``t`` by the two-rank `waterfill.waterline` (the min-max
+split of ``a`` given the rest of both GPUs' picks), kept only if it shortens ``h`` by more than
+the copy's exposed transfer. A round never raises the node's maximum, conserves picks and
+never puts two copies of an expert on one GPU. Costs (`DuplicateConfig`): the planner's
+seconds, the copy bytes (``ModelSpec.expert_params``, FP8) over the unit's NVLink bandwidth,
+hidden behind the previous layer or not (``overlap``), and the spare HBM the copies need
+(taken from the KV cache). docs/serving.md, "Dispatch-time balancing"."""
 
 from __future__ import annotations
 
@@ -166,13 +167,18 @@ class DuplicatePlan:
 
 def plan(
     slot: np.ndarray, phy2log: np.ndarray, gpus_per_node: int, slots_per_gpu: int,
-    experts: int, cap: int,
+    experts: int, cap: int, seconds=None, min_gain: float = 0.0,
 ) -> DuplicatePlan:
     """The greedy duplication plan (module docstring) of one micro-batch.
 
     ``slot: float[L, P]`` picks per slot (>= 0) on a placement whose slot experts are
     ``phy2log: int[L, P]`` (-1 empty), ``P = N * gpus_per_node * slots_per_gpu``; ``experts``
-    rounds per (layer, node), at most ``cap`` copies per GPU and layer."""
+    rounds per (layer, node), at most ``cap`` copies per GPU and layer. ``seconds``: GEMM
+    seconds of one expert group at ``m: float[...]`` picks (default: the picks themselves, so
+    the plan balances picks); the busiest GPU and the least busy target are chosen by it, and a
+    round is kept only where it shortens the node's busiest GPU by more than ``min_gain``
+    (seconds; the copy's exposed transfer, so that a copy pays for itself)."""
+    f = (lambda m: m) if seconds is None else seconds
     slot = np.array(slot, dtype=np.float64)
     L, P = slot.shape
     Gn, S = gpus_per_node, slots_per_gpu
@@ -181,6 +187,7 @@ def plan(
     s = slot.reshape(C, Gn, S)  # a view: rounds write through to ``slot``
     x = np.asarray(phy2log).reshape(C, Gn, S)
     w = s.sum(-1)  # [C, Gn] picks per GPU
+    sec = f(s).sum(-1)  # [C, Gn] GEMM seconds per GPU
     cnt = np.zeros((C, Gn), dtype=np.int64)
     c_gpu = np.full((C, K), -1, dtype=np.int64)
     c_exp = np.full((C, K), -1, dtype=np.int64)
@@ -189,7 +196,7 @@ def plan(
     rows = np.arange(C)
     gpus = np.arange(Gn)
     for k in range(K if cap > 0 and Gn > 1 else 0):
-        h = w.argmax(1)
+        h = sec.argmax(1)
         j = s[rows, h].argmax(1)
         e = x[rows, h, j]
         a = s[rows, h, j]
@@ -197,16 +204,19 @@ def plan(
         holds |= ((c_exp[:, None, :] == e[:, None, None])
                   & (c_gpu[:, None, :] == gpus[None, :, None])).any(-1)  # earlier copies
         ok = ~holds & (cnt < cap)
-        t = np.where(ok, w, np.inf).argmin(1)
-        share = waterline(np.stack([w[rows, h] - a, w[rows, t]], 1), a)  # [C, 2]
-        m = np.where(ok[rows, t] & (e >= 0), share[:, 1], 0.0)
-        go = np.flatnonzero(m > 0)
+        t = np.where(ok, sec, np.inf).argmin(1)
+        m = waterline(np.stack([w[rows, h] - a, w[rows, t]], 1), a)[:, 1]  # [C]
+        h_new = sec[rows, h] - f(a) + f(a - m)
+        t_new = sec[rows, t] + f(m)
+        gain = sec[rows, h] - np.maximum(h_new, t_new)
+        go = np.flatnonzero(ok[rows, t] & (e >= 0) & (m > 0) & (gain > min_gain))
         if not go.size:
             break
         hg, tg, mg = h[go], t[go], m[go]
         s[go, hg, j[go]] -= mg
         w[go, hg] -= mg
         w[go, tg] += mg
+        sec[go, hg], sec[go, tg] = h_new[go], t_new[go]
         cnt[go, tg] += 1
         c_gpu[go, k], c_exp[go, k], c_src[go, k], c_pick[go, k] = tg, e[go], hg, mg
     node0 = (np.arange(C) % N * Gn)[:, None]  # first GPU of each cell's node

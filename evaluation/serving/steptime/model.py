@@ -194,19 +194,21 @@ class StepModel:
         more grouped-GEMM group on its GPU); keeps the copy seconds per layer (``_dup_s``: the
         busiest GPU's sent or received copies over NVLink) for `_lp_cost`."""
         topo, dup = self.topology, self.duplicate
+        curve = self.gpu.expert_table if tabulated else self.gpu.expert
+        one = self.expert_bytes / (topo.nvlink_gbps * 1e9)  # seconds of one copy over NVLink
         p = plan(slot, placement.phy2log, topo.gpus_per_node, topo.slots_per_gpu,
-                 dup.experts, self._dup_cap)
+                 dup.experts, self._dup_cap, curve.seconds,
+                 one if dup.overlap == "none" else 0.0)
         moe = self.gpu.seconds_fast(p.slot, tabulated)
         made = p.gpu >= 0
         L, G = moe.shape
         if made.any():
-            curve = self.gpu.expert_table if tabulated else self.gpu.expert
             flat = (np.arange(L)[:, None, None] * G + p.gpu)[made]
             moe += np.bincount(
                 flat, weights=curve.seconds(p.picks[made]), minlength=L * G
             ).reshape(L, G)
         busiest = np.maximum(p.copies(), p.sent()).max(1)  # [L] copies on the busiest GPU
-        self._dup_s = busiest * self.expert_bytes / (topo.nvlink_gbps * 1e9)
+        self._dup_s = busiest * one
         return moe, p.recv
 
     def _waterfill(self, batch: RankBatch, recv: np.ndarray):
