@@ -30,6 +30,7 @@ from eplb.evaluation.serving.simulator.planner import (
     trivial_placement,
 )
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
 
@@ -47,7 +48,8 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "lever": ("-", INPUT, "which lever the row applies (today = the placement running now)"),
     "option": ("-", INPUT, "the row's setting of that lever"),
     "slots": ("slots/layer", INPUT, "physical expert slots per MoE layer"),
-    "dispatch": ("-", INPUT, "how tokens split among an expert's replicas (even, or lp per batch)"),
+    "dispatch": ("-", INPUT, "how tokens split among an expert's replicas (even; lp per batch; "
+                 "duplicate: hot experts copied per micro-batch inside a node, UltraEP)"),
     "shared_expert": ("-", INPUT, "where the shared expert runs (local: each rank its own "
                       "tokens; waterfill: poured onto the less-loaded ranks, SGLang #19290)"),
     "balance": ("max/mean", COMPUTED,
@@ -112,6 +114,7 @@ class Context:
     redundant: tuple[int, ...]
     seed: int
     lp_overhead_s: float = LP_OVERHEAD_S
+    duplicate: DuplicateConfig = field(default_factory=DuplicateConfig)
     options: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     solved: dict = field(default_factory=dict)
@@ -187,6 +190,24 @@ def lever_waterfill(ctx: Context) -> list[Option]:
     ]
 
 
+def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
+    """Per-micro-batch expert duplication (``dispatch="duplicate"``, after UltraEP) on today's
+    placement and on the rebalanced one: its planner, copy transfer and spare HBM
+    (``duplicate``, a `DuplicateConfig`) are charged; skipped (with a note) where the unit
+    cannot duplicate (one GPU per node, no copies, a budget below one copy)."""
+    try:
+        ctx.duplicate.check_usable(ctx.gpus_per_node, float(ctx.model.expert_params))
+    except InputError as exc:
+        ctx.notes.append(f"dispatch_duplicate skipped: {exc}")
+        return []
+    new = ctx.solve(ctx.slots)
+    return [
+        Option("dispatch_duplicate", "today", ctx.slots, ctx.today, dispatch=DUPLICATE),
+        Option("dispatch_duplicate", f"{ctx.solver}+duplicate", ctx.slots, new,
+               dispatch=DUPLICATE, moved_from=ctx.today),
+    ]
+
+
 def lever_balanced(ctx: Context) -> list[Option]:
     """Perfectly balanced routing on today's slots: the bound no placement beats."""
     return [Option("bound", "perfect balance", ctx.slots, None)]
@@ -198,6 +219,7 @@ LEVERS: dict[str, Callable[[Context], list[Option]]] = {
     "redundant": lever_redundant,
     "dispatch_lp": lever_dispatch_lp,
     "waterfill": lever_waterfill,
+    "dispatch_duplicate": lever_dispatch_duplicate,
     "bound": lever_balanced,
 }
 
@@ -253,6 +275,10 @@ class _Scorer:
                                              memory_fraction=memory_fraction)
         except InputError:  # the weights alone overflow the HBM: the row cannot run
             self.kv_cap = 0
+        if opt.dispatch == DUPLICATE:  # the copies' spare HBM comes out of the KV cache
+            m = ctx.model
+            self.kv_cap = max(0, self.kv_cap - int(ctx.duplicate.hbm_gb * 1e9 // (
+                m.kv_bytes_per_token * m.num_layers)))
         self.fits = self.kv_cap > 0
         self.max_requests = self.kv_cap // kv_tokens
         self.keep = 1.0 - stall_fraction
@@ -263,7 +289,8 @@ class _Scorer:
                                hardware=ctx.hardware, dispatch=opt.dispatch,
                                micro_batches=unit.micro_batches,
                                lp_overhead_s=ctx.lp_overhead_s,
-                               shared_expert=opt.shared_expert)
+                               shared_expert=opt.shared_expert,
+                               duplicate=ctx.duplicate if opt.dispatch == DUPLICATE else None)
         placement = opt.placement
         if placement is not None:  # on the unit's topology object
             placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
@@ -407,6 +434,7 @@ def advise(
     rebalance_interval_s: float = 600.0,
     memory_fraction: float = 0.85,
     lp_overhead_s: float = LP_OVERHEAD_S,
+    duplicate: DuplicateConfig | None = None,
     max_tokens: int | None = None,
     seed: int = 0,
 ) -> Advice:
@@ -421,7 +449,9 @@ def advise(
     file; default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
     ``E + N`` rows. Rebalancing copies weights at ``migration_gbps`` (GB/s per GPU); with
     ``migration="stall"`` the unit stops for the copy, amortised over ``rebalance_interval_s``.
-    KV capacity per GPU: ``memory_fraction`` of the preset's HBM minus weights. Break-even
+    KV capacity per GPU: ``memory_fraction`` of the preset's HBM minus weights (and, for the
+    ``dispatch_duplicate`` rows, minus ``duplicate.hbm_gb``; ``duplicate``: a `DuplicateConfig`,
+    default its cited/assumed defaults). Break-even
     search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
     Returns an `Advice` (``table``: one row per option, `COLUMNS`).
     """
@@ -449,6 +479,10 @@ def advise(
     if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) \
             or not 0 <= lp_overhead_s < math.inf:
         raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
+    if duplicate is None:
+        duplicate = DuplicateConfig()
+    if not isinstance(duplicate, DuplicateConfig):
+        raise InputError(f"duplicate must be a DuplicateConfig, got {type(duplicate).__name__}")
     for name, seq in (("redundant", redundant), ("levers", levers)):
         if seq is not None and (isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence)):
             raise InputError(f"{name} must be a list, got {seq!r}")
@@ -488,7 +522,7 @@ def advise(
                 f"is {m.moe_layers} x {m.num_experts} on {topology} with {slots} slots"
             )
     ctx = Context(phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, m, hw,
-                  today, solver, red, seed, float(lp_overhead_s))
+                  today, solver, red, seed, float(lp_overhead_s), duplicate)
     opts: list[Option] = []
     for n in names:
         opts += LEVERS[n](ctx)
