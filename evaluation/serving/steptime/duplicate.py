@@ -179,7 +179,7 @@ def plan(
     round is kept only where it shortens the node's busiest GPU by more than ``min_gain``
     (seconds; the copy's exposed transfer, so that a copy pays for itself)."""
     f = (lambda m: m) if seconds is None else seconds
-    slot = np.array(slot, dtype=np.float64)
+    slot = np.array(slot, dtype=np.float64, order="C")  # C order: ``s`` below is a view
     L, P = slot.shape
     Gn, S = gpus_per_node, slots_per_gpu
     N = P // (Gn * S)
@@ -221,5 +221,5 @@ def plan(
         c_gpu[go, k], c_exp[go, k], c_src[go, k], c_pick[go, k] = tg, e[go], hg, mg
     node0 = (np.arange(C) % N * Gn)[:, None]  # first GPU of each cell's node
     glob = lambda a: np.where(a >= 0, a + node0, -1).reshape(L, N, K)  # noqa: E731
-    return DuplicatePlan(slot, glob(c_gpu), c_exp.reshape(L, N, K), glob(c_src),
+    return DuplicatePlan(s.reshape(L, P), glob(c_gpu), c_exp.reshape(L, N, K), glob(c_src),
                          c_pick.reshape(L, N, K), w.reshape(L, N * Gn))
