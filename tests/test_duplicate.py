@@ -150,8 +150,10 @@ def test_bad_options_and_topologies_are_refused():
                        (dict(overlap="next_layer"), "duplicate.overlap")):
         with pytest.raises(InputError, match=match):
             DuplicateConfig(**bad)
-    with pytest.raises(InputError, match="dispatch must be one of"):
+    with pytest.raises(InputError, match="dispatch must be one of even, .*, duplicate"):
         day6.replace(dispatch="duplicated")
+    with pytest.raises(InputError, match="unknown dispatch policy 'duplicated'"):
+        StepModel("decode", t8, dispatch="duplicated")
     with pytest.raises(InputError, match="per-source loads"):
         p = trivial_placement(deepseek_v3, t8)
         StepModel("decode", t8, dispatch="duplicate").time(

@@ -29,7 +29,7 @@ from eplb.evaluation.serving.config.schema import (
     _choice,
     _str,
 )
-from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig, check_dispatch
+from eplb.evaluation.serving.steptime.duplicate import DISPATCH, DUPLICATE, DuplicateConfig
 from eplb.evaluation.serving.steptime.waterfill import check_shared_expert
 from eplb.topology import Topology
 
@@ -106,7 +106,7 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
-        check_dispatch(self.dispatch)
+        _choice("dispatch", self.dispatch, DISPATCH)
         if self.dispatch == DUPLICATE:
             for phase in PHASES:
                 try:

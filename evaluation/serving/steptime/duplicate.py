@@ -50,9 +50,9 @@ DUP_PLANNER_S = 100e-6
 
 def check_dispatch(value) -> str:
     """``value`` if it names a serving dispatch policy (`DISPATCH`), else one `InputError`."""
-    if value not in DISPATCH:
+    if not isinstance(value, str) or value not in DISPATCH:
         raise InputError(
-            f"dispatch must be one of {', '.join(map(repr, DISPATCH))}, got {value!r}"
+            f"unknown dispatch policy {value!r}; available: {', '.join(DISPATCH)}"
         )
     return value
 
