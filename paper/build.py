@@ -708,14 +708,18 @@ def lever_settings() -> list[tuple]:
 def levers() -> dict:
     """Lever name -> StepModel options against ``even`` + local shared expert, net of the
     configured overheads (lp: `LP_OVERHEAD_S` per MoE layer and micro-batch; Waterfill: its
-    shipped shared-expert copies). A per-micro-batch duplication dispatch joins here when its
-    policy is registered (issue 21 part 3: the name ``duplicate``)."""
-    from eplb.executor.routing import POLICIES
+    shipped shared-expert copies; duplication, issue 21 part 3: `DuplicateConfig`'s defaults,
+    planner ~100 us per MoE layer and micro-batch and every copy's NVLink transfer on the
+    critical path as in UltraEP, or prefetched under the previous layer with no planner)."""
+    from eplb.evaluation.serving.steptime.duplicate import DISPATCH, DuplicateConfig
     out = {"lp": {"dispatch": "lp"}, "lp, no overhead": {"dispatch": "lp", "lp_overhead_s": 0.0},
            "waterfill": {"shared_expert": "waterfill"},
            "lp + waterfill": {"dispatch": "lp", "shared_expert": "waterfill"}}
-    if "duplicate" in POLICIES:  # pragma: no cover - the dup helper's policy
+    if "duplicate" in DISPATCH:
         out["duplication"] = {"dispatch": "duplicate"}
+        out["duplication, prefetched, no planner"] = {
+            "dispatch": "duplicate",
+            "duplicate": DuplicateConfig(planner_s=0.0, overlap="previous_layer")}
     return out
 
 
@@ -745,6 +749,7 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
     from eplb.evaluation.serving import RankBatch, StepModel
     from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
     m = serving.ClusterConfig.deepseek_day6().model_spec
+    L = m.moe_layers
     by_stem = {f.stem: f for f in files}
     lev = levers()
     rows = []
@@ -753,6 +758,10 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
         load = traces.read(by_stem[stem]).load()
         prob = load / load.sum(1, keepdims=True)
         p = solvers.solve("deepseek", load, topo, num_groups=8)
+        if label == "Day-6":  # where the placement's imbalance sits: GPUs vs whole nodes
+            gpu_imb, node_imb = _gpu_and_node_imbalance(p, prob)
+            out[f"lever_day6_{phase}_gpu_imb"] = f"{gpu_imb:.3f}"
+            out[f"lever_day6_{phase}_node_imb"] = f"{node_imb:.3f}"
         hw = get_hardware(hw_name)
         models = {"even": StepModel(phase, topo, hardware=hw)}
         models.update({k: StepModel(phase, topo, hardware=hw, **v) for k, v in lev.items()})
@@ -766,6 +775,9 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
                      for _ in range(steps)]
             secs = {k: np.mean([sm.time_routed(batch, routed[k], d, picks=True).total_s
                                 for d in draws]) for k, sm in models.items()}
+            if label == "Day-6" and tok == LEVER_TOKENS[phase][-1]:  # GEMM time per layer
+                st = models["even"].time_routed(batch, routed["even"], draws[0], picks=True)
+                out[f"lever_day6_{phase}_moe_us"] = f"{1e6 * st.breakdown['moe'] / (2 * L):.0f}"
             for k in lev:
                 rows.append({"setting": label, "phase": phase, "tokens_per_rank": tok,
                              "lever": k, "gain_pct": 100 * (secs["even"] / secs[k] - 1)})
@@ -784,7 +796,7 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
     plt = plots._plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     styles = {"Day-6": "-", "SGLang 2x8 +16": "--", "SGLang 2x8 +32": ":"}
-    colors = dict(zip(lev, ["C0", "C1", "C2", "C3", "C4"], strict=False))
+    colors = dict(zip(lev, ["C0", "C1", "C2", "C3", "C4", "C5"], strict=False))
     for ax, phase in zip(axes, ("decode", "prefill"), strict=True):
         for (label, k), part in df[df["phase"] == phase].groupby(["setting", "lever"]):
             ax.plot(part["tokens_per_rank"], part["gain_pct"], styles[label],
@@ -809,7 +821,78 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
         f"{g.max():.2f}"
     ov = LP_OVERHEAD_S * m.moe_layers * 2
     out["lever_lp_overhead_ms"] = f"{1e3 * ov:.1f}"
+    from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig
+    dup = DuplicateConfig()
+    out["lever_dup_planner_ms"] = f"{1e3 * dup.planner_s * m.moe_layers * 2:.1f}"
+    out["lever_dup_copy_us"] = f"{1e6 * m.expert_params / (day6_nvlink_gbps() * 1e9):.0f}"
+    out["lever_dup_experts"], out["lever_dup_hbm_gb"] = str(dup.experts), f"{dup.hbm_gb:g}"
+    dup_rows = _duplicate_on_trivial(by_stem, lev, steps, seed)
+    atomic_write_text(OUT / "tables" / "levers_duplicate_trivial.md", markdown(
+        pd.DataFrame(dup_rows).pivot_table(index=["phase", "tokens_per_rank"], columns="lever",
+                                           values="gain_pct").reset_index(),
+        digits=3, index=False))
+    for phase in ("decode", "prefill"):
+        part = [r for r in dup_rows if r["phase"] == phase and r["lever"] == "duplication"]
+        out[f"lever_dup_trivial_{phase}_max"] = f"{max(r['gain_pct'] for r in part):.2f}"
+        out[f"lever_dup_trivial_{phase}_break_even"] = _break_even(
+            [r["tokens_per_rank"] for r in part], [r["gain_pct"] for r in part])
+    for phase in ("decode", "prefill"):
+        d6 = df[(df["setting"] == "Day-6") & (df["phase"] == phase)]
+        for k, key in (("duplication", "dup"), ("duplication, prefetched, no planner", "dupfree")):
+            g = d6[d6["lever"] == k]["gain_pct"]
+            out[f"lever_{key}_{phase}_min"] = f"{g.min():.2f}"
+            out[f"lever_{key}_{phase}_max"] = f"{g.max():.2f}"
     out["lever_steps"] = str(steps)
+
+
+def _gpu_and_node_imbalance(p, prob) -> tuple[float, float]:
+    """Busiest GPU's and busiest node's mean GPU picks over the mean GPU's, even split of the
+    expected load ``prob: float[L, E]`` through ``p``, averaged over layers."""
+    from eplb.evaluation import traffic
+    rt = traffic.slot_routing(p, "even", 8, 4)
+    slot = np.take_along_axis(prob, rt.expert, 1) * rt.share
+    topo = p.topology
+    g = slot.reshape(slot.shape[0], topo.num_gpus, -1).sum(-1)
+    n = g.reshape(g.shape[0], topo.num_nodes, -1).mean(-1)
+    return float((g.max(1) / g.mean(1)).mean()), float((n.max(1) / g.mean(1)).mean())
+
+
+def _duplicate_on_trivial(by_stem: dict, lev: dict, steps: int, seed: int) -> list[dict]:
+    """E8b: duplication's gain over even split on the Day-6 units with the trivial placement
+    (slot p holds expert p mod E: no EPLB, so the imbalance sits inside nodes too), drawn as
+    `levers_study` draws its steps."""
+    from eplb.evaluation.serving import RankBatch, StepModel
+    from eplb.evaluation.serving.config.hardware import get_hardware
+    from eplb.evaluation.serving.config.model import deepseek_v3
+    from eplb.evaluation.serving.simulator.planner import trivial_placement
+    rows = []
+    for _, phase, topo, hw_name, stem in lever_settings()[:2]:
+        load = traces.read(by_stem[stem]).load()
+        prob = load / load.sum(1, keepdims=True)
+        p = trivial_placement(deepseek_v3, topo)
+        hw = get_hardware(hw_name)
+        keys = [k for k in lev if k.startswith("duplication")]
+        models = {"even": StepModel(phase, topo, hardware=hw)}
+        models.update({k: StepModel(phase, topo, hardware=hw, **lev[k]) for k in keys})
+        routed = {k: sm.prepare(p, load) for k, sm in models.items()}
+        rng = np.random.default_rng(seed)
+        G = topo.num_gpus
+        for tok in LEVER_TOKENS[phase]:
+            batch = RankBatch.uniform(phase, G, tokens=tok, context=1024 if phase == "prefill"
+                                      else 2000)
+            draws = [rng.multinomial(int(deepseek_v3.top_k * tok * G), prob).astype(float)
+                     for _ in range(steps)]
+            secs = {k: np.mean([sm.time_routed(batch, routed[k], d, picks=True).total_s
+                                for d in draws]) for k, sm in models.items()}
+            rows += [{"phase": phase, "tokens_per_rank": tok, "lever": k,
+                      "gain_pct": 100 * (secs["even"] / secs[k] - 1)} for k in keys]
+    return rows
+
+
+def day6_nvlink_gbps() -> float:
+    """The Day-6 units' effective NVLink GB/s (the copies' bandwidth in the step-time model)."""
+    from eplb.evaluation import serving
+    return float(serving.ClusterConfig.deepseek_day6().topology("prefill").nvlink_gbps)
 
 
 def default_data() -> Path:
