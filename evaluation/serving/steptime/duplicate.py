@@ -16,7 +16,8 @@ the copy's exposed transfer. A round never raises the node's maximum, conserves 
 never puts two copies of an expert on one GPU. Costs (`DuplicateConfig`): the planner's
 seconds, the copy bytes (``ModelSpec.expert_params``, FP8) over the unit's NVLink bandwidth,
 hidden behind the previous layer or not (``overlap``), and the spare HBM the copies need
-(taken from the KV cache). docs/serving.md, "Dispatch-time balancing"."""
+(taken from the KV cache). docs/serving.md, "Per-micro-batch expert
+duplication"."""
 
 from __future__ import annotations
 
