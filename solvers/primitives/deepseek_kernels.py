@@ -28,24 +28,55 @@ def pack(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
             np.zeros((X, n), dtype=np.int64),
         )
     order = np.argsort(-weight, axis=1, kind="stable")
-    pack_w = np.zeros((X, num_packs), dtype=weight.dtype)
-    pack_n = np.zeros((X, num_packs), dtype=np.int64)
+    w = np.take_along_axis(weight, order, axis=1)  # heaviest first
+    choice = np.empty((X, n), dtype=np.int64)  # pack of the j-th heaviest item
+    rank = np.empty((X, n), dtype=np.int64)
+    # rows whose num_packs heaviest items are all > 0 put them in packs 0, 1, ... in turn
+    # (each lands on the first still-empty pack): skip those steps
+    fast = w[:, num_packs - 1] > 0
+    for rows, start in ((np.nonzero(fast)[0], num_packs), (np.nonzero(~fast)[0], 0)):
+        if rows.size:
+            choice[rows], rank[rows] = _pack_sorted(w[rows], num_packs, per, start)
     packs = np.empty((X, n), dtype=np.int64)
     ranks = np.empty((X, n), dtype=np.int64)
-    rows = np.arange(X)
-    full = np.zeros((X, num_packs), dtype=bool)
-    masked = np.empty_like(pack_w)
-    for j in range(n):
-        item = order[:, j]
-        np.copyto(masked, pack_w)
-        masked[full] = np.inf
-        p = masked.argmin(axis=1)
-        packs[rows, item] = p
-        ranks[rows, item] = pack_n[rows, p]
-        pack_w[rows, p] += weight[rows, item]
-        pack_n[rows, p] += 1
-        full[rows, p] = pack_n[rows, p] >= per
+    np.put_along_axis(packs, order, choice, axis=1)
+    np.put_along_axis(ranks, order, rank, axis=1)
     return packs, ranks
+
+
+def _pack_sorted(
+    w: np.ndarray, m: int, per: int, start: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`pack` on items already sorted heaviest first, ``w: float32[X, n]``, into ``m`` packs of
+    ``per``; the first ``start`` (0 or ``m``) items go to packs ``0..start-1``. Returns the pack
+    and the rank of each sorted item, ``int64[X, n]`` each."""
+    X, n = w.shape
+    choice = np.empty((X, n), dtype=np.int64)
+    rank = np.empty((X, n), dtype=np.int64)
+    key = np.zeros((X, m), dtype=w.dtype)  # pack weight; inf once the pack is full
+    cnt = np.zeros(X * m, dtype=np.int64)
+    if start:
+        choice[:, :m] = np.arange(m)
+        rank[:, :m] = 0
+        key[:] = w[:, :m]
+        cnt[:] = 1
+        if per == 2:  # the rest fill the packs lightest first (lowest index on ties)
+            choice[:, m:] = np.argsort(key, axis=1, kind="stable")
+            rank[:, m:] = 1
+            return choice, rank
+    flat = key.reshape(-1)
+    base = np.arange(X) * m
+    for j in range(start, n):
+        p = key.argmin(axis=1)
+        f = base + p
+        choice[:, j] = p
+        c = cnt[f]
+        rank[:, j] = c
+        c += 1
+        cnt[f] = c
+        flat[f] += w[:, j]
+        flat[f[c >= per]] = np.inf
+    return choice, rank
 
 
 def replicate(weight: np.ndarray, num_phy: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -85,31 +85,54 @@ def lpt(
     rows = np.arange(X)
     gpu = np.zeros((X, G))
     fill = np.zeros((X, G), dtype=np.int64)
-    holds = np.zeros((X, E, G), dtype=np.int16)
     slot_e = np.zeros((X, G, S), dtype=np.int64)
     slot_s = np.zeros((X, G, S))
     avail = np.zeros((X, G))  # GPU load, inf once the GPU is full
+    # flat views: one 1-D index per update instead of a tuple of index arrays
+    gpu_f, fill_f, avail_f = gpu.reshape(-1), fill.reshape(-1), avail.reshape(-1)
+    slot_e_f, slot_s_f = slot_e.reshape(-1), slot_s.reshape(-1)
+    row_g = rows * G
+    # an expert's replicas are consecutive items (equal per-replica load, stable sort), so
+    # the GPUs holding the item's expert are those its run of items took so far
+    held = np.zeros((X, G), dtype=bool)
+    held_f = held.reshape(-1)
+    prev = np.full(X, -1, dtype=np.int64)
+    inf = np.inf
+    any_stuck = False
     for j in range(P):
         e, s_j = item_e[:, j], item_s[:, j]
-        held = holds[rows, e]  # [X, G] replicas of this item's expert per GPU
+        held &= (e == prev)[:, None]
+        prev = e
         score = avail
         if node_penalty is not None:
             h = held.reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
             score = avail + np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
-        free = np.where(held > 0, np.inf, score)
+        free = np.where(held, inf, score)
         g = free.argmin(1)
-        stuck = ~np.isfinite(free[rows, g])
+        fg = row_g + g
+        stuck = ~np.isfinite(free.reshape(-1)[fg])
         if stuck.any():  # every GPU with room holds this expert (or a huge node penalty
             # overflowed to inf): accept a duplicate on a GPU with room, repair later
-            room = np.where(fill < S, np.minimum(score, np.finfo(float).max), np.inf)
+            any_stuck = True
+            room = np.where(fill < S, np.minimum(score, np.finfo(float).max), inf)
             g[stuck] = room[stuck].argmin(1)
-        k = fill[rows, g]
-        slot_e[rows, g, k] = e
-        slot_s[rows, g, k] = s_j
-        gpu[rows, g] += s_j
-        fill[rows, g] = k + 1
-        avail[rows, g] = np.where(k + 1 >= S, np.inf, gpu[rows, g])
-        holds[rows, e, g] += 1
+            fg = row_g + g
+        k = fill_f[fg]
+        at = fg * S + k
+        slot_e_f[at] = e
+        slot_s_f[at] = s_j
+        load_g = gpu_f[fg] + s_j
+        gpu_f[fg] = load_g
+        k += 1
+        fill_f[fg] = k
+        avail_f[fg] = np.where(k >= S, inf, load_g)
+        held_f[fg] = True
+    holds = np.zeros((X, E, G), dtype=np.int16)
+    at = (rows[:, None, None], slot_e, np.arange(G)[None, :, None])
+    if any_stuck:  # a GPU may hold an expert twice
+        np.add.at(holds, at, 1)
+    else:
+        holds[at] = 1
     packed = Packed(slot_e, slot_s, gpu, holds)
     if packed.duplicates().any():
         repair_duplicates(packed)
