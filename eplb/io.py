@@ -170,6 +170,41 @@ def sglang_map(p: Placement, num_model_layers: int | None = None) -> np.ndarray:
 _RUNTIME = {"sglang": "SGLang", "trtllm": "TensorRT-LLM", "vllm": "vLLM"}
 
 
+# the field each runtime reads an expert id per slot from, and what it does with a -1 there
+_SLOT_FIELD = {
+    "sglang": ("physical_to_logical_map",
+               "its loader appends slot p to logical_to_all_physical_map[layer][-1], so the "
+               "slot would serve the last expert without its weights"),
+    "trtllm": ("initial_global_assignments",
+               "its MoE load balancer loads the weights of the expert id in every slot (some "
+               "releases assert every row is a permutation with repeats of 0..E-1)"),
+    "vllm": ("initial_global_assignments",
+             "its mapping loader requires every slot to hold a logical expert id 0..E-1"),
+}
+
+
+def check_no_empty_slots(p: Placement, fmt: str) -> None:
+    """Refuse a runtime export of a placement with empty slots (``-1``: failed GPUs, or the
+    unused slots of a replica budget such as ``craft``): SGLang, TensorRT-LLM and vLLM read
+    one expert id per slot and none of them has a value meaning "no expert"."""
+    field, why = _SLOT_FIELD[fmt]
+    if p.topology.failed_gpus:
+        raise InputError(
+            f"the placement leaves failed GPUs {list(p.topology.failed_gpus)} empty; "
+            f"{_RUNTIME[fmt]} files have no empty slot ({field}): export the native format, "
+            "or solve for the smaller cluster that is left"
+        )
+    empty = p.phy2log < 0
+    if empty.any():
+        layer, slot = (int(i[0]) for i in np.nonzero(empty))
+        raise InputError(
+            f"{field} cannot express an empty slot: {int(empty.sum())} slots are -1 (first: "
+            f"layer {int(p.layer_ids[layer])}, slot {slot}) and {_RUNTIME[fmt]} would misread "
+            f"them ({why}). Solve with a policy that fills every slot (--solver greedy or any "
+            "but craft, whose budget leaves slots empty), or export the native format"
+        )
+
+
 def vllm_record(p: Placement) -> dict:
     """vLLM's offline-EPLB mapping record: ``initial_global_assignments`` maps the MoE-layer
     index ``"0".."L-1"`` (the placement's rows in model-layer order) to that layer's
@@ -218,12 +253,8 @@ def write_placement(
     if num_model_layers is not None and fmt != "sglang":
         raise InputError(f"num_model_layers applies to the sglang format only, not {fmt}")
     p = placement
-    if fmt in ("sglang", "trtllm", "vllm") and p.topology.failed_gpus:
-        raise InputError(
-            f"the placement leaves failed GPUs {list(p.topology.failed_gpus)} empty; "
-            f"{_RUNTIME[fmt]} files have no empty slot: export the native format, or solve "
-            "for the smaller cluster that is left"
-        )
+    if fmt in ("sglang", "trtllm", "vllm"):
+        check_no_empty_slots(p, fmt)
     if fmt in ("sglang", "trtllm"):
         check_model_layer_ids(p, _RUNTIME[fmt], layer_ids_are_model_ids)
     if fmt == "native":

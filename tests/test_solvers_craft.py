@@ -13,6 +13,7 @@ from eplb import InputError, Placement, Topology, solvers
 from eplb.evaluation.serving.config import ClusterConfig, presets
 from eplb.evaluation.serving.config.budget import kv_capacity_for_slots, with_placement_memory
 from eplb.evaluation.serving.results.steady import steady_state
+from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.policies.craft import replica_plan
 from eplb.solvers.primitives.replica_budget import knapsack, layer_curves
 from eplb.testing import assert_valid_placement, check_solver
@@ -130,3 +131,39 @@ def test_kv_capacity_follows_used_slots():
     full_p = Placement(full_p.phy2log[rows], model.num_experts, topo)
     b = steady_state(config, "decode", batch=64, placement=full_p, load=load[rows])
     assert a["kv_usage"] < b["kv_usage"]
+
+
+def test_previous_relabels_within_the_memory_layout():
+    """With ``previous=`` craft relabels GPUs to keep replicas, a GPU only taking a place with
+    the same used-slot count per layer: the per-GPU expert memory is unchanged, the same load
+    moves nothing, and a changed load moves no more than leaving the labels as solved."""
+    rng = np.random.default_rng(3)
+    topo = Topology(2, 4, 6)
+    load = rng.gamma(0.3, 100.0, (6, 32))
+    a = solvers.solve("craft", load, topo, redundancy=0.5, budget=0)
+    same = solvers.solve("craft", load, topo, redundancy=0.5, budget=0, previous=a)
+    assert same.meta["solver"]["relabeled"] and same.meta["solver"]["replicas_moved_total"] == 0
+    other = load * rng.uniform(0.5, 1.5, load.shape)
+    fresh = solvers.solve("craft", other, topo, redundancy=0.5, budget=0)
+    b = solvers.solve("craft", other, topo, redundancy=0.5, budget=0, previous=a)
+    def per_gpu(p):  # used slots per GPU over the layers, sorted
+        return np.sort((p.phy2log.reshape(6, 8, 6) >= 0).sum((0, 2)))
+
+    assert (per_gpu(b) == per_gpu(fresh)).all()
+    assert np.allclose(np.sort(b.gpu_load(other), 1), np.sort(fresh.gpu_load(other), 1))
+    unlabeled = replicas_moved(a, fresh).sum()
+    assert b.meta["solver"]["replicas_moved_total"] <= unlabeled
+
+
+def test_max_gpu_slots_caps_expert_memory():
+    rng = np.random.default_rng(4)
+    topo = Topology(1, 4, 6)
+    load = rng.gamma(0.3, 100.0, (5, 16))  # 80 slots for one replica each, 120 in all
+    free = solvers.solve("craft", load, topo, budget=0)
+    cap = free.meta["solver"]["expert_slots_per_gpu"] - 4
+    p = solvers.solve("craft", load, topo, budget=0, max_gpu_slots=cap)
+    info = p.meta["solver"]
+    assert info["expert_slots_per_gpu"] <= cap and info["total_slots"] < 5 * 24
+    assert_valid_placement(p, load)
+    with pytest.raises(InputError, match="max_gpu_slots"):
+        solvers.solve("craft", load, topo, max_gpu_slots=19)  # 80 slots on 4 GPUs need 20

@@ -14,7 +14,9 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.placement import Placement
+from eplb.solvers.primitives.relabel import relabel
 from eplb.solvers.primitives.replica_budget import (
+    Curves,
     balance_memory,
     expert_slots_per_gpu,
     layer_curves,
@@ -51,26 +53,56 @@ def replica_plan(
     *,
     total_slots: int | None = None,
     redundancy: float | None = None,
+    max_gpu_slots: int | None = None,
     budget: int = 10_000,
+    curves: Curves | None = None,
 ) -> dict:
     """The per-layer split of a slot budget for ``load: float64[L, E]`` on ``topology`` (no
     failed GPUs; for `eplb advise`): ``phy2log: int64[L, P]`` (``-1`` unused),
     ``used_slots: int64[L]``, ``objective`` (sum over layers of the max GPU load, tokens: the
     MoE part of a step's time), ``uniform_objective`` (uniform replication at the same budget,
     same packing), ``bound`` (no split or packing within the budget does better),
-    ``total_slots`` and ``expert_slots_per_gpu`` (routed experts one GPU keeps, all layers)."""
+    ``total_slots`` (the budget used) and ``expert_slots_per_gpu`` (routed experts the
+    fullest GPU keeps, all layers).
+
+    ``max_gpu_slots``: at most that many routed experts on one GPU summed over the layers
+    (its expert weight memory); the budget shrinks to the largest that fits (bisection on
+    the memory-balanced layouts, `balance_memory`). ``curves``: `layer_curves` of ``load``
+    already computed (several budgets on one load)."""
     load = np.asarray(load, dtype=np.float64)
     L, E = load.shape
     G, S = topology.num_gpus, topology.slots_per_gpu
     total = resolve_budget(L, E, topology.num_slots, total_slots, redundancy)
-    curves = layer_curves(load, G, S, budget=budget)
-    split = split_budget(load, curves, total)
+    if curves is None:
+        curves = layer_curves(load, G, S, budget=budget)
     rows = np.arange(L)
-    k = split["k"]
-    phy2log = balance_memory(curves.phy2log[rows, k], S)
+
+    def attempt(t: int) -> tuple[dict, np.ndarray]:
+        split = split_budget(load, curves, t)
+        return split, balance_memory(curves.phy2log[rows, split["k"]], S)
+
+    split, phy2log = attempt(total)
+    if max_gpu_slots is not None and expert_slots_per_gpu(phy2log, S) > max_gpu_slots:
+        cap = int(max_gpu_slots)
+        lo, hi = L * E, min(total, G * cap)  # lo: no redundant slot; hi: an upper bound
+        split, phy2log = attempt(lo)
+        if expert_slots_per_gpu(phy2log, S) > cap:
+            raise InputError(
+                f"craft: max_gpu_slots {cap} cannot hold the {L * E} slots one replica of "
+                f"every expert needs on {G} GPUs (the layout needs "
+                f"{expert_slots_per_gpu(phy2log, S)}); raise max_gpu_slots"
+            )
+        while lo < hi:  # the largest budget whose layout fits (the last fitting one kept)
+            mid = (lo + hi + 1) // 2
+            s_mid, p_mid = attempt(mid)
+            if expert_slots_per_gpu(p_mid, S) <= cap:
+                lo, split, phy2log = mid, s_mid, p_mid
+            else:
+                hi = mid - 1
+        total = lo
     return {
         "phy2log": phy2log,
-        "used_slots": curves.used[rows, k],
+        "used_slots": curves.used[rows, split["k"]],
         "objective": split["objective"],
         "uniform_objective": split["uniform_objective"],
         "bound": split["bound"],
@@ -85,18 +117,25 @@ def craft(
     load: np.ndarray,
     topology: Topology,
     *,
+    previous: Placement | None = None,
     total_slots: PositiveInt | None = None,
     redundancy: float | None = None,
+    max_gpu_slots: PositiveInt | None = None,
     budget: NonNegInt = 10_000,
 ) -> Placement:
     """Per-layer replica budgets on ``load: float64[L, E]`` (module docstring, `replica_plan`).
 
     ``total_slots``: used expert slots summed over all layers (``>= L * E``; above ``L * P``
     every slot is used); or ``redundancy``: the fraction of the ``L * (P - E)`` redundant
-    slots to use (default: all). ``budget``: swap iterations per packing.
+    slots to use (default: all). ``max_gpu_slots``: routed experts one GPU may keep summed
+    over the layers (its expert weight memory; the budget shrinks to fit). ``budget``: swap
+    iterations per packing. ``previous``: the live placement; GPUs are relabeled to keep its
+    replicas (`relabel`), a GPU only taking the place of one with the same used-slot count in
+    each layer, so every GPU's expert memory stays as balanced (``meta["solver"]["relabeled"]``).
     """
     plan = replica_plan(
-        load, topology, total_slots=total_slots, redundancy=redundancy, budget=budget
+        load, topology, total_slots=total_slots, redundancy=redundancy,
+        max_gpu_slots=max_gpu_slots, budget=budget,
     )
     info = {
         "policy": "craft",
@@ -107,7 +146,15 @@ def craft(
         "bound_sum": plan["bound"],
         "split_source": plan["source"],
         "expert_slots_per_gpu": plan["expert_slots_per_gpu"],
+        "max_gpu_slots": max_gpu_slots,
         "exact": "knapsack optimal for the per-layer greedy curves; bound_sum bounds every "
         "split and packing",
     }
-    return Placement(plan["phy2log"], load.shape[1], topology, meta={"solver": info})
+    if previous is not None:
+        info["relabeled"] = True
+    out = Placement(plan["phy2log"], load.shape[1], topology, meta={"solver": info})
+    if previous is not None:
+        L, S = out.num_layers, topology.slots_per_gpu
+        used = (out.phy2log.reshape(L, topology.num_gpus, S) >= 0).sum(2)
+        out = relabel(out, previous, classes=used)
+    return out

@@ -95,11 +95,16 @@ def _order_slots(new_slots: np.ndarray, old_slots: np.ndarray) -> np.ndarray:
     return perm
 
 
-def relabel(placement: Placement, previous: Placement) -> Placement:
+def relabel(
+    placement: Placement, previous: Placement, *, classes: np.ndarray | None = None
+) -> Placement:
     """``placement`` with GPUs, nodes and slots relabeled to keep ``previous``'s replicas.
 
     The multiset of GPU loads, each GPU's set of replicas (up to relabeling), node membership
-    of groups and the shares of every replica are unchanged.
+    of groups and the shares of every replica are unchanged. ``classes: int[L, G]``: a GPU
+    of ``placement`` only takes the position of a GPU of its own class in that layer (e.g. its
+    used-slot count, so each position's expert memory summed over layers is kept; the
+    identity always qualifies, so every GPU finds one).
     """
     check_pair(previous, placement)
     topo = placement.topology
@@ -109,6 +114,9 @@ def relabel(placement: Placement, previous: Placement) -> Placement:
     old_e = previous.phy2log.reshape(L, G, S)
     share = None if placement.replica_share is None else placement.replica_share.reshape(L, G, S)
     ov = overlap(new_e, old_e, placement.num_experts)
+    if classes is not None:  # a class match outweighs every overlap a layer can have
+        cls = np.asarray(classes).reshape(L, G)
+        ov = ov + (P + 1) * (cls[:, :, None] == cls[:, None, :])
     out_e = np.empty_like(new_e)
     out_s = None if share is None else np.empty_like(share)
     # target[layer, g]: the old GPU position new GPU g takes

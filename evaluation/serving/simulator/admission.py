@@ -13,6 +13,7 @@ import numpy as np
 from eplb.evaluation.serving import balancers
 from eplb.evaluation.serving.balancers import RankState, RequestBatch
 from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig
+from eplb.evaluation.serving.config.budget import kv_capacity_for_slots
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches
 from eplb.evaluation.serving.simulator.events import ARRIVE, D_WAKE
 
@@ -97,13 +98,27 @@ class Admission:
         self.policy = sch.policy
         self.reserve_out = sch.reserved_decode_tokens  # None: the whole output
         cap = du.kv_capacity_tokens
-        self.kv_cap = math.inf if cap is None else float(cap)
+        self.kv_cap = np.full(du.count * Gd, math.inf if cap is None else float(cap))
         self.retracts = self.reserve_out is not None and cap is not None
         Rd = du.count * Gd
         self.d_res_blocks = np.zeros(Rd)  # KV blocks reserved per decode rank
         self.d_prompt = np.zeros(Rd)  # prompt KV of reserved, not yet running requests
         self.r_wait: deque[int] = deque()  # waiting for a decode reservation (before_prefill)
         self.r_offered = -1
+
+    def size_kv(self, unit: int, expert_slots: int) -> None:
+        """Decode unit ``unit``'s ranks hold at most ``expert_slots`` routed experts each,
+        summed over layers (`Planner.reserve`), not ``slots_per_gpu`` in every layer: their KV
+        capacity grows by the tokens the freed FP8 expert weights hold
+        (`config.budget.kv_capacity_for_slots`). Sized once at the start, as an engine sizes
+        its KV pool from the memory left after loading weights."""
+        layers = self.cfg.model_spec.moe_layers
+        cap = kv_capacity_for_slots(self.cfg, "decode", expert_slots, layers)
+        if cap is None:
+            return
+        sl = slice(unit * self.Gd, (unit + 1) * self.Gd)
+        self.kv_cap[sl] = float(cap)
+        self.d_state.kv_blocks_capacity[sl] = cap // self.bs
 
     # ------------------------------------------------------------------ arrivals
     def maybe_arrival_event(self) -> None:
@@ -551,7 +566,7 @@ class Admission:
         sl = slice(unit.index * self.Gd, (unit.index + 1) * self.Gd)
         used = self.d_prompt[sl] + unit.kv
         np.maximum(self.d_res_blocks[sl], used / self.bs, out=self.d_state.kv_blocks_used[sl])
-        over = used - self.kv_cap
+        over = used - self.kv_cap[sl]
         return over if (over > 0).any() else None
 
     def retracted(self, unit, idx: list[int], t: float) -> None:

@@ -123,6 +123,9 @@ class EplbLoop:
                         lambda pop=pop: pop.mean(0.0, eplb.rebalance_interval_s),
                     )
                 )
+                cap = pl.reserve(unit.placement)  # empty slots: weight memory freed for KV
+                if phase == "decode" and cap is not None:
+                    sim.admission.size_kv(unit.index, cap)
                 self.schedule(eplb.rebalance_interval_s, phase, unit)
 
     def schedule(self, t: float, phase: str, unit) -> None:

@@ -18,6 +18,7 @@ from eplb.errors import InfeasibleError
 from eplb.evaluation.serving.config import EplbConfig
 from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.placement import Placement
+from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
 from eplb.topology import Topology
 
 __all__ = ["Plan", "Planner", "emptied", "gpu_balance", "migration_bytes", "patch_orphans"]
@@ -166,6 +167,22 @@ class Planner:
         self.unit_key = unit_key
         self.expert_bytes = float(model.expert_params)  # FP8 weights: one byte per parameter
         self.calls = 0
+        # routed experts a GPU may keep summed over layers (its expert weight memory) once the
+        # initial placement left slots empty (`reserve`); None: every slot's weights held
+        self.max_gpu_slots: int | None = None
+
+    def reserve(self, placement: Placement | None) -> int | None:
+        """Fix the unit's expert weight memory from its initial ``placement``: when it leaves
+        live slots empty (a replica budget, ``craft``), its fullest GPU's routed experts
+        summed over layers become ``max_gpu_slots``, the cap every later solve that takes
+        it is given, so the KV cache sized from the freed memory at the start is never taken
+        back. Returns the cap (None: all slots used)."""
+        S = self.topology.slots_per_gpu
+        if placement is None or not (placement.phy2log[:, placement.topology.slot_alive] < 0).any():
+            self.max_gpu_slots = None
+        else:
+            self.max_gpu_slots = expert_slots_per_gpu(placement.phy2log, S)
+        return self.max_gpu_slots
 
     @property
     def rebalances(self) -> bool:
@@ -183,6 +200,11 @@ class Planner:
     def _solve(self, name: str, load: np.ndarray, previous: Placement | None) -> Placement:
         self.calls += 1
         opts = dict(self.config.options) if name == self.config.solver else {}
+        if self.max_gpu_slots is not None and "max_gpu_slots" in solvers.options(name):
+            cap = opts.get("max_gpu_slots")
+            opts["max_gpu_slots"] = self.max_gpu_slots if cap is None else min(
+                int(cap), self.max_gpu_slots
+            )
         return solvers.solve(
             name,
             load,
