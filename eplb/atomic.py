@@ -473,6 +473,9 @@ def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
     old = None
     if out.is_dir():
         _refuse_foreign(out, shown)  # re-checked at the swap: files may have appeared
+    elif os.path.lexists(out):
+        raise InputError(f"cannot write the folder {shown}: it exists and is not a folder; "
+                         "choose a new folder name")
     try:
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.", suffix=".old",
@@ -555,6 +558,18 @@ class Stage:
 
 def _move(src: Path, dst: Path) -> None:
     target = _resolve_target(dst)
+    try:
+        st = os.stat(target)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        # /dev/null, /dev/full, a FIFO: never rename over a device node; write into it
+        try:
+            with open(src, "rb") as fh, open(target, "wb") as out:
+                shutil.copyfileobj(fh, out)
+        except OSError as exc:
+            raise write_error(dst, exc) from None
+        return
     try:
         os.replace(src, target)
     except OSError as exc:
