@@ -20,12 +20,13 @@ import numpy as np
 
 from eplb import solvers
 from eplb.atomic import atomic_write_text
-from eplb.evaluation.serving.advise import _load_of
+from eplb.evaluation.serving.advise import _load_of, advise
 from eplb.evaluation.serving.config import UnitConfig
 from eplb.evaluation.serving.config.hardware import get_hardware
 from eplb.evaluation.serving.config.model import get_model
 from eplb.evaluation.serving.simulator.planner import trivial_placement
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.evaluation.serving.steptime.curves import ExpertCurve
 from eplb.evaluation.serving.steptime.gpu_side import GpuSide
 from eplb.evaluation.serving.steptime.routing import per_gpu
 
@@ -36,6 +37,7 @@ BEGIN, END = "<!-- decode_gap:begin -->", "<!-- decode_gap:end -->"
 DECODE = {"decode_in2000out100.json": (2000, 100), "decode_in1000out1000.json": (1000, 1000)}
 PREFILL_DUMPS = ("prefill_in1024.json", "prefill_in2048.json")
 PUBLISHED = 1.54  # SGLang's decode EPLB speedup 2.54x as a gain
+PREFILL_4K = (50302.0, 59337.0)  # SGLang 4K prefill: default (real routing, EPLB), perfect EPLB
 REQUESTS = 256  # per rank (SGLang's decode run)
 
 
@@ -55,6 +57,23 @@ class MeanConfigGpu(GpuSide):
 
     def seconds_fast(self, slot, tabulated):
         return self._linear(slot)
+
+
+MULTI_GROUP_MAX_M = 512  # largest DeepGEMM grouped row measured with several groups (2 x 512)
+
+
+class MaskedMultiGroupGpu(GpuSide):
+    """The per-group curve without the rows DeepGEMM measured with TMA multicast: its
+    config picker enables multicast only for ``m >= 1024`` and one group (DeepGEMM
+    ``get_best_configs``), so the 1 x 1024 masked and the contiguous rows have it, while a
+    decode GPU holding several experts runs the masked kernel with several groups and never
+    does; above ``MULTI_GROUP_MAX_M`` tokens per expert the throughput stays at the 2 x 512
+    row's (flat beyond the table, as `ExpertCurve` does)."""
+
+    def __init__(self, topology, model, hardware):
+        super().__init__(topology, model, hardware)
+        rows = [r for r in hardware.grouped_gemm if r[0] <= MULTI_GROUP_MAX_M]
+        self.expert = ExpertCurve(rows, model, efficiency=hardware.fit.gemm_efficiency)
 
 
 def _unit(hardware, micro_batches: int = 2, gpu_cls=None) -> StepModel:
@@ -151,8 +170,15 @@ def table(steps: int) -> str:
         "GEMMs at the mean's per-token cost", "routed GEMMs linear in picks at the EP-wide "
         "mean's cost (`MeanConfigGpu`, DeepGEMM's masked `expected_m`)",
         [_gains(_unit(hw, gpu_cls=MeanConfigGpu), loads[n], ctx[n]) for n in DECODE],
-        "an upper bound on this effect: DeepGEMM's own masked rows (4x256 at 932 TFLOPS, "
-        "1x1024 at 1,233, the same tile count) show the per-group curve is what the kernel does"))
+        "overstates it: DeepGEMM's masked rows 4x256 and 2x512 (same tiles and block sizes, "
+        "no multicast) run at 932 and 1,040 TFLOPS, so the per-token cost does fall with a "
+        "group's tokens"))
+    rows.append(_row(
+        "no TMA multicast above 512 tokens per expert", "the per-group curve capped at the "
+        "2 x 512 masked row (`MaskedMultiGroupGpu`): the faster rows were measured with one "
+        "group, where DeepGEMM turns TMA multicast on; a GPU with 4 experts never has it",
+        [_gains(_unit(hw, gpu_cls=MaskedMultiGroupGpu), loads[n], ctx[n]) for n in DECODE],
+        "a real mechanism (balanced decode unchanged: 256 picks per slot), but small"))
     fit = replace(hw.fit, layer_overhead_s=hw.fit.layer_overhead_s * (1 - _eplb_excess(base,
                   loads, ctx)))
     rows.append(_row(
@@ -167,6 +193,7 @@ def table(steps: int) -> str:
         "not decode routing: the decode dumps are flatter; shown for the size of the effect"))
     t0, t1, tb = (float(np.mean([r[k] for r in ref])) for k in (2, 3, 4))
     need = (1 + PUBLISHED) * t1
+    pre = _prefill_4k()
     lines = [
         *rows,
         "",
@@ -174,6 +201,12 @@ def table(steps: int) -> str:
         f" perfectly balanced {tb:.1f} ms. For 2.54x over that `deepseek` step the trivial step "
         f"would have to be {need:.1f} ms: {need / t0:.2f}x the modelled one, i.e. the imbalance "
         f"cost (trivial minus balanced, {t0 - tb:.1f} ms) {(need - tb) / (t0 - tb):.2f}x larger.",
+        "",
+        "The same shortfall in prefill, where SGLang published both sides of the residual "
+        f"imbalance (4K prompts, EP32, 16,384 tokens per rank): perfect EPLB / EPLB on real "
+        f"routing {PREFILL_4K[1]:,.0f} / {PREFILL_4K[0]:,.0f} = "
+        f"{PREFILL_4K[1] / PREFILL_4K[0]:.3f}; the model on the four prefill dumps (input "
+        f"4,096) gives {min(pre):.3f} to {max(pre):.3f} (`advise`, bound over rebalance).",
         "",
         "Per micro-batch and MoE layer on the busiest GPU (decode_in2000out100, 256 requests per "
         "rank), mean over layers:",
@@ -184,6 +217,18 @@ def table(steps: int) -> str:
         *_split(base, loads["decode_in2000out100.json"], ctx["decode_in2000out100.json"]),
     ]
     return "\n".join(lines)
+
+
+def _prefill_4k() -> list[float]:
+    """Perfect balance over the `deepseek` rebalance, tok/s per node, on each prefill dump
+    (`advise` on SGLang's prefill unit: 4 x 8 H100, 288 slots, 16,384 tokens, 4K prompts)."""
+    out = []
+    for n in (*PREFILL_DUMPS, "prefill_in512.json", "prefill_in1000out1000.json"):
+        t = advise(DUMPS / n, "4x8", 288, phase="prefill", hardware="h100",
+                   tokens_per_rank=16384, input_tokens=4096,
+                   levers=["today", "rebalance", "bound"]).table.set_index("lever")
+        out.append(float(t.loc["bound", "tok_s_per_node"] / t.loc["rebalance", "tok_s_per_node"]))
+    return out
 
 
 def _eplb_excess(sm: StepModel, loads: dict, ctx: dict) -> float:
