@@ -159,14 +159,14 @@ def seed_arg(text: str) -> int:
     return value
 
 
-def _finite_positive(text: str, what: str, finite: str) -> float:
-    """``text`` as a finite float > 0, else argparse's error: "is not ``what``" or "must be
-    ``finite``"."""
+def _finite_positive(text: str, what: str, finite: str, zero: bool = False) -> float:
+    """``text`` as a finite float > 0 (``zero``: >= 0), else argparse's error: "is not
+    ``what``" or "must be ``finite``"."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-    if not (value > 0 and value < float("inf")):
+    if not ((value >= 0 if zero else value > 0) and value < float("inf")):
         raise argparse.ArgumentTypeError(f"{text} must be {finite}")
     return value
 
@@ -179,6 +179,13 @@ def gbps_arg(text: str) -> float:
 def seconds_arg(text: str) -> float:
     """argparse type of ``--time-limit``: a finite number of seconds > 0."""
     return _finite_positive(text, "a number of seconds", "a finite number of seconds > 0")
+
+
+def seconds_or_zero_arg(text: str) -> float:
+    """argparse type of a time limit where 0 means "skip" (``--ilp-limit``): finite seconds
+    >= 0."""
+    return _finite_positive(text, "a number of seconds", "a finite number of seconds >= 0",
+                            zero=True)
 
 
 def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups",

@@ -16,6 +16,7 @@ from eplb.cli.common import (
     gbps_arg,
     parse_options,
     seconds_arg,
+    seconds_or_zero_arg,
     seed_arg,
     solvers_epilog,
 )
@@ -92,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="rdma_weight values of the sweep (default 0,0.03,0.1,0.3,1,3,10)")
     p.add_argument("--pareto-dispatch", default="local_first", metavar="POLICY",
                    help="dispatch policy of the sweep's traffic model (default local_first)")
-    p.add_argument("--ilp-limit", type=float, default=10.0, metavar="SEC",
+    p.add_argument("--ilp-limit", type=seconds_or_zero_arg, default=10.0, metavar="SEC",
                    help="ilp time limit in the Pareto sweep (0 skips ilp; default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

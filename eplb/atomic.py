@@ -370,21 +370,26 @@ def _write_manifest(folder: Path) -> None:
                                    encoding="utf-8")
 
 
+def written_files(folder: str | os.PathLike) -> set[str] | None:
+    """The files (relative POSIX paths) that the manifest in ``folder`` (`MANIFEST`) lists as
+    written by eplb; None when the folder holds no valid manifest."""
+    try:
+        doc = json.loads((Path(os.fspath(folder)) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not (isinstance(doc, dict) and doc.get("written_by") == "eplb"):
+        return None
+    files = doc.get("files", [])
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+
+
 def foreign_entries(folder: str | os.PathLike) -> list[str]:
     """Entries of ``folder`` (relative paths, sorted) that no eplb command wrote there: all of
     them unless the folder holds the manifest `atomic_directory` writes, else those it does not
     list. An empty list means ``--force`` may replace the folder."""
     root = Path(os.fspath(folder))
-    listed: set[str] = set()
-    valid = False
-    try:
-        doc = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(doc, dict) and doc.get("written_by") == "eplb":
-            files = doc.get("files", [])
-            listed = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
-            valid = True
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
+    written = written_files(root)
+    listed, valid = (written, True) if written is not None else (set(), False)
     parents = {p.as_posix() for f in listed for p in Path(f).parents if str(p) != "."}
     extra = []
     for top, dirs, names in os.walk(root):
@@ -595,3 +600,166 @@ def staged_outputs() -> Iterator[Stage]:
         stage.commit()
     finally:
         stage.discard()
+
+
+JOURNAL = ".eplb-publish.journal"  # folder `publish_tree` keeps in its target while it moves
+
+
+def _files_under(root: Path) -> list[str]:
+    """Relative POSIX paths of every non-folder entry under ``root``, sorted."""
+    out = []
+    for top, dirs, names in os.walk(root):
+        dirs.sort()
+        out += [Path(os.path.relpath(os.path.join(top, n), root)).as_posix() for n in names]
+    return sorted(out)
+
+
+def _inside(rel: str) -> bool:
+    """``rel`` is a plain relative path that stays inside its folder (no ``..``, not absolute)."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def _roll_back(out: Path, journal: Path) -> bool:
+    """Undo the moves ``journal``'s plan lists (each step may be repeated); True if done (the
+    journal is then removed)."""
+    try:
+        plan = json.loads((journal / "plan.json").read_text(encoding="utf-8"))
+        entries, made = plan["files"], plan["dirs"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        entries, made = [], []  # no readable plan: nothing was moved
+    ok = True
+    for entry in reversed(entries):
+        dst, bak = out / entry["rel"], journal / "old" / entry["rel"]
+        try:
+            if os.path.lexists(bak):
+                os.replace(bak, dst)  # the old file back (over the new one, if placed)
+            elif not entry["existed"] and entry["ino"] is not None:
+                st = os.lstat(dst)
+                if [st.st_dev, st.st_ino] == entry["ino"]:  # the file this publish placed
+                    os.unlink(dst)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            ok = False
+    for rel in reversed(made):
+        with contextlib.suppress(OSError):
+            os.rmdir(out / rel)
+    if ok:
+        shutil.rmtree(journal, ignore_errors=True)
+    return ok
+
+
+def recover_publish(out: str | os.PathLike) -> None:
+    """Undo a `publish_tree` into ``out`` that was killed midway (its journal is left), and
+    remove the temporary folders of dead publishes. `InputError` if another live process is
+    publishing into ``out``."""
+    out = Path(os.fspath(out))
+    journal = out / JOURNAL
+    try:
+        entries = list(os.scandir(out))
+    except OSError:
+        return
+    for entry in entries:  # .eplb-publish.journal.<pid>.tmp / .done of killed publishes
+        if entry.name.startswith(JOURNAL + "."):
+            pid = entry.name[len(JOURNAL) + 1:].split(".", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    if not journal.is_dir():
+        return
+    try:
+        pid = json.loads((journal / "plan.json").read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+        pid = None
+    if pid != os.getpid() and _pid_alive(pid):
+        raise InputError(f"another process (pid {pid}) is publishing into {out}; wait for it "
+                         f"to finish (or, if it is not an eplb build, remove {journal})")
+    if not _roll_back(out, journal):
+        raise InputError(f"cannot undo the interrupted publish into {out} recorded in "
+                         f"{journal}; check the folder's permissions, then run again")
+
+
+def publish_tree(staging: str | os.PathLike, out: str | os.PathLike) -> list[str]:
+    """Move every file under ``staging`` to the same relative path under ``out``, all or
+    nothing; returns the files removed as stale.
+
+    Files the previous publish wrote into ``out`` (listed in its manifest, `MANIFEST`) that
+    this one does not write are removed; every other file in ``out`` is left alone, so a
+    publish never deletes what it did not write. Each file replaced or removed is first moved
+    into a journal folder (`JOURNAL`) in ``out``: on any failure or interrupt every move is
+    undone, and a publish killed midway (SIGKILL, power loss) is undone by the next one
+    (`recover_publish`). ``staging`` must be on ``out``'s file system (the moves are renames).
+    The manifest written into ``out`` lists the files this publish wrote."""
+    staging, out = Path(os.fspath(staging)), Path(os.fspath(out))
+    with os_errors(out):
+        out.mkdir(parents=True, exist_ok=True)
+    recover_publish(out)
+    with os_errors(staging):
+        _write_manifest(staging)
+    new = _files_under(staging)
+    stale = sorted(rel for rel in (written_files(out) or set()) - set(new)
+                   if rel != MANIFEST and _inside(rel) and os.path.lexists(out / rel)
+                   and not (out / rel).is_dir())
+    for rel in new:  # a folder where a file goes: refuse rather than move it
+        if (out / rel).is_dir() and not (out / rel).is_symlink():
+            raise InputError(f"cannot publish {out / rel}: it is a folder, where a file goes; "
+                             "move it out of the way")
+    made = sorted({p.as_posix() for rel in new for p in Path(rel).parents
+                   if str(p) != "." and not os.path.lexists(out / p)}, key=len)
+    files = []
+    for rel in new:
+        st = os.lstat(staging / rel)
+        files.append({"rel": rel, "existed": os.path.lexists(out / rel),
+                      "ino": [st.st_dev, st.st_ino]})
+    files += [{"rel": rel, "existed": True, "ino": None} for rel in stale]
+    journal = out / JOURNAL
+    pending = out / f"{JOURNAL}.{os.getpid()}.tmp"
+    done = out / f"{JOURNAL}.{os.getpid()}.done"
+    with os_errors(out):
+        shutil.rmtree(pending, ignore_errors=True)
+        pending.mkdir()
+        (pending / "plan.json").write_text(json.dumps({"pid": os.getpid(), "files": files,
+                                                       "dirs": made}), encoding="utf-8")
+        try:
+            os.rename(pending, journal)  # the lock: fails if another publish holds it
+        except OSError as exc:
+            shutil.rmtree(pending, ignore_errors=True)
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise InputError(f"another process is publishing into {out} ({journal} "
+                                 "appeared); wait for it to finish") from None
+            raise
+    rel = ""
+    try:
+        for rel in made:
+            os.mkdir(out / rel)
+        for entry in files:
+            rel = entry["rel"]
+            if entry["existed"]:
+                bak = journal / "old" / rel
+                bak.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(out / rel, bak)
+            if entry["ino"] is not None:
+                os.replace(staging / rel, out / rel)
+        check_signalled()
+        os.rename(journal, done)  # the commit point
+    except BaseException as exc:
+        _roll_back(out, journal)
+        if isinstance(exc, OSError):
+            raise write_error(out / rel, exc) from None
+        raise
+    shutil.rmtree(done, ignore_errors=True)
+    return stale

@@ -35,11 +35,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from eplb import (
+    EplbError,
     Topology,
     solvers,
     traces,
 )
-from eplb.atomic import atomic_write_text
+from eplb.atomic import atomic_write_text, publish_tree, recover_publish
 from eplb.evaluation import metrics, pareto, plots, replay, traffic
 from eplb.evaluation.tables import markdown
 from eplb.solvers.analysis.bounds import lower_bound
@@ -902,21 +903,19 @@ def default_data() -> Path:
 
 
 def publish(staging: Path, out: Path) -> None:
-    """Move a finished build from ``staging`` into ``out``: ``tables/`` and ``figures/`` are
-    swapped whole (files the new build no longer makes go too), then ``results.json`` and
-    ``paper.md`` are renamed over the old ones. Only renames: nothing is half-written."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Move a finished build from ``staging`` into ``out``, all or nothing (`publish_tree`):
+    every table, figure, ``results.json`` and ``paper.md`` is renamed into place, or, on any
+    failure or interrupt, none is (a build killed midway is undone by the next one). Tables and
+    figures an earlier build wrote that this one no longer makes are removed; files no build
+    wrote (listed in no manifest) are never touched."""
     missing = [name for name in PUBLISHED if not (staging / name).exists()]
     if missing:
         raise RuntimeError(f"build incomplete, {', '.join(missing)} missing; nothing published")
-    trash = staging / ".old"
-    trash.mkdir()
-    for name in ("tables", "figures"):
-        if (out / name).exists():
-            os.replace(out / name, trash / name)
-        os.replace(staging / name, out / name)
-    for name in ("results.json", "paper.md"):
-        os.replace(staging / name, out / name)
+    extra = sorted(p.name for p in staging.iterdir() if p.name not in PUBLISHED)
+    if extra:
+        raise RuntimeError(f"build wrote {', '.join(extra)} outside {', '.join(PUBLISHED)}; "
+                           "nothing published")
+    publish_tree(staging, out)
 
 
 def _clean_stale(parent: Path) -> None:
@@ -942,6 +941,7 @@ def staging_dir(out: Path):
     """A temporary folder beside ``out`` (same filesystem, so publishing is renames),
     removed on any failure or interrupt."""
     out.mkdir(parents=True, exist_ok=True)
+    recover_publish(out)  # a build killed while publishing: its half-moved set is undone
     _clean_stale(out)
     path = Path(tempfile.mkdtemp(prefix=f".paper-build-{os.getpid()}-", dir=out))
     try:
@@ -1024,6 +1024,8 @@ def main() -> None:
             staging, {"num_files": str(len(files)), **out}))
     except KeyboardInterrupt:
         sys.exit(f"interrupted: nothing in {args.out} was changed")
+    except EplbError as exc:  # e.g. another build publishing into --out
+        sys.exit(f"error: {exc}")
     print(f"wrote {args.out / 'paper.md'} in {results['build_seconds']} s")
 
 

@@ -588,6 +588,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
     ap.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
+    ap.add_argument("--class", dest="klass", metavar="TEXT",
+                    help="only the cases of this class (as --list names it; else every class "
+                    "whose name contains TEXT)")
+    ap.add_argument("--results", metavar="FILE",
+                    help="append one JSON line per finished case (name, class, verdict, why)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--limit", type=int, default=0, metavar="N",
                     help="run about N cases spread over the corpus (default: all)")
@@ -600,6 +605,10 @@ def main() -> int:
         cases = build(root)
         if args.k:
             cases = [c for c in cases if args.k in c.name]
+        if args.klass:  # a class named exactly, else every class whose name contains TEXT
+            exact = any(c.klass == args.klass for c in cases)
+            cases = [c for c in cases
+                     if (c.klass == args.klass if exact else args.klass in c.klass)]
         if args.list:
             for name in dict.fromkeys(c.klass for c in cases):
                 print(f"  {name}: {sum(c.klass == name for c in cases)}")
@@ -615,27 +624,39 @@ def main() -> int:
 
         verdicts: dict[int, tuple[str, str]] = {}
         chunks = [list(enumerate(cases))[k:k + 10] for k in range(0, len(cases), 10)]
-        if args.subprocess:
-            pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
-        else:
-            pool = concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_worker_init,
-                                                          max_tasks_per_child=5)
         mode = "subprocess" if args.subprocess else "inprocess"
-        with pool:
-            futs = {pool.submit(_run_chunk, ch, root, args.timeout, mode): ch for ch in chunks}
-            for fut in concurrent.futures.as_completed(futs):
-                try:
-                    got = fut.result()
-                except Exception:  # a worker died (memory, a crash): rerun as subprocesses
-                    got = _run_chunk(futs[fut], root, args.timeout, "subprocess")
-                for i, verdict, why in got:
-                    verdicts[i] = (verdict, why)
-                    case = cases[i]
-                    tag = "FAIL " if verdict == "failing" else "clean"
-                    print(f"{tag} [{case.klass}] {case.name!r}" + (f": {why}" if why else ""),
-                          flush=True)
-                if len(verdicts) % 100 < 10:
-                    print(f"... {len(verdicts)}/{len(cases)} done", flush=True)
+        log = open(args.results, "a", encoding="utf-8") if args.results else None
+        # fresh worker processes every `batch` chunks (memory, leaked state); not through
+        # max_tasks_per_child, whose worker replacement deadlocks on Python 3.11 (seen here)
+        batch = 5 * max(1, args.jobs)
+        for first in range(0, len(chunks), batch):
+            if args.subprocess:
+                pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+            else:
+                pool = concurrent.futures.ProcessPoolExecutor(args.jobs,
+                                                              initializer=_worker_init)
+            with pool:
+                futs = {pool.submit(_run_chunk, ch, root, args.timeout, mode): ch
+                        for ch in chunks[first:first + batch]}
+                for fut in concurrent.futures.as_completed(futs):
+                    try:
+                        got = fut.result()
+                    except Exception:  # a worker died (memory, a crash): rerun as processes
+                        got = _run_chunk(futs[fut], root, args.timeout, "subprocess")
+                    for i, verdict, why in got:
+                        verdicts[i] = (verdict, why)
+                        case = cases[i]
+                        tag = "FAIL " if verdict == "failing" else "clean"
+                        print(f"{tag} [{case.klass}] {case.name!r}" + (f": {why}" if why else ""),
+                              flush=True)
+                        if log is not None:
+                            log.write(json.dumps({"name": case.name, "class": case.klass,
+                                                  "verdict": verdict, "why": why}) + "\n")
+                            log.flush()
+                    if len(verdicts) % 100 < 10:
+                        print(f"... {len(verdicts)}/{len(cases)} done", flush=True)
+        if log is not None:
+            log.close()
         results = [(c, *verdicts[i]) for i, c in enumerate(cases)]
     finally:
         if not args.keep:

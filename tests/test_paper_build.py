@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -20,14 +21,28 @@ def build():
     return module
 
 
-def _old_set(out):
-    (out / "tables").mkdir(parents=True)
-    (out / "figures").mkdir()
-    (out / "tables" / "old.md").write_text("old table")
-    (out / "tables" / "gone.md").write_text("a table the new build no longer makes")
-    (out / "figures" / "old.png").write_text("old figure")
-    (out / "results.json").write_text("{}")
-    (out / "paper.md").write_text("old paper")
+def _old_set(out, build=None):
+    """``out`` as an earlier build left it (with ``build``: published by it, so its manifest
+    lists tables/old.md, tables/gone.md, figures/old.png, results.json and paper.md), plus
+    tables/notes.md, which no build wrote."""
+    if build is None:
+        (out / "tables").mkdir(parents=True)
+        (out / "figures").mkdir()
+        (out / "tables" / "old.md").write_text("old table")
+        (out / "tables" / "gone.md").write_text("a table the new build no longer makes")
+        (out / "figures" / "old.png").write_text("old figure")
+        (out / "results.json").write_text("{}")
+        (out / "paper.md").write_text("old paper")
+    else:
+        def old(results):
+            build.atomic_write_text(build.OUT / "tables" / "old.md", "old table")
+            build.atomic_write_text(build.OUT / "tables" / "gone.md", "no longer made")
+            build.atomic_write_text(build.OUT / "figures" / "old.png", "old figure")
+
+        build.run_stages([("old", old)], out, lambda staging, results: (
+            (staging / "results.json").write_text("{}"),
+            (staging / "paper.md").write_text("old paper")))
+    (out / "tables" / "notes.md").write_text("a file no build wrote")
     return {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
@@ -49,14 +64,48 @@ def _render(staging, results):
 
 def test_success_replaces_the_whole_set(build, tmp_path):
     out = tmp_path / "paper"
-    _old_set(out)
+    _old_set(out, build)
     build.run_stages([("a", _stage_writing(build, "a")), ("b", _stage_writing(build, "b"))],
                      out, _render)
-    assert sorted(p.name for p in (out / "tables").iterdir()) == ["a.md", "b.md"]
+    # what the earlier build wrote and this one does not make is gone; notes.md is kept
+    assert sorted(p.name for p in (out / "tables").iterdir()) == ["a.md", "b.md", "notes.md"]
+    assert (out / "tables" / "notes.md").read_text() == "a file no build wrote"
     assert (out / "paper.md").read_text() == "new paper"
     assert list((out / "figures").iterdir()) == []
     assert not list(out.glob(".paper-build-*"))
     assert build.OUT == build.HERE  # restored
+
+
+def test_files_no_build_wrote_are_never_removed(build, tmp_path):
+    out = tmp_path / "paper"
+    before = _old_set(out)  # no manifest: e.g. paper/ before builds recorded what they wrote
+    build.run_stages([("a", _stage_writing(build, "a"))], out, _render)
+    after = _snapshot(out)
+    for rel in ("tables/old.md", "tables/gone.md", "figures/old.png", "tables/notes.md"):
+        assert after[Path(rel)] == before[Path(rel)]
+    assert after[Path("tables/a.md")] == b"new a"
+
+
+def test_a_failure_while_publishing_changes_nothing(build, tmp_path, monkeypatch):
+    """The publish itself fails after some files moved (a full disk): all are moved back."""
+    from eplb import atomic
+
+    out = tmp_path / "paper"
+    before = _old_set(out, build)
+    real, calls = os.replace, []
+
+    def full_disk(a, b):
+        calls.append(1)
+        if len(calls) == 4:  # after the first old table went to the journal and a new one in
+            raise OSError(28, "No space left on device")
+        real(a, b)
+
+    monkeypatch.setattr(atomic.os, "replace", full_disk)
+    with pytest.raises(build.EplbError, match="No space left"):
+        build.run_stages([("a", _stage_writing(build, "a"))], out, _render)
+    monkeypatch.setattr(atomic.os, "replace", real)
+    assert _snapshot(out) == before
+    assert not list(out.glob(".paper-build-*")) and not list(out.glob(".eplb-publish*"))
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("stage broke"), KeyboardInterrupt()])
