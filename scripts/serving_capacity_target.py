@@ -28,6 +28,7 @@ puts the table into docs/serving-calibration.md ("Long prompts: capacity and goo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
@@ -233,6 +234,11 @@ def main(argv=None) -> int:
         "--config", default="deepseek_day6", choices=["deepseek_day6", "sglang_96xh100"]
     )
     ap.add_argument("--traces", default="mooncake_conversation,azure_code_2023,synth_long_16k")
+    ap.add_argument(
+        "--chunking",
+        choices=["attention", "tokens", "context_parallel"],
+        help="scheduler.prefill_chunking for both estimates (default: the preset's)",
+    )
     ap.add_argument("--fractions", default="0.1,0.5,1,1.5")
     ap.add_argument("--duration", type=float, default=600.0)
     ap.add_argument("--warmup", type=float, default=120.0)
@@ -241,6 +247,10 @@ def main(argv=None) -> int:
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args(argv)
     config = getattr(ClusterConfig, args.config)()
+    if args.chunking:
+        config = config.replace(
+            scheduler=dataclasses.replace(config.scheduler, prefill_chunking=args.chunking)
+        )
     fractions = [float(x) for x in args.fractions.split(",")]
     names = [n for n in args.traces.split(",") if n]
     rows = measure(

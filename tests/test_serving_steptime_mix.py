@@ -49,10 +49,12 @@ def test_long_tail_costs_dp_wait_and_is_seeded():
     assert a["dp_imbalance"] > 1.2
     assert a["breakdown"]["dp_wait"] > 0.1 * a["step_s"]
     assert sum(a["breakdown"].values()) == pytest.approx(a["step_s"], rel=1e-9)
-    # every rank computes its whole budget each step (the queues are saturated)
+    # token-only chunks: no rank above its budget; the queues are refilled as the simulator
+    # admits prompts (tokens left within the budget), so ranks are not all full
     lengths = LengthMix.of(w, 0)
-    for rb in prefill_batches(lengths, 4, 16384, 3, warmup=2, seed=0):
-        assert np.all(rb.tokens == 16384)
+    tokens = np.array([rb.tokens for rb in prefill_batches(lengths, 4, 16384, 3, warmup=2,
+                                                           seed=0)])
+    assert np.all(tokens <= 16384) and tokens.mean() > 0.5 * 16384
 
 
 def test_decode_mix_is_capped_by_kv_and_reports_requests():

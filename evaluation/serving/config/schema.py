@@ -24,7 +24,7 @@ EMERGENCY_MODES = ("patch", "repair", "resolve")
 DECODE_RESERVATION = ("before_prefill", "after_prefill")
 SCHEDULE_POLICIES = ("fcfs", "lpm", "first_fit")
 MTP_SAMPLING = ("per_step", "mean")
-PREFILL_CHUNKING = ("attention", "tokens")
+PREFILL_CHUNKING = ("attention", "tokens", "context_parallel")  # steptime.chunking
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
 
 
@@ -309,7 +309,10 @@ class SchedulerConfig:
     drafts per step (seeded), ``mean`` emits the mean acceptance every step.
     ``prefill_chunking``: ``attention`` caps a rank's step work (linear tokens plus core
     attention in token equivalents) at what ``token_budget`` costs at 4,096-token prompts, so
-    a chunk deep in a long context is shorter; ``tokens`` caps the tokens only."""
+    a chunk deep in a long context is shorter; ``tokens`` caps the tokens only;
+    ``context_parallel`` is ``attention`` plus pass-KV context parallelism: ranks with spare
+    work take pieces of the prompts their own rank cannot finish in the step
+    (`steptime.chunking`, arXiv:2411.01783)."""
 
     decode_reservation: str = "before_prefill"
     policy: str = "fcfs"

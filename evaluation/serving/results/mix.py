@@ -2,11 +2,11 @@
 
 Prefill: every DP rank has its own FIFO queue of prompts drawn independently from the mix (what
 a router that balances queued tokens gives under saturation: every rank takes the same token
-budget per step, but not the same attention); a step takes chunks from the head of each queue up
-to the budget, as `simulator.prefill` does. Decode: every rank runs ``batch`` requests drawn
-from the mix in proportion to their output length (a request holds its slot for that many
-steps), each at a uniformly drawn point of its generation. Seeded; docs/serving-calibration.md,
-"Length mixes".
+budget per step, but not the same attention); a step's chunks come from
+`steptime.chunking.plan`, the rule `simulator.prefill` runs. Decode: every rank runs ``batch``
+requests drawn from the mix in proportion to their output length (a request holds its slot for
+that many steps), each at a uniformly drawn point of its generation. Seeded;
+docs/serving-calibration.md, "Length mixes".
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.steptime import RankBatch
+from eplb.evaluation.serving.steptime.chunking import DONE, TODO, plan, to_batch
 from eplb.evaluation.serving.workload import Workload
 
 
@@ -61,46 +62,55 @@ class LengthMix:
         return np.maximum(self.input_tokens - self.cached_tokens, 1)
 
 
+def _apply(chunks) -> None:
+    """A step's chunks are computed: each entry's todo and done move by its chunks' tokens."""
+    for _r, _owner, e, n, _c, _last in chunks:
+        e[TODO] -= n
+        e[DONE] += n
+
+
 def prefill_batches(
-    mix: LengthMix, G: int, budget: int, steps: int, warmup: int, seed: int
+    mix: LengthMix,
+    G: int,
+    budget: int,
+    steps: int,
+    warmup: int,
+    seed: int,
+    *,
+    K: float = 0.0,
+    chunking: str = "tokens",
 ) -> list[RankBatch]:
     """``steps`` consecutive prefill batches of a saturated unit of ``G`` ranks, after
-    ``warmup`` steps (so queues are at a random point of their prompts)."""
+    ``warmup`` steps (so queues are at a random point of their prompts); each step's chunks
+    from `steptime.chunking.plan` (``chunking`` mode, ``K`` pairs per token: the simulator's
+    rule), the queues refilled from the mix as the simulator admits prompts (first come first
+    served, to the rank with the fewest tokens left among those where the prompt keeps its
+    tokens not yet computed within ``budget``, or that hold none)."""
     rng = np.random.default_rng(seed)
     new, cached = mix.new_tokens, mix.cached_tokens
     n = new.size
-    # per rank: [todo, done, cached] of each queued prompt, refilled from the mix as it drains
-    queues = [[] for _ in range(G)]
+    queues: list[list[list]] = [[] for _ in range(G)]  # steptime.chunking entries
+    head = int(rng.integers(n))  # the next prompt waiting, first come first served
     out = []
     for step in range(warmup + steps):
-        sizes, ctx, ranks, last = [], [], [], []
-        for r in range(G):
-            q, left, k = queues[r], budget, 0
-            while left > 0:
-                if k == len(q):
-                    i = int(rng.integers(n))
-                    q.append([int(new[i]), 0, int(cached[i])])
-                e = q[k]
-                take = min(e[0], left)
-                sizes.append(take)
-                ctx.append(e[1] + e[2])
-                ranks.append(r)
-                last.append(take == e[0])
-                e[0] -= take
-                e[1] += take
-                left -= take
-                k += 1
-            queues[r] = [e for e in q if e[0] > 0]
+        # the simulator's admission (`balancers.RankState`, FCFS): the waiting head goes to
+        # the rank with the fewest tokens left among those where it stays within the budget
+        # (or that hold none); the queue waits behind it when no rank has room
+        left = np.array([sum(e[TODO] for e in q) for q in queues], dtype=np.float64)
+        while True:
+            ok = (left == 0) | (left + new[head] <= budget)
+            if not ok.any():
+                break
+            r = int(np.flatnonzero(ok)[left[ok].argmin()])
+            queues[r].append([head, int(new[head]), 0, int(cached[head]), 0.0])
+            left[r] += new[head]
+            head = int(rng.integers(n))
+        chunks, _ = plan(queues, 0.0, budget, K, chunking)
         if step >= warmup:
-            out.append(
-                RankBatch.prefill(
-                    np.asarray(sizes, dtype=np.float64),
-                    np.asarray(ctx, dtype=np.float64),
-                    np.asarray(ranks),
-                    num_ranks=G,
-                    last_chunk=np.asarray(last, dtype=np.float64),
-                )
-            )
+            out.append(to_batch(chunks, G))
+        _apply(chunks)
+        for r in range(G):
+            queues[r] = [e for e in queues[r] if e[TODO] > 0]
     return out
 
 
@@ -125,58 +135,48 @@ def decode_batches(
 
 
 def prefill_ttft(
-    mix: LengthMix, step_s, G: int, budget: int, rate: float, prompts: int, seed: int
+    mix: LengthMix,
+    step_s,
+    G: int,
+    budget: int,
+    rate: float,
+    prompts: int,
+    seed: int,
+    *,
+    K: float = 0.0,
+    chunking: str = "tokens",
 ) -> np.ndarray:
     """``float64[prompts]``: seconds from arrival to the end of prefill of ``prompts`` Poisson
     arrivals at ``rate`` req/s on one prefill unit of ``G`` ranks (``step_s``: a `RankBatch`'s
     step seconds on it, e.g. ``lambda b: step_time("prefill", b, config=cfg).total_s``), each sent
-    on arrival to the rank with the fewest queued tokens, every step taking up to ``budget``
-    tokens per rank from the head of each queue (first come, first served). A step-level
-    queue: no KV transfer, no decode admission, balanced expert routing."""
+    on arrival to the rank with the fewest queued tokens, each step's chunks from
+    `steptime.chunking.plan` (``chunking`` mode, ``K`` pairs per token: the simulator's rule;
+    first come, first served). A step-level queue: no KV transfer, no decode admission,
+    balanced expert routing."""
     rng = np.random.default_rng(seed)
     pick = rng.integers(mix.new_tokens.size, size=prompts)
     new, cached = mix.new_tokens[pick], mix.cached_tokens[pick]
     arrive = np.cumsum(rng.exponential(1.0 / rate, prompts))
-    queues: list[list[list]] = [[] for _ in range(G)]  # [index, todo, done, cached]
+    queues: list[list[list]] = [[] for _ in range(G)]  # steptime.chunking entries
     queued = np.zeros(G)
     ttft = np.full(prompts, np.nan)
     t, nxt = 0.0, 0
     while nxt < prompts or queued.any():
         while nxt < prompts and arrive[nxt] <= t:  # route what arrived before the step starts
             r = int(queued.argmin())
-            queues[r].append([nxt, int(new[nxt]), 0, int(cached[nxt])])
+            queues[r].append([nxt, int(new[nxt]), 0, int(cached[nxt]), 0.0])
             queued[r] += new[nxt]
             nxt += 1
         if not queued.any():
             t = float(arrive[nxt])
             continue
-        sizes, ctx, ranks, last, chunks = [], [], [], [], []
-        for r, q in enumerate(queues):
-            left = budget
-            for e in q:
-                if left <= 0:
-                    break
-                take = min(e[1], left)
-                sizes.append(take)
-                ctx.append(e[2] + e[3])
-                ranks.append(r)
-                last.append(take == e[1])
-                chunks.append((r, e, take))
-                left -= take
-        batch = RankBatch.prefill(
-            np.asarray(sizes, dtype=np.float64),
-            np.asarray(ctx, dtype=np.float64),
-            np.asarray(ranks),
-            num_ranks=G,
-            last_chunk=np.asarray(last, dtype=np.float64),
-        )
-        t += step_s(batch)
-        for r, e, take in chunks:
-            e[1] -= take
-            e[2] += take
-            queued[r] -= take
-            if e[1] == 0:
+        chunks, _ = plan(queues, t, budget, K, chunking)
+        t += step_s(to_batch(chunks, G))
+        _apply(chunks)
+        for _r, owner, e, n, _c, last in chunks:
+            queued[owner] -= n
+            if last:
                 ttft[e[0]] = t - arrive[e[0]]
         for r in range(G):
-            queues[r] = [e for e in queues[r] if e[1] > 0]
+            queues[r] = [e for e in queues[r] if e[TODO] > 0]
     return ttft

@@ -19,6 +19,7 @@ from eplb.evaluation.serving.results.mix import (
 )
 from eplb.evaluation.serving.steptime import RankBatch, step_time
 from eplb.evaluation.serving.steptime.batch import check_phase
+from eplb.evaluation.serving.steptime.chunking import pairs_per_token
 from eplb.placement import Placement
 
 DEFAULT_INPUT_TOKENS = 4096  # prompt length of DeepSeek's profile
@@ -155,6 +156,18 @@ def steady_state(
     return out
 
 
+def _chunking(config: ClusterConfig) -> tuple[str, float]:
+    """The config's prefill chunking mode and its ``K`` (`steptime.chunking`, as the simulator's
+    prefill units take them: balanced steps of the config's prefill unit)."""
+    mode = config.scheduler.prefill_chunking
+    if mode == "tokens":
+        return mode, 0.0
+    K = pairs_per_token(
+        lambda b: step_time("prefill", b, config=config).total_s, config.prefill.num_gpus
+    )
+    return mode, K
+
+
 def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) -> dict[str, Any]:
     """`steady_state` over ``steps`` sampled batches of a length mix (`results.mix`)."""
     _positive("steps", steps)
@@ -167,7 +180,10 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         per_rank = _positive(
             "batch", batch if batch is not None else unit.token_budget or DEFAULT_TOKEN_BUDGET
         )
-        batches = prefill_batches(lengths, G, per_rank, steps, warmup=4, seed=seed)
+        mode, K = _chunking(config)
+        batches = prefill_batches(
+            lengths, G, per_rank, steps, warmup=4, seed=seed, K=K, chunking=mode
+        )
     else:
         b = _decode_batch(unit, batch)
         if batch is None and unit.kv_capacity_tokens:  # as many as the KV cache holds
@@ -260,6 +276,7 @@ def slo_rate(
     def step_s(rb: RankBatch) -> float:
         return step_time("prefill", rb, config=config).total_s
 
+    mode, K = _chunking(config)
     accepted = 1 + unit_d.mtp_draft_tokens * unit_d.mtp_acceptance
     out_mean = float(lengths.output_tokens.mean())
     b_max = dec["batch"]
@@ -267,7 +284,9 @@ def slo_rate(
     def estimate(rate: float) -> dict[str, float]:
         per_unit = rate / unit_p.count
         n = int(min(max(prompts, per_unit * 60.0), 20 * prompts))  # a minute of arrivals
-        ttft = prefill_ttft(lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed)
+        ttft = prefill_ttft(
+            lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed, K=K, chunking=mode
+        )
         ttft = ttft[n // 4 :]  # after warm-up
         share = float(np.mean(ttft <= config.slo.ttft_s))
         step = dec["step_s"]

@@ -81,11 +81,13 @@ class Faults:
         gg = unit.index * Gp + g
         lost = [e[0] for e in unit.queues[g]]
         unit.queues[g] = []
-        if unit.busy:  # the running step's chunks on g are lost with the GPU
-            for r, e, n in unit.inflight:
-                if r == g and n == e[1]:
+        if unit.busy:  # the running step's chunks on g are lost with the GPU, and so is
+            # this step's work on a prompt with a (context-parallel) piece on g or queued on g
+            hit = {id(c[2]) for c in unit.inflight if g in (c[0], c[1])}
+            for _r, _owner, e, _n, _c, last in unit.inflight:
+                if id(e) in hit and last:
                     rec.patch_step(unit.row, COL_INPUT_DONE, -float(req.p_len[e[0]]))
-            unit.inflight = [c for c in unit.inflight if c[0] != g]
+            unit.inflight = [c for c in unit.inflight if id(c[2]) not in hit]
         adm.p_state.fail(gg)
         if adm.local is not None:
             adm.local.clear(gg)

@@ -126,7 +126,7 @@ def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str,
                     planner,
                     rec,
                     token_budget=uc.token_budget or DEFAULT_TOKEN_BUDGET,
-                    attention_aware=config.scheduler.prefill_chunking == "attention",
+                    chunking=config.scheduler.prefill_chunking,
                 )
             else:
                 unit = DecodeUnit(

@@ -40,7 +40,8 @@ class RankBatch:
     - ``tokens``: query tokens (prefill: new tokens; decode: requests x query tokens each);
     - ``attention``: attended (query, key) pairs (prefill: ``sum n * c + n (n + 1) / 2`` over
       chunks of ``n`` new tokens after ``c`` cached ones; decode: ``sum q * kv``);
-    - ``kv_tokens``: cached tokens read per layer (decode: ``sum kv``; prefill: 0);
+    - ``kv_tokens``: cached tokens read per layer (decode: ``sum kv``; prefill: the KV tokens
+      a rank exchanges with other ranks for context-parallel pieces, `chunking`, else 0);
     - ``logits``: rows of the output head (prefill: prompts whose last chunk runs;
       decode: query tokens).
 

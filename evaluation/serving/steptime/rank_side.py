@@ -58,6 +58,9 @@ class RankSide:
                 * m.prefill_flops_per_pair
                 / (hw.fit.prefill_attention_tflops * 1e12)
             )
+            if batch.kv_tokens.any():  # context-parallel KV exchange (pass-KV, overlapped)
+                kv = batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.rdma_gbps * 1e9)
+                a2 = np.maximum(a2, kv)
         else:
             a2 = np.maximum(
                 batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
