@@ -4,4 +4,5 @@ import sys
 
 from eplb.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # spawned workers import this module again: never re-run the verb
+    sys.exit(main())
