@@ -203,7 +203,7 @@ def check_regular(path: str | os.PathLike, what: str = "input", error: ErrorFact
     """``path`` as a `Path` after refusing a missing file, a directory and a FIFO, device or
     socket (reading one would block or never end). Errors name ``what`` and the path."""
     if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
-        raise error(f"{what} must be a file name, got {path!r}")
+        raise error(f"{what} must be a file name, got {repr(path)[:60]}")
     p = Path(os.fspath(path))
     try:
         st = os.stat(p)

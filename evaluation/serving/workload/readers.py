@@ -8,7 +8,6 @@ import json
 import math
 import os
 import re
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import pandas as pd
 from eplb.atomic import atomic_write
 from eplb.errors import InputError
 from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
+from eplb.safeload import check_regular
 
 __all__ = ["READ_FORMATS", "WRITE_FORMATS", "dropped", "read", "sniff", "write", "write_format"]
 
@@ -37,22 +37,12 @@ def _fail(path, msg: str) -> InputError:
 
 
 def _check_file(path) -> Path:
-    p = Path(path)
+    p = check_regular(path, "workload file")  # a name, a regular file (a FIFO would block)
     try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError(f"workload file {str(path)!r} does not exist") from None
+        empty = p.stat().st_size == 0
     except OSError as exc:
         raise _fail(path, f"cannot read: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise _fail(path, "is a directory; give a workload file (.jsonl, .csv or .parquet)")
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
-        raise _fail(
-            path,
-            f"is {kind}; workloads are read from regular files (save the stream to a file first)",
-        )
-    if st.st_size == 0:
+    if empty:
         raise _fail(path, "file is empty; a workload needs at least one request")
     return p
 
