@@ -26,7 +26,8 @@ def check_outputs(
     path (``None`` = not given; an input may be a list of paths). An output must be non-empty,
     not an existing directory, not an input file (symlinks, hard links and relative spellings
     included: compared with ``os.path.samefile`` and resolved paths), not inside an input
-    directory, and not the same file as another output. ``output_dirs`` (e.g. ``--plot DIR``)
+    directory, and not the same file as another output; a ``--plot`` file must have an image
+    suffix matplotlib writes. ``output_dirs`` (e.g. ``--plot DIR``)
     must not be an input file or an existing non-directory, and must not hold an input (a
     command's own files in it would be overwritten).
     """
@@ -41,6 +42,10 @@ def check_outputs(
         if path is None:
             continue
         check_output_path(path, flag)
+        if flag == "--plot":  # an image: a format matplotlib writes, refused before any work
+            from eplb.evaluation.plots import check_plot_path  # lazy: matplotlib
+
+            check_plot_path(path, flag)
         for in_flag, in_path in ins:
             if same_file(in_path, path):
                 raise InputError(

@@ -30,9 +30,28 @@ def _plt():
     return plt
 
 
-def _check_common(path, title) -> None:
+def check_plot_path(path: str | os.PathLike, what: str = "plot") -> tuple[Path, str]:
+    """``path`` (`eplb.atomic.check_output_path`) and its image format (its suffix, ``png``
+    without one), refused before any drawing when matplotlib cannot write that format."""
+    target = check_output_path(path, what)
+    try:
+        from matplotlib.backends.backend_agg import (  # lazy: matplotlib is an optional extra
+            FigureCanvasAgg,
+        )
+    except ImportError:
+        raise InputError(f"{what} needs matplotlib; install it with pip install "
+                         "'eplb[plot]'") from None
+    suffix = target.suffix.lstrip(".").lower() or "png"
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if suffix not in formats:  # matplotlib's own words
+        raise InputError(f"{what} {target}: Format {suffix!r} is not supported (supported "
+                         f"formats: {', '.join(sorted(formats))}); give an image file name "
+                         "such as plot.png")
+    return target, suffix
 
-    check_output_path(path, "plot")
+
+def _check_common(path, title) -> None:
+    check_plot_path(path)
     if not isinstance(title, str):
         raise InputError(f"title must be a string, got {type(title).__name__}")
 
@@ -58,7 +77,7 @@ def _short(title: str, limit: int = 90) -> str:
 def _save(fig, path) -> Path:
     plt = _plt()
     buf = io.BytesIO()
-    suffix = Path(path).suffix.lstrip(".").lower() or "png"
+    suffix = check_plot_path(path)[1]
     fig.savefig(buf, format=suffix, dpi=120, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
@@ -144,6 +163,7 @@ def gpu_heatmap(
 def replay_curve(frames: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | os.PathLike,
                  *, title: str = "") -> Path:
     """Step max/mean per window (one line per replay), rebalances dotted, bytes moved below."""
+    _check_common(path, title)
     plt = _plt()
     if isinstance(frames, pd.DataFrame):
         frames = {frames.attrs.get("params", {}).get("solver", "replay"): frames}
@@ -180,6 +200,7 @@ def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "
     """Scatter of ``y`` (balance) against ``x`` (RDMA bytes), one series per ``label``;
     sweeps (rows with ``rdma_weight``) joined by lines, each point labelled ``w=`` its
     ``rdma_weight``; the front outlined."""
+    _check_common(path, title)
     plt = _plt()
     scale, xlabel = _X_AXES.get(x, (1.0, x))
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -220,6 +241,7 @@ def pareto_front(frame: pd.DataFrame, path: str | os.PathLike, *, title: str = "
 def summary_bars(summary: pd.DataFrame, path: str | os.PathLike, *, title: str = "",
                  value: str = "step_max_over_mean") -> Path:
     """Grouped bars: ``value`` per trace (groups) and solver (bars) of a compare summary."""
+    _check_common(path, title)
     plt = _plt()
     ok = summary[summary["status"] == "ok"] if "status" in summary else summary
     table = ok.pivot_table(index="trace", columns="solver", values=value, aggfunc="mean")
@@ -244,24 +266,10 @@ def load_heatmap(load: ArrayLike, layer_ids: ArrayLike, path: str | os.PathLike,
     """Layer x expert heatmap of ``load: float[L, E]`` relative to each layer's mean (log
     colour scale), rows labelled with ``layer_ids: int[L]`` (what ``eplb trace info --plot``
     draws). ``what`` names the output in errors (e.g. a command-line flag)."""
-    try:
-        import matplotlib  # lazy: matplotlib is an optional extra (plot)
+    target, suffix = check_plot_path(path, what)  # before any drawing
+    plt = _plt()
+    from matplotlib.colors import LogNorm  # lazy: matplotlib is an optional extra (plot)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # lazy: matplotlib is an optional extra (plot)
-        from matplotlib.backends.backend_agg import (  # lazy: matplotlib is an optional extra
-            FigureCanvasAgg,
-        )
-        from matplotlib.colors import LogNorm  # lazy: matplotlib is an optional extra (plot)
-    except ImportError:
-        raise InputError(f"{what} needs matplotlib; install it with pip install "
-                         "'eplb[plot]'") from None
-    text = os.fspath(path)
-    suffix = text.rsplit(".", 1)[-1].lower() if "." in text else "png"
-    formats = FigureCanvasAgg.get_supported_filetypes()
-    if suffix not in formats:  # matplotlib's own words, before any drawing
-        raise InputError(f"{what} {text}: Format {suffix!r} is not supported (supported "
-                         f"formats: {', '.join(sorted(formats))})")
     load = np.asarray(load)
     mean = load.mean(axis=1, keepdims=True)
     rel = np.divide(load, mean, out=np.zeros_like(load), where=mean > 0)
@@ -281,8 +289,8 @@ def load_heatmap(load: ArrayLike, layer_ids: ArrayLike, path: str | os.PathLike,
     fig.colorbar(im, ax=ax, label="load / layer mean")
     fig.tight_layout()
     try:
-        with atomic_write(text, "wb") as fh:
+        with atomic_write(target, "wb") as fh:
             fig.savefig(fh, format=suffix, dpi=110)
     finally:
         plt.close(fig)
-    return Path(text)
+    return target
