@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -228,8 +229,13 @@ def build(root: Path) -> list[Case]:
             argv = ["solve", "t.npz", *opt]
         if opt[0] == "--option":
             argv += ["--solver", "greedy"]
-        # a huge but finite rdma_weight is a legal price: it must solve, not crash
-        add(Case(f"solve {' '.join(opt)}", argv, expect_error=opt[1] != "rdma_weight=1e308"))
+        # a huge but finite rdma_weight is a legal price: it must solve, not crash; groups
+        # that do not divide the experts are placed by deepseek's global rule (it says so)
+        add(Case(f"solve {' '.join(opt)}", argv,
+                 expect_error=opt[1] != "rdma_weight=1e308" and opt != ["--groups", "3"]))
+    add(Case("solve --groups 3 --solver hierarchical",
+             ["solve", "t.npz", "--topology", "2x4", "--slots", "32", "--groups", "3",
+              "--solver", "hierarchical"], expect_error=True))
     add(Case("solve -o same as input", ["solve", "t.npz", "--topology", "2x4", "-o", "t.npz"],
              expect_error=True, keep=["t.npz"]))
     add(Case("solve -o /dev/full", ["solve", "t.npz", "--topology", "2x4", "--slots", "32",
@@ -394,20 +400,23 @@ def build(root: Path) -> list[Case]:
     add(Case("execute --tokens 0", ["execute", "p.json", "--tokens", "0"], expect_error=True))
 
     # ------------------------------------------------------------ signals
+    # a signal ends the run with 128 + N (-N: it arrived after eplb's handler was removed, as
+    # the interpreter exits; a shell shows 128 + N for both); never 0 once signalled. Outputs
+    # are complete or absent (atomic) and no temporary file is left (no_temps).
     klass[0] = "signals"
     add(Case("SIGTERM during simulate (plots)",
              ["simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-progress", "-o",
               "sig_sim"], signal_after=6.0, no_temps=".",
-             check="rc in (143, -15, 0) and (rc == 0) == (root / 'sig_sim').exists()"))
+             check="rc in (143, -15) if signalled else (rc == 0 and (root / 'sig_sim').exists())"))
     add(Case("SIGINT during simulate (plots)",
              ["simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-progress", "-o",
               "sig_sim2"], signal_after=6.5, sig=signal.SIGINT, no_temps=".",
-             check="rc in (130, -2, 0) and (rc == 0) == (root / 'sig_sim2').exists()"))
+             check="rc in (130, -2) if signalled else (rc == 0 and (root / 'sig_sim2').exists())"))
     add(Case("SIGTERM to compare --workers 2",
              ["compare", "t.npz", "good.json", "--topologies", "2x4:32,1x8:32,2x4:64",
               "--workers", "2", "--time-limit", "2", "-o", "sig_cmp.csv", "--quiet"],
              signal_after=4.0, quick_exit=2.0, no_temps=".",
-             check="rc in (143, -15, 0)"))
+             check="rc in (143, -15) if signalled else rc == 0"))
     systematic(r, add, klass, sim)
     return cases
 
@@ -480,8 +489,10 @@ def classify(case: Case, root: Path, rc: int, stdout: str, stderr: str, before: 
             reasons.append(f"temporary files left: {left[:3]}")
     if case.quick_exit is not None and sent is not None and ended - sent > case.quick_exit:
         reasons.append(f"took {ended - sent:.1f} s to stop after the signal")
-    if case.check is not None and not eval(case.check, {"root": root, "rc": rc}):
-        reasons.append(f"check failed ({case.check}; rc {rc})")
+    if case.check is not None and not eval(case.check, {"root": root, "rc": rc,
+                                                        "signalled": sent is not None}):
+        last = [ln for ln in stderr.splitlines() if ln.strip()][-1:]
+        reasons.append(f"check failed ({case.check}; rc {rc}; {last[0][:160] if last else ''})")
     if case.json_out and rc == 0:
         try:
             json.loads(stdout, parse_constant=lambda c: (_ for _ in ()).throw(
@@ -567,7 +578,9 @@ def _run_chunk(chunk: list[tuple[int, Case]], root: Path, timeout: float, mode: 
     results = []
     for i, case in chunk:
         box = root.parent / f"{root.name}-{i}"  # each case gets its own copy of the inputs
-        shutil.copytree(root, box, symlinks=True, copy_function=_copy_or_fifo)
+        # hard links stay hard links in the copy (the aliasing cases need them)
+        shutil.copytree(root, box, symlinks=True,
+                        copy_function=functools.partial(_copy_or_fifo, linked={}))
         ro = case.env.get("EPLB_CORPUS_RO")
         if ro:
             os.chmod(box / ro, 0o555)
@@ -670,13 +683,20 @@ def main() -> int:
     return 0 if clean == len(results) else 1
 
 
-def _copy_or_fifo(src: str, dst: str) -> None:
+def _copy_or_fifo(src: str, dst: str, linked: dict[tuple[int, int], str]) -> None:
+    """Copy ``src`` to ``dst``; a FIFO is made anew, and a file with several hard links is
+    linked to its first copy (``linked``: ``(device, inode)`` -> copied path)."""
     import stat
 
-    if stat.S_ISFIFO(os.stat(src).st_mode):
+    st = os.stat(src)
+    if stat.S_ISFIFO(st.st_mode):
         os.mkfifo(dst)
+    elif st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
+        os.link(linked[st.st_dev, st.st_ino], dst)
     else:
         shutil.copy2(src, dst)
+        if st.st_nlink > 1:
+            linked[st.st_dev, st.st_ino] = dst
 
 
 
@@ -949,8 +969,9 @@ def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
             add(Case(f"{what} to {label}", make(t), expect_error=True, keep=["ro_file.npz"]))
     (r / "ro_dir").mkdir()
     for what in ("solve -o", "evaluate -o", "compare -o", "simulate -o"):
+        # root writes into a read-only folder: there the case only checks for a clean exit
         add(Case(f"{what} into a read-only folder", makers[what]("ro_dir/out.json"
-                 if what == "solve -o" else "ro_dir/out"), expect_error=True,
+                 if what == "solve -o" else "ro_dir/out"), expect_error=os.geteuid() != 0,
                  env={"EPLB_CORPUS_RO": "ro_dir"}))
 
     # contradictory topologies
@@ -977,8 +998,8 @@ def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
         "Topology.parse": "from eplb import Topology\nTopology.parse(X, 32)",
         "read_placement": "from eplb.io import read_placement\nread_placement(X)",
         "write_placement": "from eplb.io import write_placement\nwrite_placement(X, 'o.json')",
-        "solve": "from eplb import traces, Topology\nfrom eplb.evaluation.solve import solve\n"
-                 "solve(X, Topology.parse('2x4', 32))",
+        "solve": "from eplb import Topology, solvers\n"
+                 "solvers.solve('greedy', X, Topology.parse('2x4', 32))",
         "lower_bound": "from eplb import Topology\n"
                        "from eplb.solvers.analysis.bounds import lower_bound\n"
                        "lower_bound(X, Topology.parse('2x4', 32))",
