@@ -16,6 +16,7 @@ import math
 import os
 import stat
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import EplbError, InputError
+
+# a damaged zip member: bad headers, a truncation, a corrupt deflate stream (a bit flip), an
+# unknown compression method
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error,
+              NotImplementedError)
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 NPY_MAGIC = b"\x93NUMPY"
@@ -179,7 +185,7 @@ def read_npz(
                     out[name] = np.lib.format.read_array(fh, allow_pickle=False)
     except EplbError:
         raise
-    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as exc:
+    except ZIP_ERRORS as exc:
         raise error(f"truncated or not an npz file ({exc}); regenerate or re-copy it") from None
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror or exc}") from None
@@ -193,7 +199,7 @@ def npz_names(path: str | os.PathLike, error: ErrorFactory = InputError) -> list
     try:
         with zipfile.ZipFile(path) as zf:
             return [n[:-4] if n.endswith(".npy") else n for n in zf.namelist()]
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+    except (*ZIP_ERRORS, OSError) as exc:
         raise error(f"truncated or not an npz file ({exc}); regenerate or re-copy it") from None
 
 
@@ -394,7 +400,7 @@ def check_torch_file(path: str | os.PathLike, error: ErrorFactory = InputError) 
             check_size(f"{p}", (p.stat().st_size,), 1, fix=limit_fix, error=error)
             with open(p, "rb") as fh:  # legacy: magic, protocol, sys info, then the object
                 implied = pickle_storage_bytes(fh, error, str(p), pickles=4)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+    except (*ZIP_ERRORS, OSError, ValueError) as exc:
         raise error(f"{p}: truncated or not a torch.save file ({exc}); re-copy or re-dump it"
                     ) from None
     nbytes = max(implied, records)

@@ -21,6 +21,7 @@ import numpy as np
 from eplb.errors import TraceError
 from eplb.safeload import (
     NPY_MAGIC,
+    ZIP_ERRORS,
     ZIP_MAGIC,
     check_regular,
     json_loads,
@@ -86,7 +87,7 @@ def _sniff_zip(p: Path, suffix: str) -> str:
     try:
         with zipfile.ZipFile(p) as zf:
             names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, EOFError):
+    except (*ZIP_ERRORS, OSError):
         # truncated zip: trust the suffix so the reader reports it as a truncated file
         return _SUFFIXES.get(suffix, "npz")
     if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
@@ -135,6 +136,18 @@ def _nested_shape(path, obj: Any, field: str) -> None:
 
 
 # ------------------------------------------------------------------ JSON
+def _holds_bool(obj) -> bool:
+    """Whether nested lists ``obj`` hold a boolean anywhere (NumPy reads ``true`` as 1)."""
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, bool):
+            return True
+    return False
+
+
 def _read_sglang(path, text: str | None = None) -> Trace:
     inline = text is not None
     if text is None:
@@ -164,8 +177,8 @@ def _read_sglang(path, text: str | None = None) -> Trace:
     except (ValueError, TypeError, OverflowError):
         _nested_shape(path, raw, "logical_count")
         raise  # pragma: no cover - _nested_shape always raises
-    if arr.dtype.kind in "SU":  # a string among the numbers: name it
-        _nested_shape(path, raw, "logical_count")
+    if arr.dtype.kind in "SUb" or (("true" in text or "false" in text) and _holds_bool(raw)):
+        _nested_shape(path, raw, "logical_count")  # a string or a boolean: name it
     if arr.dtype == object:  # null (-> NaN, named below) or integers beyond int64
         try:
             arr = arr.astype(np.float64)

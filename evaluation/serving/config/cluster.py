@@ -212,6 +212,10 @@ class ClusterConfig:
     def from_toml(cls, path: str | os.PathLike) -> ClusterConfig:
         """Read a TOML file (layout in docs/serving.md, "Cluster config")."""
         data = toml.read(path)
+        if not data:  # an empty (truncated?) file would silently be the default cluster
+            raise InputError(f"{Path(path)}: the cluster config holds no settings (empty, or "
+                             "comments only); write its tables (docs/serving.md, \"Cluster "
+                             f"config\") or name a preset ({', '.join(presets.PRESETS)})")
         try:
             return cls.from_dict(data)
         except InputError as exc:
