@@ -193,6 +193,22 @@ def seconds_or_zero_arg(text: str) -> float:
                             zero=True)
 
 
+def fraction_arg(upper_open: bool = False):
+    """argparse type of a fraction in (0, 1] (``upper_open``: (0, 1)), e.g. ``--goodput``."""
+    interval = "(0, 1)" if upper_open else "(0, 1]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (0 < value < 1 if upper_open else 0 < value <= 1):
+            raise argparse.ArgumentTypeError(f"{text} must be a fraction in {interval}")
+        return value
+
+    return parse
+
+
 def check_groups(groups, num_experts: int, topk_groups=None, *, flag: str = "--groups",
                  fallback: bool = False) -> None:
     """Refuse expert groups that do not divide the experts (unless ``fallback``: the solver

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from eplb.atomic import atomic_directory, check_output_dir
+from eplb.cli.common import fraction_arg
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
@@ -90,10 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="search the largest rate (req/s) at which --goodput of requests meet the SLO",
     )
-    p.add_argument("--goodput", type=float, default=0.9, metavar="F",
-                   help="goodput target of --capacity (default 0.9)")
-    p.add_argument("--rel-tol", type=float, default=0.05, metavar="F",
-                   help="--capacity stops when hi / lo <= 1 + F (default 0.05)")
+    p.add_argument("--goodput", type=fraction_arg(), default=0.9, metavar="F",
+                   help="goodput target of --capacity, in (0, 1] (default 0.9)")
+    p.add_argument("--rel-tol", type=fraction_arg(upper_open=True), default=0.05, metavar="F",
+                   help="--capacity stops when hi / lo <= 1 + F, F in (0, 1) (default 0.05)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for comparisons and sweeps (default 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",

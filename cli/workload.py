@@ -92,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--input-sigma",
         type=float,
         default=1.0,
-        help="log-space sigma of the prompt lengths (default 1)",
+        help="log-space sigma of the prompt lengths, 0..10 (default 1)",
     )
     synth.add_argument(
         "--output-mean",
@@ -105,7 +105,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--output-sigma",
         type=float,
         default=1.0,
-        help="log-space sigma of the output lengths (default 1)",
+        help="log-space sigma of the output lengths, 0..10 (default 1)",
     )
     synth.add_argument(
         "--lengths-from",

@@ -48,6 +48,7 @@ def _positive(name: str, value, *, integer: bool = False, allow_zero: bool = Fal
     return float(value)
 
 
+MAX_SIGMA = 10.0  # largest log-space sigma of the synthetic lengths
 BYTES_PER_REQUEST = 256  # columns, block-hash list and frame overhead of one request (rough)
 
 
@@ -91,7 +92,12 @@ def lognormal_lengths(
     log-space ``sigma``, rounded and clipped to ``[1, max_tokens]``."""
     n = _count("n", n)
     mean = _positive("mean length", mean)
-    sigma = _positive("sigma", sigma, allow_zero=True)
+    name = {_INPUT: "input_sigma", _OUTPUT: "output_sigma"}.get(stream, "sigma")
+    sigma = _positive(name, sigma, allow_zero=True)
+    if sigma > MAX_SIGMA:  # sigma**2 overflows near 1e154; long before, lengths are 1 or max
+        raise InputError(f"{name} must be <= {MAX_SIGMA:g} (log-space spread: at {MAX_SIGMA:g} "
+                         f"the median length is e^-{MAX_SIGMA**2 / 2:g} times the mean), got "
+                         f"{sigma:g}")
     mu = math.log(mean) - sigma**2 / 2
     x = _rng(seed, stream).lognormal(mu, sigma, size=n)
     return np.clip(np.rint(x), 1, max_tokens).astype(np.int64)
