@@ -193,6 +193,17 @@ def seconds_or_zero_arg(text: str) -> float:
                             zero=True)
 
 
+def check_topology_hint(placement, hint, path) -> None:
+    """Refuse ``--topology``/``--slots`` (``hint``, a `Topology` or None) that contradict the
+    topology the placement file ``path`` carries (native and npz files store theirs; the
+    flags were silently ignored there)."""
+    shape = lambda t: f"{t.num_nodes}x{t.gpus_per_node}x{t.slots_per_gpu}"  # noqa: E731
+    if hint is not None and shape(hint) != shape(placement.topology):
+        raise InputError(f"--topology {shape(hint)} (nodes x GPUs x slots per GPU) contradicts "
+                         f"{path}, which stores {shape(placement.topology)}; drop --topology "
+                         "and --slots (they are for SGLang/TensorRT-LLM/vLLM files) or fix them")
+
+
 def fraction_arg(upper_open: bool = False):
     """argparse type of a fraction in (0, 1] (``upper_open``: (0, 1)), e.g. ``--goodput``."""
     interval = "(0, 1)" if upper_open else "(0, 1]"

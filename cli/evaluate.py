@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from eplb.atomic import atomic_write_bytes
-from eplb.cli.common import check_groups, check_outputs, gbps_arg, seed_arg, windows_arg
+from eplb.cli.common import (
+    check_groups,
+    check_outputs,
+    check_topology_hint,
+    gbps_arg,
+    seed_arg,
+    windows_arg,
+)
 from eplb.errors import InputError
 from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
@@ -90,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--source {args.source!r}: use auto, tokens, source_counts or load")
     topo_hint = Topology.parse(args.topology, args.slots) if args.topology else None
     placement = read_placement(args.placement, topology=topo_hint)
+    check_topology_hint(placement, topo_hint, args.placement)
     over = {k: v for k, v in (("nvlink_gbps", args.nvlink_gbps), ("rdma_gbps", args.rdma_gbps))
             if v is not None}
     if over:

@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from eplb.cli.common import add_topology_args, seed_arg, topology_from
+from eplb.cli.common import add_topology_args, check_topology_hint, seed_arg, topology_from
 from eplb.errors import InputError
 from eplb.format import text_table
 from eplb.safeload import check_size
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     F = args.ffn or max(args.hidden // 4, 1)
     topology = topology_from(args) if args.topology else None
     placement = read_placement(args.placement, topology=topology, num_experts=args.experts)
+    check_topology_hint(placement, topology, args.placement)
     topo = placement.topology
     E, G = placement.num_experts, topo.num_gpus
     check_size(f"expert weights (--hidden {args.hidden}, FFN {F}, {topo.num_slots} slots)",
