@@ -42,10 +42,6 @@ def check_outputs(
         if path is None:
             continue
         check_output_path(path, flag)
-        if flag == "--plot":  # an image: a format matplotlib writes, refused before any work
-            from eplb.evaluation.plots import check_plot_path  # lazy: matplotlib
-
-            check_plot_path(path, flag)
         for in_flag, in_path in ins:
             if same_file(in_path, path):
                 raise InputError(
@@ -57,6 +53,10 @@ def check_outputs(
                 raise InputError(f"{flag} {path} is the same file as {other_flag} {other}; "
                                  "give each output its own file")
         seen.append((flag, path))
+    if outputs.get("--plot") is not None:  # an image matplotlib writes (after the aliasing)
+        from eplb.evaluation.plots import check_plot_path  # lazy: matplotlib
+
+        check_plot_path(outputs["--plot"], "--plot")
     for flag, path in (output_dirs or {}).items():
         if path is None:
             continue

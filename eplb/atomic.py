@@ -136,6 +136,12 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
             f"cannot write {what} {text}: it is an existing directory; give a file name "
             f"inside it (e.g. {target / 'out'}...)"
         )
+    final = _resolve_target(target)
+    try:
+        st = os.stat(final)
+    except OSError:  # missing (or unreadable: the write itself names the reason)
+        return target
+    _refuse_read_only(final, st)  # before any work, as the write itself would
     return target
 
 
@@ -539,22 +545,38 @@ class Stage:
         self._moves.append((staged, final, True))
         return staged
 
-    def commit(self) -> None:
-        check_signalled()
+    def _pairs(self) -> list[tuple[Path, Path, bool]]:
+        """(staged file, final path, inside a folder output) of every file written."""
+        pairs = []
         for staged, final, is_folder in self._moves:
             if not is_folder:
                 if staged.exists():
-                    _move(staged, final)
+                    pairs.append((staged, final, False))
                 continue
-            for src in sorted(staged.rglob("*")):
-                if src.is_dir():
-                    continue
-                dst = final / src.relative_to(staged)
+            pairs += [(src, final / src.relative_to(staged), True)
+                      for src in sorted(staged.rglob("*")) if not src.is_dir()]
+        return pairs
+
+    def commit(self) -> None:
+        check_signalled()
+        pairs = self._pairs()
+        for _, dst, _ in pairs:  # every target checked before the first move: none or all
+            target = _resolve_target(dst)
+            try:
+                st = os.stat(target)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                raise InputError(f"cannot write {dst}: it is an existing directory; move it "
+                                 "or write elsewhere")
+            _refuse_read_only(target, st)
+        for src, dst, in_folder in pairs:
+            if in_folder:
                 try:
                     dst.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise write_error(dst.parent, exc) from None
-                _move(src, dst)
+            _move(src, dst)
 
     def discard(self) -> None:
         if self._root is not None:
@@ -567,6 +589,8 @@ def _move(src: Path, dst: Path) -> None:
         st = os.stat(target)
     except OSError:
         st = None
+    if st is not None:
+        _refuse_read_only(target, st)  # also at the swap: a file made read-only meanwhile
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         # /dev/null, /dev/full, a FIFO: never rename over a device node; write into it
         try:
