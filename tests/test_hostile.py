@@ -4,10 +4,12 @@ per reader), wrong answers to bad input. `scripts/hostile_corpus.py` runs the wi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eplb import Topology, traces
+from eplb import Topology, solvers, traces
 from eplb.atomic import (
     MANIFEST,
     Terminated,
@@ -447,3 +449,99 @@ def test_wrong_answers_are_errors(small, capsys):
     one_error(*run(capsys, "solve", "t.npz", "--topology", "2x4x4", "--rdma-gbps",
                    "1e-320")[::2],
               "rdma_gbps")
+
+
+# ------------------------------------------------------------------ third pass (full corpus run)
+@functools.lru_cache(maxsize=1)
+def _zips() -> dict[str, bytes]:
+    """A compressed trace npz and a placement npz, as bytes (made once)."""
+    folder = Path(tempfile.mkdtemp(prefix="eplb-zips-"))
+    try:
+        trace = traces.Trace(np.random.default_rng(0).integers(0, 50, (2, 2, 16)).astype(float))
+        traces.write(trace, folder / "t.npz")
+        placement = solvers.solve("greedy", trace, Topology.parse("2x4", 32))
+        write_placement(placement, folder / "p.npz")
+        return {name: (folder / name).read_bytes() for name in ("t.npz", "p.npz")}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@given(st.sampled_from(["t.npz", "p.npz"]), st.integers(0, 10**6), st.integers(0, 7),
+       st.integers(1, 3))
+def test_npz_bit_flips_raise_eplb_errors_only(tmp_path_factory, name, at, bit, flips):
+    data = bytearray(_zips()[name])
+    for k in range(flips):  # a corrupt deflate stream raised zlib.error before
+        data[(at + 97 * k) % len(data)] ^= 1 << bit
+    path = tmp_path_factory.mktemp("flip") / name
+    path.write_bytes(bytes(data))
+    reader = traces.read if name == "t.npz" else read_placement
+    try:
+        reader(path)
+    except EplbError:
+        pass
+
+
+def test_sglang_counts_refuse_booleans(tmp_path):
+    for value in ("true", "false"):
+        (tmp_path / "b.json").write_text('{"logical_count": [[[1, 2, ' + value + ", 4]]]}")
+        with pytest.raises(EplbError, match=rf"logical_count\[0\]\[0\]\[2\] is {value}"):
+            traces.read(tmp_path / "b.json")
+    (tmp_path / "ok.json").write_text('{"logical_count": [[[1, 2]]], "note": "true"}')
+    assert traces.read(tmp_path / "ok.json").counts.sum() == 3
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# comments only\n"])
+def test_an_empty_cluster_config_is_refused(tmp_path, text):
+    from eplb.evaluation.serving import ClusterConfig
+
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(EplbError, match="holds no settings"):
+        ClusterConfig.load(tmp_path / "c.toml")
+
+
+@pytest.mark.parametrize("junk", [None, True, b"\xff", 10**30, -5, float("nan"), {"a": 1},
+                                  np.ones(3)], ids=repr)
+def test_workload_read_refuses_what_is_not_a_path(junk):
+    from eplb.evaluation.serving import workload as W
+
+    with pytest.raises(EplbError, match="workload file must be a file name"):
+        W.read(junk)
+
+
+def test_lengths_sigma_is_bounded(small, capsys):
+    from eplb.evaluation.serving import workload as W
+
+    for key in ("input_sigma", "output_sigma"):
+        with pytest.raises(InputError, match=f"{key} must be <= 10"):
+            W.synthesize(5, **{key: 1e300})
+    one_error(*run(capsys, "workload", "synth", "-n", "5", "--output-sigma", "1e300", "-o",
+                   "s.jsonl")[::2], "output_sigma")
+    assert not (small / "s.jsonl").exists()
+    assert len(W.synthesize(5, input_sigma=10, output_sigma=0)) == 5
+
+
+@pytest.mark.parametrize("flag,value", [("--goodput", "nan"), ("--goodput", "0"),
+                                        ("--goodput", "1.5"), ("--rel-tol", "nan"),
+                                        ("--rel-tol", "1"), ("--rel-tol", "-0.1")])
+def test_simulate_fractions_are_checked_without_capacity(small, capsys, flag, value):
+    one_error(*run(capsys, "simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-plots",
+                   "--no-progress", "-o", "o", flag, value)[::2], flag, "fraction")
+    assert not (small / "o").exists()
+
+
+def test_topology_flags_must_agree_with_a_native_placement(small, capsys):
+    for verb in (["evaluate", "p.json", "t.npz"], ["execute", "p.json", "--trace", "t.npz"]):
+        one_error(*run(capsys, *verb, "--topology", "2x4x3")[::2], "--topology 2x4x3",
+                  "stores 2x4x4")
+    assert run(capsys, "evaluate", "p.json", "t.npz", "--topology", "2x4", "--slots",
+               "32")[0] == 0
+
+
+def test_python_m_eplb_cli_runs_the_verb_only_as_main(capsys):
+    import runpy
+
+    # a spawned worker imports the main module as __mp_main__: it must not run the verb again
+    runpy.run_module("eplb.cli", run_name="__mp_main__")
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(SystemExit):
+        runpy.run_module("eplb.cli", run_name="__main__")
