@@ -545,3 +545,65 @@ def test_python_m_eplb_cli_runs_the_verb_only_as_main(capsys):
     assert capsys.readouterr() == ("", "")
     with pytest.raises(SystemExit):
         runpy.run_module("eplb.cli", run_name="__main__")
+
+
+SLOW_POLICY = """
+import time
+
+import numpy as np
+
+from eplb.solvers import register
+
+
+@register("slow_rr")
+def slow_rr(load, topology):
+    '''slot p holds expert p mod E, after 5 s'''
+    time.sleep(5)
+    return np.tile(np.arange(topology.num_slots) % load.shape[1], (load.shape[0], 1))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="uses /proc")
+def test_sigterm_to_compare_with_workers_cancels_the_queue(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.test_solvers_ilp_runtime import _alive, _children, _gone
+
+    (tmp_path / "slowplug.py").write_text(SLOW_POLICY)
+    traces.write(traces.Trace(np.ones((2, 2, 16))), tmp_path / "t.npz")
+    # 8 tasks of 5 s on 2 workers: 20 s uninterrupted, >= 15 s still queued at the signal
+    topologies = ",".join(f"{n}x{g}:{s}" for n, g in (("2", "4"), ("1", "8"))
+                          for s in (32, 64, 96, 128))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eplb.cli", "compare", "t.npz", "--plugin", "slowplug",
+         "--solvers", "slow_rr", "--topologies", topologies, "--workers", "2", "-o", "out.csv",
+         "--quiet"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    kids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(kids) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            kids = [k for k in _children(proc.pid) if _alive(k)]
+        assert len(kids) >= 2, proc.stderr.read().decode() if proc.poll() is not None else ""
+        time.sleep(0.5)  # the workers are inside their first task
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)  # the parent alone, as `kill PID` does
+        proc.wait(timeout=60)
+        stopped = time.monotonic() - sent
+        err = proc.stderr.read().decode()
+        assert proc.returncode == 143, err
+        assert stopped < 5.0, f"took {stopped:.1f} s to stop: the queue ran on"
+        assert _gone(kids, 10.0), "workers outlived the run"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["slowplug.py", "t.npz"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for k in kids:
+            if _alive(k):
+                os.kill(k, signal.SIGKILL)
