@@ -213,16 +213,27 @@ def test_cli_exits_128_plus_signal_when_the_exception_was_swallowed(monkeypatch,
 
 
 # ------------------------------------------------------------------ 3. hangs
-def test_every_reader_refuses_a_fifo(tmp_path):
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+def test_every_reader_refuses_a_fifo(tmp_path, kind):
+    import socket
+
     from eplb.evaluation.serving import ClusterConfig
     from eplb.evaluation.serving import workload as W
 
     readers = {"t.npz": traces.read, "t.json": traces.read, "p.json": read_placement,
                "c.toml": ClusterConfig.load, "w.jsonl": W.read}
     for name, reader in readers.items():
-        os.mkfifo(tmp_path / name)
+        path = tmp_path / name
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            path.symlink_to("/dev/zero")  # endless: reading it would never finish
+        else:
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(str(path))
+            sock.close()
         with pytest.raises(EplbError, match="FIFO|regular file"):
-            reader(tmp_path / name)
+            reader(path)
 
 
 @pytest.mark.parametrize("key,old,new", [
