@@ -582,7 +582,7 @@ def test_sigterm_to_compare_with_workers_cancels_the_queue(tmp_path):
     import time
 
     from tests.conftest import REPO
-    from tests.test_solvers_ilp_runtime import _alive, _children, _gone
+    from tests.test_solvers_ilp_runtime import _alive, _children, _gone, _kill_all
 
     (tmp_path / "slowplug.py").write_text(SLOW_POLICY)
     traces.write(traces.Trace(np.ones((2, 2, 16))), tmp_path / "t.npz")
@@ -613,8 +613,4 @@ def test_sigterm_to_compare_with_workers_cancels_the_queue(tmp_path):
         assert _gone(kids, 10.0), "workers outlived the run"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["slowplug.py", "t.npz"]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for k in kids:
-            if _alive(k):
-                os.kill(k, signal.SIGKILL)
+        _kill_all(proc, kids)

@@ -193,6 +193,15 @@ def _start() -> tuple[subprocess.Popen, list[int]]:
     return proc, kids
 
 
+def _kill_all(proc: subprocess.Popen, kids: list[int]) -> None:
+    """SIGKILL the run ``proc`` and its workers ``kids`` that are still alive (cleanup)."""
+    if proc.poll() is None:
+        proc.kill()
+    for k in kids:
+        if _alive(k):
+            os.kill(k, signal.SIGKILL)
+
+
 def _gone(pids: list[int], within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -241,11 +250,7 @@ def test_ctrl_c_stops_parent_and_workers_fast(group):
         assert proc.returncode != 0  # stopped by the signal, not finished
         assert _gone(kids, GONE_WITHIN)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for k in kids:
-            if _alive(k):
-                os.kill(k, signal.SIGKILL)
+        _kill_all(proc, kids)
 
 
 class _Ticking:
