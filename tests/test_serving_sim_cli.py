@@ -142,7 +142,7 @@ def test_existing_output_needs_force(tmp_path):
 )
 def test_bad_input_is_one_error_line(tmp_path, toml_extra, args, match):
     cfg = tmp_path / "cluster.toml"
-    cfg.write_text(toml_extra)
+    cfg.write_text(toml_extra or 'name = "custom"\n')  # an empty config is itself refused
     out = tmp_path / "run"
     argv = ["simulate", cfg, "--workload", SYNTH, "-o", out, "--no-progress", "--no-plots"]
     if args:
