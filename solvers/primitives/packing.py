@@ -11,7 +11,7 @@ import numpy as np
 
 from eplb.solvers.primitives.layout import duplicates
 from eplb.solvers.primitives.replication import per_replica
-from eplb.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL, better
 
 
 @dataclass
@@ -99,7 +99,18 @@ def lpt(
     prev = np.full(X, -1, dtype=np.int64)
     inf = np.inf
     any_stuck = False
-    for j in range(P):
+    start = 0
+    if node_penalty is None and (G == 1 or (item_s[:, G - 2] > 0).all()):
+        # the G heaviest items go to GPUs 0..G-1 in turn: each takes the first empty GPU,
+        # every GPU taken so far already carries a positive load (and holds its run's expert)
+        slot_e[:, :, 0], slot_s[:, :, 0] = item_e[:, :G], item_s[:, :G]
+        gpu[:] = item_s[:, :G]
+        fill[:] = 1
+        avail[:] = inf if S == 1 else gpu
+        prev = item_e[:, G - 1].copy()
+        held[:] = item_e[:, :G] == prev[:, None]  # an expert's replicas are consecutive items
+        start = G
+    for j in range(start, P):
         e, s_j = item_e[:, j], item_s[:, j]
         held &= (e == prev)[:, None]
         prev = e
@@ -250,15 +261,12 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         b_e = p.slot_e[rows[:, :, None], cand].reshape(n, m, k * S)
         bg = np.repeat(cand, S, axis=2)  # [n, m, kS]
         gl = np.take_along_axis(ld[:, None, :], bg, 2)
-        d = a_s[..., :, None] - b_s[..., None, :]  # [n, m, S, kS]
-        pair = lh[..., None, None] - d
-        np.maximum(pair, gl[..., None, :] + d, out=pair)
-        ok = (d > 0) & (pair < lh[..., None, None] * (1 - REL_TOL))
-        if not allow_duplicates:
-            ok &= _no_duplicate(p, active[:, None], a_e, b_e, h, cand).reshape(ok.shape)
-        score = np.where(ok, pair, np.inf).reshape(n, m, -1)
-        best = score.argmin(2)  # [n, m]
-        good = np.isfinite(np.take_along_axis(score, best[..., None], 2)[..., 0])
+        score = _pair_loads(a_s, b_s, lh, gl).reshape(n * m, -1)  # [n * m, S * kS]
+        swaps = (np.repeat(active, m), a_e.reshape(n * m, S), b_e.reshape(n * m, -1),
+                 h.reshape(-1), cand.reshape(n * m, k))  # one row per heavy GPU
+        best = _best_swap(p, score, lh.reshape(-1), swaps, allow_duplicates).reshape(n, m)
+        good = better(np.take_along_axis(score, best.reshape(-1, 1), 1)[:, 0], lh.reshape(-1))
+        good = good.reshape(n, m)
         if not good.any():
             break
         ri, ji = np.nonzero(good)
@@ -266,6 +274,63 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         _swap(p, active[ri], h[ri, ji], ia, bg[ri, ji, ib], ib % S)
         active = active[good.any(1)]
     return it
+
+
+def _pair_loads(a_s, b_s, lh, gl) -> np.ndarray:
+    """``float64[..., S, kS]``: the larger of the two GPU loads after swapping slot ``i`` of the
+    heavy GPU (sizes ``a_s: [..., S]``, load ``lh: [...]``) with partner slot ``j`` (sizes
+    ``b_s: [..., kS]``, partner loads ``gl: [..., kS]``).
+
+    A swap improves iff this is `better` than ``lh``; that implies the moved-out replica is the
+    larger (``a - b > lh * REL_TOL``), so the best swap of a row is its argmin, checked once.
+    """
+    d = a_s[..., :, None] - b_s[..., None, :]
+    pair = lh[..., None, None] - d
+    d += gl[..., None, :]
+    np.maximum(pair, d, out=pair)
+    return pair
+
+
+def _best_swap(
+    p: Packed, score: np.ndarray, lh: np.ndarray, swaps: tuple, allow_duplicates: bool
+) -> np.ndarray:
+    """``int64[n]``: per row of ``score: float64[n, S * kS]`` (`_pair_loads`, flattened) the
+    first index of the smallest entry whose swap creates no duplicate (`_no_duplicate`).
+
+    Duplicates are checked lazily: only at each row's argmin, and only where that swap would
+    improve on ``lh: float64[n]`` (else the row has no improving swap either way); a duplicate
+    minimum is set to inf (``score`` is modified) and the row searched again. After a few
+    rounds the rows left get the full mask. Same result as masking every duplicate first.
+    ``swaps``: per row ``(layer: [n], a_e: [n, S], b_e: [n, kS], h: [n], cand: [n, k])`` as
+    `_no_duplicate` takes them.
+    """
+    best = score.argmin(1)
+    if allow_duplicates:
+        return best
+    todo = np.arange(score.shape[0])
+    for _ in range(4):
+        todo = todo[better(score[todo, best[todo]], lh[todo])]
+        if not todo.size:
+            return best
+        layer, a_e, b_e, h, cand = (a[todo] for a in swaps)
+        i = np.arange(todo.size)
+        ia, ib = np.divmod(best[todo], b_e.shape[1])  # heavy slot, partner slot (partner-major)
+        partner = cand[i, ib // a_e.shape[1]]
+        free = (p.holds[layer, a_e[i, ia], partner] == 0) & (p.holds[layer, b_e[i, ib], h] == 0)
+        todo = todo[~free]
+        if not todo.size:
+            return best
+        score[todo, best[todo]] = np.inf
+        best[todo] = score[todo].argmin(1)
+    todo = todo[better(score[todo, best[todo]], lh[todo])]
+    if todo.size:
+        layer, a_e, b_e, h, cand = (a[todo] for a in swaps)
+        ok = _no_duplicate(p, layer, a_e, b_e, h, cand).reshape(todo.size, -1)
+        sub = score[todo]
+        sub[~ok] = np.inf
+        score[todo] = sub
+        best[todo] = sub.argmin(1)
+    return best
 
 
 def _no_duplicate(p: Packed, rows, a_e, b_e, h, cand) -> np.ndarray:
@@ -305,19 +370,20 @@ def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> i
         b_e = p.slot_e[active[:, None], cand].reshape(n, k * S)
         bg = np.repeat(cand, S, axis=1)  # [n, kS]
         gl = np.take_along_axis(ld, bg, 1)
-        d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
-        pair = lh[:, None, None] - d
-        np.maximum(pair, gl[:, None, :] + d, out=pair)
-        ok = d > 0
-        if not allow_duplicates:
-            ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
         if traffic is None:
-            ok &= pair < lh[:, None, None] * (1 - REL_TOL)
-            score = np.where(ok, pair, np.inf).reshape(n, -1)
+            score = _pair_loads(a_s, b_s, lh, gl).reshape(n, -1)  # [n, S * kS]
+            best = _best_swap(p, score, lh, (active, a_e, b_e, h, cand), allow_duplicates)
+            good = better(score[r, best], lh)
         else:
+            d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
+            pair = lh[:, None, None] - d
+            np.maximum(pair, gl[:, None, :] + d, out=pair)
+            ok = d > 0
+            if not allow_duplicates:
+                ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
             score = _traffic_score(p, traffic, active, order, h, lh, a_e, b_e, bg, pair, ok)
-        best = score.argmin(1)
-        good = np.isfinite(score[r, best])
+            best = score.argmin(1)
+            good = np.isfinite(score[r, best])
         if not good.any():
             break
         ia, ib = np.divmod(best[good], k * S)
