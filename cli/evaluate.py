@@ -61,6 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed of the random/weighted policies (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (on stderr: token-level traffic, --dispatch lp)")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-layer table as CSV")
     p.add_argument("--save-slots", metavar="NPY",
                    help="token-level input: save the slot of every pick, int[N, L, K] (.npy)")
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     ev = evaluate(placement, trace, policy=args.dispatch, source=args.source, windows=windows,
                   num_groups=args.groups, topk_groups=args.topk_groups, hidden=args.hidden,
                   dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
-                  top_k=args.top_k, seed=args.seed)
+                  top_k=args.top_k, seed=args.seed, progress=not args.quiet)
     placement, report, balance = ev.placement, ev.traffic, ev.balance
     if args.save_slots is not None:
         if report.slots is None:

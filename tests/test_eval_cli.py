@@ -185,3 +185,16 @@ def test_compare_says_once_where_a_contract_policy_fell_back_and_quiet_is_quiet(
     assert set(zip(fell["solver"], fell["topology"], strict=True)) == {("hierarchical", "4x1:24"),
                                                           ("ilp", "4x1:24")}
     assert (rows[rows["topology"] == "2x2:24"]["variant"] == "hierarchical").all()
+
+
+def test_evaluate_lp_progress_and_quiet(files, capsys):
+    """Issue 22: ``--dispatch lp`` solves one LP per layer; its progress goes to stderr (one
+    update per layer, the stdout table unchanged) and ``--quiet`` silences it."""
+    argv = ["evaluate", str(files / "p.json"), str(files / "multi.npz"), "--dispatch", "lp"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert "lp dispatch" in shown.err and "4/4" in shown.err
+    assert main([*argv, "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out
