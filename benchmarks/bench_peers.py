@@ -3,14 +3,17 @@ side by side in one process (issue 22, section 3): vLLM's default policy and SGL
 ``deepseek`` and ``deepseek_vec``, as re-stated in `benchmarks/peers` (they need torch).
 
 58 layers x 256 experts, 8 expert groups, one thread (torch and numpy's BLAS/OpenMP pools),
-best of ``--repeat`` (5) wall milliseconds per solve through the public `solvers.solve`, on
-4x8 GPUs / 288 slots (hierarchical), 18x8 / 288 (global: 8 groups on 18 nodes) and 8x8 / 320
-(hierarchical). Before timing, every port is checked against eplb's `deepseek` on the same
-input: the share of layers with identical replica counts, and the worst per-layer ratio of max
-GPU load (1.0000 = the same balance; ``deepseek_vec`` deals replicas to GPUs in snake order,
-not by balanced packing, so its loads may differ).
+best of ``--repeat`` (5) milliseconds per solve through the public `solvers.solve`, on 4x8
+GPUs / 288 slots (hierarchical), 18x8 / 288 (global: 8 groups on 18 nodes) and 8x8 / 320
+(hierarchical). ``--clock cpu`` (the default) times this process's CPU, which on a shared
+machine leaves out the waits for other processes; ``--clock wall`` the elapsed time. Before
+timing, every port is checked against eplb's `deepseek` on the same input: the share of
+layers with identical replica counts, and the worst per-layer ratio of max GPU load (1.0000 =
+the same balance; ``deepseek_vec`` deals replicas to GPUs in snake order, not by balanced
+packing, so its loads may differ).
 
-Run: ``python benchmarks/bench_peers.py [--load FILE ...] [--repeat 5] [--skip-slow]``
+Run: ``python benchmarks/bench_peers.py [--load FILE ...] [--repeat 5] [--skip-slow]
+[--clock cpu|wall]``
 (default loads: the bundled zipf-58x256 and, where ../shared/traces is present, the SGLang
 DeepSeek-V3 prefill_in1024 and decode_in2000out100 dumps). ``--skip-slow`` leaves out SGLang's
 ``deepseek`` (seconds per solve: 0-d tensor arithmetic in a Python loop).
@@ -46,14 +49,17 @@ GROUPS = 8
 PEERS = {"vllm": vllm_default, "sgl_deepseek": sglang_deepseek, "sgl_vec": sglang_deepseek_vec}
 
 
-def best_ms(fn, repeat: int) -> float:
-    """Best of ``repeat`` wall milliseconds of ``fn()`` after one warm-up call."""
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def best_ms(fn, repeat: int, clock=time.process_time) -> float:
+    """Best of ``repeat`` milliseconds of ``fn()`` on ``clock`` after one warm-up call."""
     fn()
     best = float("inf")
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, clock() - t)
     return best * 1e3
 
 
@@ -79,7 +85,11 @@ def main() -> None:
     ap.add_argument("--load", type=Path, nargs="*")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-slow", action="store_true")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                    help="cpu: this process's CPU time (default; one thread, so on a shared "
+                    "machine it leaves out the waits for other processes), wall: elapsed time")
     args = ap.parse_args()
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(1)
     loads = args.load or [BUNDLED] + [
         f for f in (SHARED / "prefill_in1024.json", SHARED / "decode_in2000out100.json")
@@ -90,7 +100,8 @@ def main() -> None:
     for path in loads:
         load = traces.read(path).load()
         print(f"\n{path.name}: {load.shape[0]} layers x {load.shape[1]} experts, "
-              f"{GROUPS} groups, 1 thread, best of {args.repeat} (ms)")
+              f"{GROUPS} groups, 1 thread, best of {args.repeat} ({args.clock} ms), load average "
+              f"{os.getloadavg()[0]:.1f}")
         print(f"{'config':<10}" + "".join(f"{c:>14}" for c in cols)
               + f"{'ds/fastest':>12}{'gr/vllm':>9}{'gr/vec':>8}")
         notes = []
@@ -99,13 +110,13 @@ def main() -> None:
             ms = {
                 "deepseek": best_ms(
                     lambda t=topo, ld=load: solvers.solve("deepseek", ld, t, num_groups=GROUPS),
-                    args.repeat),
+                    args.repeat, clock),
                 "greedy": best_ms(
                     lambda t=topo, ld=load: solvers.solve("greedy", ld, t, num_groups=GROUPS),
-                    args.repeat),
+                    args.repeat, clock),
             }
             for name, mod in peers.items():
-                ms[name] = best_ms(peer_call(mod, load, topo), args.repeat)
+                ms[name] = best_ms(peer_call(mod, load, topo), args.repeat, clock)
             fastest = min(ms[k] for k in peers)
             print(f"{label:<10}" + "".join(f"{ms[c]:>14.1f}" for c in cols)
                   + f"{ms['deepseek'] / fastest:>12.2f}{ms['greedy'] / ms['vllm']:>9.2f}"
