@@ -90,54 +90,61 @@ def lpt(
     avail = np.zeros((X, G))  # GPU load, inf once the GPU is full
     # flat views: one 1-D index per update instead of a tuple of index arrays
     gpu_f, fill_f, avail_f = gpu.reshape(-1), fill.reshape(-1), avail.reshape(-1)
-    slot_e_f, slot_s_f = slot_e.reshape(-1), slot_s.reshape(-1)
     row_g = rows * G
-    # an expert's replicas are consecutive items (equal per-replica load, stable sort), so
-    # the GPUs holding the item's expert are those its run of items took so far
-    held = np.zeros((X, G), dtype=bool)
-    held_f = held.reshape(-1)
-    prev = np.full(X, -1, dtype=np.int64)
+    # an expert's replicas are consecutive items (equal per-replica load, stable sort): a run.
+    # A GPU holds the item's expert iff the last item it took is of the item's run
+    run = np.zeros((X, P), dtype=np.int32)
+    np.cumsum(item_e[:, 1:] != item_e[:, :-1], axis=1, out=run[:, 1:])
+    run_t = np.ascontiguousarray(run.T)  # [P, X]: item j's column as a contiguous row
+    s_t = np.ascontiguousarray(item_s.T)
+    last = np.full((X, G), -1, dtype=np.int32)
+    last_f = last.reshape(-1)
+    gpu_of = np.empty((P, X), dtype=np.int64)  # the GPU and slot of each item
+    slot_of = np.empty((P, X), dtype=np.int64)
     inf = np.inf
     any_stuck = False
     start = 0
     if node_penalty is None and (G == 1 or (item_s[:, G - 2] > 0).all()):
         # the G heaviest items go to GPUs 0..G-1 in turn: each takes the first empty GPU,
         # every GPU taken so far already carries a positive load (and holds its run's expert)
-        slot_e[:, :, 0], slot_s[:, :, 0] = item_e[:, :G], item_s[:, :G]
+        gpu_of[:G] = np.arange(G)[:, None]
+        slot_of[:G] = 0
         gpu[:] = item_s[:, :G]
         fill[:] = 1
         avail[:] = inf if S == 1 else gpu
-        prev = item_e[:, G - 1].copy()
-        held[:] = item_e[:, :G] == prev[:, None]  # an expert's replicas are consecutive items
+        last[:] = run[:, :G]
         start = G
     for j in range(start, P):
-        e, s_j = item_e[:, j], item_s[:, j]
-        held &= (e == prev)[:, None]
-        prev = e
+        s_j = s_t[j]
+        held = last == run_t[j][:, None]
         score = avail
         if node_penalty is not None:
             h = held.reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
-            score = avail + np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
+            pen = node_penalty[rows, item_e[:, j]][:, None]
+            score = avail + np.repeat(h, gpus_per_node, axis=1) * pen
         free = np.where(held, inf, score)
         g = free.argmin(1)
         fg = row_g + g
-        stuck = ~np.isfinite(free.reshape(-1)[fg])
-        if stuck.any():  # every GPU with room holds this expert (or a huge node penalty
-            # overflowed to inf): accept a duplicate on a GPU with room, repair later
+        if not np.isfinite(free.reshape(-1)[fg]).all():
+            # every GPU with room holds this expert (or a huge node penalty overflowed to
+            # inf): accept a duplicate on a GPU with room, repair later
+            stuck = ~np.isfinite(free.reshape(-1)[fg])
             any_stuck = True
             room = np.where(fill < S, np.minimum(score, np.finfo(float).max), inf)
             g[stuck] = room[stuck].argmin(1)
             fg = row_g + g
         k = fill_f[fg]
-        at = fg * S + k
-        slot_e_f[at] = e
-        slot_s_f[at] = s_j
+        gpu_of[j] = g
+        slot_of[j] = k
         load_g = gpu_f[fg] + s_j
         gpu_f[fg] = load_g
         k += 1
         fill_f[fg] = k
         avail_f[fg] = np.where(k >= S, inf, load_g)
-        held_f[fg] = True
+        last_f[fg] = run_t[j]
+    at = (gpu_of * S + slot_of).T  # [X, P]: each item's place in its row's slot table
+    slot_e.reshape(X, -1)[rows[:, None], at] = item_e
+    slot_s.reshape(X, -1)[rows[:, None], at] = item_s
     holds = np.zeros((X, E, G), dtype=np.int16)
     at = (rows[:, None, None], slot_e, np.arange(G)[None, :, None])
     if any_stuck:  # a GPU may hold an expert twice
