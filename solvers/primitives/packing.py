@@ -23,6 +23,10 @@ class Packed:
     gpu: np.ndarray  # float64[X, G]
     holds: np.ndarray  # int16[X, E, G] replicas of each expert on each GPU
 
+    def __post_init__(self) -> None:  # C order: the swaps update flat views of every array
+        for name in ("slot_e", "slot_s", "gpu", "holds"):
+            setattr(self, name, np.ascontiguousarray(getattr(self, name)))
+
     @property
     def shape(self) -> tuple[int, int, int]:
         return self.slot_e.shape
@@ -158,17 +162,25 @@ def lpt(
 
 
 def _swap(p: Packed, lay, g1, k1, g2, k2) -> None:
-    """Exchange slot ``(g1, k1)`` with ``(g2, k2)`` in rows ``lay`` (arrays of equal length)."""
-    e1, e2 = p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2]
-    s1, s2 = p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2]
-    p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2] = e2, e1
-    p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2] = s2, s1
-    p.gpu[lay, g1] += s2 - s1
-    p.gpu[lay, g2] += s1 - s2
-    np.subtract.at(p.holds, (lay, e1, g1), 1)
-    np.subtract.at(p.holds, (lay, e2, g2), 1)
-    np.add.at(p.holds, (lay, e1, g2), 1)
-    np.add.at(p.holds, (lay, e2, g1), 1)
+    """Exchange slot ``(g1, k1)`` with ``(g2, k2)`` in rows ``lay`` (arrays of equal length;
+    the GPUs of one call are distinct within a row)."""
+    X, G, S = p.shape
+    E = p.holds.shape[1]
+    a, b = lay * G + g1, lay * G + g2  # flat GPU indices
+    i1, i2 = a * S + k1, b * S + k2  # flat slot indices
+    se, ss = p.slot_e.reshape(-1), p.slot_s.reshape(-1)
+    e1, e2 = se[i1], se[i2]
+    s1, s2 = ss[i1], ss[i2]
+    se[i1], se[i2] = e2, e1
+    ss[i1], ss[i2] = s2, s1
+    gpu = p.gpu.reshape(-1)
+    gpu[a] += s2 - s1
+    gpu[b] += s1 - s2
+    base = lay * E
+    at = np.concatenate([(base + e1) * G + g1, (base + e2) * G + g2,
+                         (base + e1) * G + g2, (base + e2) * G + g1])
+    n = lay.size
+    np.add.at(p.holds.reshape(-1), at, np.repeat(np.array([-1, 1], dtype=p.holds.dtype), 2 * n))
 
 
 def repair_duplicates(p: Packed) -> None:
