@@ -271,15 +271,16 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         n = active.size
         ld = p.gpu[active]
         order = np.argsort(ld, axis=1, kind="stable")
+        ls = np.take_along_axis(ld, order, 1)  # loads in that order
         h = order[:, ::-1][:, :m]  # [n, m] heaviest first
-        lh = np.take_along_axis(ld, h, 1)
-        cand = order[:, : m * k].reshape(n, k, m).transpose(0, 2, 1)  # [n, m, k] disjoint
-        rows = active[:, None]
-        a_s, a_e = p.slot_s[rows, h], p.slot_e[rows, h]  # [n, m, S]
-        b_s = p.slot_s[rows[:, :, None], cand].reshape(n, m, k * S)
-        b_e = p.slot_e[rows[:, :, None], cand].reshape(n, m, k * S)
+        lh = ls[:, ::-1][:, :m]
+        pick = np.arange(m * k).reshape(k, m).T  # [m, k] disjoint pools, interleaved
+        cand = order[:, pick]  # [n, m, k]
+        a_s, a_e = _gpu_slots(p, active[:, None], h)  # [n, m, S]
+        b_s, b_e = _gpu_slots(p, active[:, None, None], cand)  # [n, m, k, S]
+        b_s, b_e = b_s.reshape(n, m, k * S), b_e.reshape(n, m, k * S)
         bg = np.repeat(cand, S, axis=2)  # [n, m, kS]
-        gl = np.take_along_axis(ld[:, None, :], bg, 2)
+        gl = np.repeat(ls[:, pick], S, axis=2)
         score = _pair_loads(a_s, b_s, lh, gl).reshape(n * m, -1)  # [n * m, S * kS]
         swaps = (np.repeat(active, m), a_e.reshape(n * m, S), b_e.reshape(n * m, -1),
                  h.reshape(-1), cand.reshape(n * m, k))  # one row per heavy GPU
@@ -293,6 +294,14 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         _swap(p, active[ri], h[ri, ji], ia, bg[ri, ji, ib], ib % S)
         active = active[good.any(1)]
     return it
+
+
+def _gpu_slots(p: Packed, rows: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slot sizes and experts (``[..., S]`` each) of GPUs ``gpus`` in rows ``rows`` (arrays
+    broadcast together), gathered as whole rows of the flat ``[X * G, S]`` tables."""
+    X, G, S = p.shape
+    at = rows * G + gpus
+    return p.slot_s.reshape(X * G, S).take(at, axis=0), p.slot_e.reshape(X * G, S).take(at, axis=0)
 
 
 def _pair_loads(a_s, b_s, lh, gl) -> np.ndarray:
@@ -380,15 +389,15 @@ def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> i
         r = np.arange(n)
         ld = p.gpu[active]
         order = np.argsort(ld, axis=1, kind="stable")
+        ls = np.take_along_axis(ld, order, 1)  # loads in that order
         h = order[:, -1]
-        lh = ld[r, h]
+        lh = ls[:, -1]
         cand = order[:, :k]  # [n, k] partner GPUs, lightest first
-        a_s = p.slot_s[active, h]  # [n, S]
-        a_e = p.slot_e[active, h]
-        b_s = p.slot_s[active[:, None], cand].reshape(n, k * S)
-        b_e = p.slot_e[active[:, None], cand].reshape(n, k * S)
+        a_s, a_e = _gpu_slots(p, active, h)  # [n, S]
+        b_s, b_e = _gpu_slots(p, active[:, None], cand)  # [n, k, S]
+        b_s, b_e = b_s.reshape(n, k * S), b_e.reshape(n, k * S)
         bg = np.repeat(cand, S, axis=1)  # [n, kS]
-        gl = np.take_along_axis(ld, bg, 1)
+        gl = np.repeat(ls[:, :k], S, axis=1)
         if traffic is None:
             score = _pair_loads(a_s, b_s, lh, gl).reshape(n, -1)  # [n, S * kS]
             best = _best_swap(p, score, lh, (active, a_e, b_e, h, cand), allow_duplicates)
