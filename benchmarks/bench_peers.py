@@ -13,7 +13,7 @@ the same balance; ``deepseek_vec`` deals replicas to GPUs in snake order, not by
 packing, so its loads may differ).
 
 Run: ``python benchmarks/bench_peers.py [--load FILE ...] [--repeat 5] [--skip-slow]
-[--clock cpu|wall]``
+[--clock cpu|wall] [--write-doc]`` (``--write-doc`` puts the tables into docs/solvers.md)
 (default loads: the bundled zipf-58x256 and, where ../shared/traces is present, the SGLang
 DeepSeek-V3 prefill_in1024 and decode_in2000out100 dumps). ``--skip-slow`` leaves out SGLang's
 ``deepseek`` (seconds per solve: 0-d tensor arithmetic in a Python loop).
@@ -35,12 +35,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from eplb import Placement, Topology, solvers, traces  # noqa: E402
+from eplb.atomic import atomic_write_text  # noqa: E402
 from eplb.solvers.primitives.layout import max_load  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from peers import sglang_deepseek, sglang_deepseek_vec, vllm_default  # noqa: E402
 
+DOC = REPO / "docs" / "solvers.md"
+BEGIN, END = "<!-- bench_peers:begin -->", "<!-- bench_peers:end -->"
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
 CONFIGS = [("4x8:288", Topology(4, 8, 9)), ("18x8:288", Topology(18, 8, 2)),
@@ -88,8 +91,15 @@ def main() -> None:
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                     help="cpu: this process's CPU time (default; one thread, so on a shared "
                     "machine it leaves out the waits for other processes), wall: elapsed time")
+    ap.add_argument("--write-doc", action="store_true",
+                    help=f"also write the tables into {DOC.relative_to(REPO)} between its "
+                    "bench_peers markers")
     args = ap.parse_args()
     clock = CLOCKS[args.clock]
+    md = [f"`python benchmarks/bench_peers.py --skip-slow --repeat {args.repeat} --clock "
+          f"{args.clock} --write-doc`: best of {args.repeat} {args.clock} milliseconds per "
+          f"solve, one thread, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the start."]
     torch.set_num_threads(1)
     loads = args.load or [BUNDLED] + [
         f for f in (SHARED / "prefill_in1024.json", SHARED / "decode_in2000out100.json")
@@ -104,6 +114,9 @@ def main() -> None:
               f"{os.getloadavg()[0]:.1f}")
         print(f"{'config':<10}" + "".join(f"{c:>14}" for c in cols)
               + f"{'ds/fastest':>12}{'gr/vllm':>9}{'gr/vec':>8}")
+        md += ["", f"{path.name} ({args.clock} ms):", "",
+               "| config | " + " | ".join(cols) + " | deepseek / fastest port | greedy / vllm "
+               "| greedy / sgl_vec |", "|---" * (len(cols) + 4) + "|"]
         notes = []
         for label, topo in CONFIGS:
             notes += [f"  {label} {n}" for n in check(load, topo, peers)]
@@ -118,11 +131,19 @@ def main() -> None:
             for name, mod in peers.items():
                 ms[name] = best_ms(peer_call(mod, load, topo), args.repeat, clock)
             fastest = min(ms[k] for k in peers)
+            ratios = (ms["deepseek"] / fastest, ms["greedy"] / ms["vllm"],
+                      ms["greedy"] / ms["sgl_vec"])
             print(f"{label:<10}" + "".join(f"{ms[c]:>14.1f}" for c in cols)
-                  + f"{ms['deepseek'] / fastest:>12.2f}{ms['greedy'] / ms['vllm']:>9.2f}"
-                  + f"{ms['greedy'] / ms['sgl_vec']:>8.2f}")
+                  + f"{ratios[0]:>12.2f}{ratios[1]:>9.2f}{ratios[2]:>8.2f}")
+            md.append(f"| {label} | " + " | ".join(f"{ms[c]:.1f}" for c in cols) + " | "
+                      + " | ".join(f"{r:.2f}" for r in ratios) + " |")
         print("checks against eplb deepseek:")
         print("\n".join(notes))
+    if args.write_doc:
+        text = DOC.read_text()
+        i, j = text.index(BEGIN) + len(BEGIN), text.index(END)
+        atomic_write_text(DOC, text[:i] + "\n" + "\n".join(md) + "\n" + text[j:])
+        print(f"\nwrote the tables into {DOC.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
