@@ -198,3 +198,26 @@ def test_evaluate_lp_progress_and_quiet(files, capsys):
     assert main([*argv, "--quiet"]) == 0
     quiet = capsys.readouterr()
     assert quiet.err == "" and quiet.out == shown.out
+
+
+def test_replay_and_execute_counts_use_thousands_separators(tmp_path, capsys):
+    """Issue 22, one number format: the replicas moved in all and the bytes moved (replay) and
+    the copies per phase (execute) print thousands separators like every other count."""
+    trace = synth.drift(16, 64, windows=3, tokens=4096, rate=0.5, seed=0)
+    write_npz(trace, tmp_path / "drift.npz")
+    assert main(["replay", str(tmp_path / "drift.npz"), "--topology", "2x4", "--slots", "128",
+                 "--solver", "greedy", "--interval", "1", "--history", "1", "--quiet"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("replicas moved"))
+    moved = row.split()[2]
+    assert int(moved.replace(",", "")) >= 1000 and "," in moved, row
+    assert main(["solve", str(tmp_path / "drift.npz"), "--topology", "2x4", "--slots", "128",
+                 "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert main(["execute", str(tmp_path / "p.json"), "--trace", str(tmp_path / "drift.npz"),
+                 "--tokens", "4096", "--hidden", "64"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith(("NVLink bytes", "RDMA bytes"))]
+    copies = [int(ln.split("(")[-1].split()[0].replace(",", "")) for ln in rows]
+    assert rows and all("," in ln.split("(")[-1] for ln, c in zip(rows, copies, strict=True)
+                        if c >= 1000)
+    assert max(copies) >= 1000, rows
