@@ -146,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{trace.num_experts} experts"),
         ("load", f"{'all windows' if windows is None else args.windows}: "
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
-                 f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
+                 f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"
+                 + (" (assumed: the trace records no top_k; pass --top-k K)"
+                    if report.mode != "tokens" and args.top_k is None
+                    and trace.meta.get("top_k") is None else "")),
         ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
          f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "

@@ -221,3 +221,18 @@ def test_replay_and_execute_counts_use_thousands_separators(tmp_path, capsys):
     assert rows and all("," in ln.split("(")[-1] for ln, c in zip(rows, copies, strict=True)
                         if c >= 1000)
     assert max(copies) >= 1000, rows
+
+
+def test_evaluate_says_when_top_k_is_assumed(files, capsys):
+    """Issue 22: a trace that records no top_k (an SGLang dump, a per-rank folder) is read as
+    top-8; the load row says the top-k was assumed and how to give it, a given one is not."""
+    bare = synth.zipf(4, 16, windows=1, tokens=300, top_k=2, seed=1)
+    write_npz(Trace(bare.counts, layer_ids=[3, 4, 5, 6]), files / "bare.npz")
+    assert Trace(bare.counts).meta.get("top_k") is None
+    capsys.readouterr()
+    assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz")]) == 0
+    load = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("load"))
+    assert "(assumed: the trace records no top_k; pass --top-k K)" in load
+    assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz"), "--top-k", "2"]) == 0
+    load = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("load"))
+    assert "top-2" in load and "assumed" not in load
