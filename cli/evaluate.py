@@ -68,6 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed of the random/weighted policies (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (on stderr: token-level traffic, --dispatch lp)")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-layer table as CSV")
     p.add_argument("--save-slots", metavar="NPY",
                    help="token-level input: save the slot of every pick, int[N, L, K] (.npy)")
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     ev = evaluate(placement, trace, policy=args.dispatch, source=args.source, windows=windows,
                   num_groups=args.groups, topk_groups=args.topk_groups, hidden=args.hidden,
                   dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
-                  top_k=args.top_k, seed=args.seed)
+                  top_k=args.top_k, seed=args.seed, progress=not args.quiet)
     placement, report, balance = ev.placement, ev.traffic, ev.balance
     if args.save_slots is not None:
         if report.slots is None:
@@ -152,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{trace.num_experts} experts"),
         ("load", f"{'all windows' if windows is None else args.windows}: "
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
-                 f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"),
+                 f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"
+                 + (" (assumed: the trace records no top_k; pass --top-k K)"
+                    if report.mode != "tokens" and args.top_k is None
+                    and trace.meta.get("top_k") is None else "")),
         ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
          f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "

@@ -163,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
     summary = [
         ("max / mean GPU picks", f"{stats.max_over_mean:.4f}"),
         ("NVLink bytes (dispatch + combine)",
-         f"{stats.nvlink_bytes:,.0f}  ({stats.nvlink_transfers} copies per phase)"),
+         f"{stats.nvlink_bytes:,.0f}  ({stats.nvlink_transfers:,} copies per phase)"),
         ("RDMA bytes (dispatch + combine)",
-         f"{stats.rdma_bytes:,.0f}  ({stats.rdma_transfers} copies per phase)"),
+         f"{stats.rdma_bytes:,.0f}  ({stats.rdma_transfers:,} copies per phase)"),
         ("bytes per element", f"dispatch {args.dispatch_bytes:g}, combine {args.combine_bytes:g}"),
         ("time", f"executor {report.executor_seconds:.3f} s, dense forward "
                  f"{report.dense_seconds:.3f} s"),

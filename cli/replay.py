@@ -15,7 +15,7 @@ from eplb.cli.common import (
     seed_arg,
 )
 from eplb.errors import InputError
-from eplb.format import text_table
+from eplb.format import number, text_table
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                                    f"{int(s['windows'])} windows, each scored with the "
                                    "placement solved before it (stale by design)"),
         ("rebalances", f"{int(s['rebalances'])}"),
-        ("replicas moved", f"{int(s['replicas_moved'])} in all ({s['bytes_moved'] / 1e9:.4g} GB)"
+        ("replicas moved", f"{int(s['replicas_moved']):,} in all "
+                           f"({number(s['bytes_moved'] / 1e9)} GB)"
                            + (f", {s['replicas_moved'] / s['rebalances']:,.0f} per rebalance of "
                               f"{trace.num_layers * topo.num_slots:,} slots"
                               if s["rebalances"] else "")),

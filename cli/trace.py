@@ -64,6 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument("--param", action="append", metavar="KEY=VALUE",
                        help="generator parameter, repeatable (value parsed as JSON if it can be)")
+    synth.add_argument("--quiet", action="store_true",
+                       help="no progress bar (tokens: one per layer routed, on stderr)")
     synth.set_defaults(func=run_synth)
 
     conv = tsub.add_parser(
@@ -184,7 +186,7 @@ def run_synth(args: argparse.Namespace) -> int:
                              "tokens should match, e.g. traces/data/deepseek-v3-calibrated.npz)")
         kw["target"] = traces.read(args.target)
         given = {"num_tokens": args.tokens, "top_k": args.top_k}
-        kw.setdefault("progress", True)
+        kw.setdefault("progress", not args.quiet)
     elif args.target is not None:
         raise InputError(f"--target is only for KIND tokens, not {kind}")
     kw.update({k: v for k, v in given.items() if v is not None})

@@ -111,7 +111,10 @@ class Placement:
     def replica_rank(self) -> np.ndarray:
         """int64[L, P]: ordinal of each slot among its expert's replicas, in slot order."""
         L, P = self.phy2log.shape
-        order = np.argsort(self.phy2log, axis=1, kind="stable")  # slots grouped by expert
+        key = self.phy2log
+        if key.size and -(2**15) <= key.min() and key.max() < 2**15:
+            key = key.astype(np.int16)  # same order; numpy's stable sort is a radix sort here
+        order = np.argsort(key, axis=1, kind="stable")  # slots grouped by expert
         sorted_e = np.take_along_axis(self.phy2log, order, axis=1)
         pos = np.broadcast_to(np.arange(P), (L, P))
         new_run = np.ones((L, P), dtype=bool)
@@ -127,12 +130,11 @@ class Placement:
         L, P = self.phy2log.shape
         E = self.num_experts
         R = max(int(self.logcnt.max(initial=0)), 1)
-        out = np.full((L, E, R), -1, dtype=np.int64)
+        out = np.full(L * E * R, -1, dtype=np.int64)
         ok = (self.phy2log >= 0) & (self.phy2log < E)
-        layer = np.broadcast_to(np.arange(L)[:, None], (L, P))
-        slot = np.broadcast_to(np.arange(P)[None, :], (L, P))
-        out[layer[ok], self.phy2log[ok], self.replica_rank[ok]] = slot[ok]
-        return _readonly(out)
+        at = ((np.arange(L)[:, None] * E + self.phy2log) * R + self.replica_rank)[ok]
+        out[at] = np.broadcast_to(np.arange(P), (L, P))[ok]
+        return _readonly(out.reshape(L, E, R))
 
     @cached_property
     def share(self) -> np.ndarray:
@@ -223,18 +225,19 @@ class Placement:
     def _check_log2phy(self) -> None:
         l2p = self.log2phy
         L, E, R = l2p.shape
+        cnt = self.logcnt
         valid = l2p >= 0
-        if not np.array_equal(valid.sum(-1), self.logcnt):
+        if not np.array_equal(valid.sum(-1), cnt):
             raise PlacementError("log2phy replica counts disagree with logcnt")
-        if not np.all(valid[..., :-1] | ~valid[..., 1:]):
+        # with the counts right, "no -1 before a valid slot" is "the first logcnt are valid"
+        if not np.array_equal(valid, np.arange(R) < cnt[..., None]):
             raise PlacementError("log2phy has -1 padding before a valid slot")
-        layer = np.broadcast_to(np.arange(L)[:, None, None], l2p.shape)
-        held = self.phy2log[layer[valid], l2p[valid]]
-        expert = np.broadcast_to(np.arange(E)[None, :, None], l2p.shape)[valid]
-        if not np.array_equal(held, expert):
+        # the valid entries in order: each (layer, expert) run of logcnt slots
+        slots = l2p[valid]
+        run = np.arange(L * E).repeat(cnt.ravel())  # layer * E + expert of each entry
+        if not np.array_equal(self.phy2log.ravel()[run // E * self.num_slots + slots], run % E):
             raise PlacementError("log2phy points at a slot holding another expert")
-        both = valid[..., 1:] & valid[..., :-1]
-        if np.any(both & (l2p[..., 1:] <= l2p[..., :-1])):
+        if np.any((run[1:] == run[:-1]) & (slots[1:] <= slots[:-1])):
             raise PlacementError("log2phy slots are not in ascending slot order")
 
     def _check_share(self) -> None:

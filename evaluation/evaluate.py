@@ -114,6 +114,7 @@ def evaluate(
     combine_bytes: float = 2,
     top_k: int | None = None,
     seed: int = 0,
+    progress: bool = False,
 ) -> Evaluation:
     """Score ``placement`` on ``trace``: balance per layer and all-to-all traffic.
 
@@ -123,7 +124,8 @@ def evaluate(
     of the lower bound and, with ``topk_groups``, of the traffic model's group-limited routing
     (default: the trace's ``num_groups``; ``topk_groups`` and ``top_k`` default to the trace's
     as in `traffic.simulate_trace`). ``policy``, ``hidden``, ``dispatch_bytes``,
-    ``combine_bytes``, ``seed``: `traffic.simulate`'s.
+    ``combine_bytes``, ``seed``, ``progress`` (a bar on stderr for the per-layer loops:
+    token-level traffic, the ``lp`` policy): `traffic.simulate`'s.
     """
     check_placement(placement)
     check_trace(trace)
@@ -138,7 +140,7 @@ def evaluate(
     balance = summarize(layers)
     kw: dict[str, Any] = dict(policy=policy, hidden=hidden, dispatch_bytes=dispatch_bytes,
                               combine_bytes=combine_bytes, seed=seed, num_groups=groups,
-                              topk_groups=topk_groups)
+                              topk_groups=topk_groups, progress=progress)
     if top_k is not None:
         kw["top_k"] = top_k
     if windows is not None and source == "auto" and trace.topk_ids is not None:

@@ -363,10 +363,11 @@ def _log_miss(term, key, q, bins):
 
 def _expected_visits(
     placement: Placement, src: np.ndarray, policy: str, top_k: int,
-    groups: tuple[int, int] | None = None,
+    groups: tuple[int, int] | None = None, tick=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Counts mode: ``gpu_tokens [L, G]``, ``visits [L, G, G]`` (expected tokens from ``s``
-    reaching GPU ``g``), ``node_visits [L, G, N]``, and the number of clipped inclusions."""
+    reaching GPU ``g``), ``node_visits [L, G, N]``, and the number of clipped inclusions.
+    ``tick(n)``, if given, is called as the ``lp`` policy finishes layers (progress)."""
     topo = placement.topology
     L, G, E = src.shape
     N, S = topo.num_nodes, topo.slots_per_gpu
@@ -391,7 +392,7 @@ def _expected_visits(
             miss_g = _log_miss(term, grp * G + dest, q, G)
             miss_n = _log_miss(term, grp * N + topo.node_of_gpu[dest], q, N)
         elif policy == "lp":
-            gpu_tokens, miss_g, miss_n = _lp_expected(placement, src, r, q, gid)
+            gpu_tokens, miss_g, miss_n = _lp_expected(placement, src, r, q, gid, tick)
         else:
             share = _policy_share(placement, policy)  # [L, P]
             total = src.sum(1)  # [L, E]
@@ -610,7 +611,7 @@ def expected_slot_picks(
     return np.take_along_axis(total, rt.expert, 1) * rt.share
 
 
-def _lp_expected(placement: Placement, src, r, q, gid):
+def _lp_expected(placement: Placement, src, r, q, gid, tick=None):
     """Counts mode, ``lp``: each layer's expected picks ``src [G, E]`` are split as one batch
     (`eplb.executor.routing.lp_plan`); a pick of ``e`` from ``s`` then lands on GPU ``g`` with
     probability ``plan[s, e, g] / src[s, e]``. Returns ``gpu_tokens [L, G]`` and the log miss
@@ -638,6 +639,8 @@ def _lp_expected(placement: Placement, src, r, q, gid):
                                   ql, G)[0]
         miss_n[layer] = _log_miss(np.log1p(-rr * wn)[None], (base * N + np.arange(N))[None],
                                   ql, N)[0]
+        if tick is not None:
+            tick(1)
     return gpu_tokens, miss_g, miss_n
 
 
@@ -796,12 +799,20 @@ def _simulate(placement: Placement, *, ids, rank, src, label, policy: str, hidde
         # layers in chunks so the [layers, G, groups, G] scratch stays near 32 MB
         step = max(1, int(4e6 // (G * (groups or (1,))[0] * G)))
         parts = []
+        bar = None
+        if progress and policy == "lp":  # one LP per layer: the slow counts-mode policy
+            from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
+
+            bar = tqdm(total=L, desc="lp dispatch", unit="layer")
         for lo in range(0, L, step):
             rows = slice(lo, min(L, lo + step))
             sub = Placement(placement.phy2log[rows], placement.num_experts, topo,
                             None if placement.replica_share is None
                             else placement.replica_share[rows])
-            parts.append(_expected_visits(sub, src[rows], policy, K, groups))
+            parts.append(_expected_visits(sub, src[rows], policy, K, groups,
+                                          None if bar is None else bar.update))
+        if bar is not None:
+            bar.close()
         gpu_tokens, visits, node_visits = (np.concatenate([q[i] for q in parts])
                                            for i in range(3))
         clipped = sum(q[3] for q in parts)

@@ -139,3 +139,24 @@ def test_derived_tables_agree_with_phy2log(p):
     np.testing.assert_allclose(
         np.bincount(p.phy2log[0], weights=p.share[0], minlength=p.num_experts), 1.0
     )
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (lambda m: m.__setitem__((0, 0, 0), -1), "counts disagree"),
+        (lambda m: m.__setitem__((0, 1), m[0, 1, ::-1].copy()), "padding before"),
+        (lambda m: m.__setitem__((0, 0, 0), m[0, 1, 0]), "another expert"),
+        (lambda m: m.__setitem__((0, 0, slice(0, 2)), m[0, 0, 1::-1].copy()), "ascending"),
+    ],
+)
+def test_validate_checks_the_derived_log2phy(corrupt, message):
+    """`validate` re-checks ``log2phy`` against ``phy2log`` (a corrupted cached map is named):
+    replica counts, padding, the expert in each slot, ascending slot order."""
+    topo = Topology(1, 2, 3)
+    p = Placement(np.array([[0, 1, 0, 2, 0, 3], [3, 2, 1, 0, 1, 2]]), 4, topo)
+    m = np.array(p.validate().log2phy)  # expert 0 of layer 0: slots 0, 2, 4; R = 3
+    corrupt(m)
+    p.__dict__["log2phy"] = m
+    with pytest.raises(PlacementError, match=message):
+        p.validate()

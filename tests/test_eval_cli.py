@@ -185,3 +185,54 @@ def test_compare_says_once_where_a_contract_policy_fell_back_and_quiet_is_quiet(
     assert set(zip(fell["solver"], fell["topology"], strict=True)) == {("hierarchical", "4x1:24"),
                                                           ("ilp", "4x1:24")}
     assert (rows[rows["topology"] == "2x2:24"]["variant"] == "hierarchical").all()
+
+
+def test_evaluate_lp_progress_and_quiet(files, capsys):
+    """Issue 22: ``--dispatch lp`` solves one LP per layer; its progress goes to stderr (one
+    update per layer, the stdout table unchanged) and ``--quiet`` silences it."""
+    argv = ["evaluate", str(files / "p.json"), str(files / "multi.npz"), "--dispatch", "lp"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert "lp dispatch" in shown.err and "4/4" in shown.err
+    assert main([*argv, "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out
+
+
+def test_replay_and_execute_counts_use_thousands_separators(tmp_path, capsys):
+    """Issue 22, one number format: the replicas moved in all and the bytes moved (replay) and
+    the copies per phase (execute) print thousands separators like every other count."""
+    trace = synth.drift(16, 64, windows=3, tokens=4096, rate=0.5, seed=0)
+    write_npz(trace, tmp_path / "drift.npz")
+    assert main(["replay", str(tmp_path / "drift.npz"), "--topology", "2x4", "--slots", "128",
+                 "--solver", "greedy", "--interval", "1", "--history", "1", "--quiet"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("replicas moved"))
+    moved = row.split()[2]
+    assert int(moved.replace(",", "")) >= 1000 and "," in moved, row
+    assert main(["solve", str(tmp_path / "drift.npz"), "--topology", "2x4", "--slots", "128",
+                 "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert main(["execute", str(tmp_path / "p.json"), "--trace", str(tmp_path / "drift.npz"),
+                 "--tokens", "4096", "--hidden", "64"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith(("NVLink bytes", "RDMA bytes"))]
+    copies = [int(ln.split("(")[-1].split()[0].replace(",", "")) for ln in rows]
+    assert rows and all("," in ln.split("(")[-1] for ln, c in zip(rows, copies, strict=True)
+                        if c >= 1000)
+    assert max(copies) >= 1000, rows
+
+
+def test_evaluate_says_when_top_k_is_assumed(files, capsys):
+    """Issue 22: a trace that records no top_k (an SGLang dump, a per-rank folder) is read as
+    top-8; the load row says the top-k was assumed and how to give it, a given one is not."""
+    bare = synth.zipf(4, 16, windows=1, tokens=300, top_k=2, seed=1)
+    write_npz(Trace(bare.counts, layer_ids=[3, 4, 5, 6]), files / "bare.npz")
+    assert Trace(bare.counts).meta.get("top_k") is None
+    capsys.readouterr()
+    assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz")]) == 0
+    load = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("load"))
+    assert "(assumed: the trace records no top_k; pass --top-k K)" in load
+    assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz"), "--top-k", "2"]) == 0
+    load = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("load"))
+    assert "top-2" in load and "assumed" not in load

@@ -80,6 +80,11 @@ def test_synth_every_kind(capsys, tmp_path):
     assert traces.read(tmp_path / "calibrated.npz").meta["provenance"]["phase"] == "decode"
     tok = traces.read(tmp_path / "tokens.npz")
     assert tok.topk_ids.shape == (128, 2, 8) and tok.token_rank.max() == 3
+    assert "routing tokens" in err  # the tokens run was the last: its progress on stderr
+    code, _, err = _run(capsys, "trace", "synth", "tokens", *cases["tokens"], "--seed", "3",
+                        "--quiet", "-o", str(tmp_path / "quiet.npz"))
+    assert code == 0 and err == ""
+    assert traces.read(tmp_path / "quiet.npz").equals(tok)
     # same seed, same file content
     _run(capsys, "trace", "synth", "zipf", "--layers", "3", "--experts", "16", "--seed", "3",
          "--param", "skew=[0.5,0.9]", "-o", str(tmp_path / "again.npz"))

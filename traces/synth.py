@@ -438,7 +438,8 @@ def _route(theta: np.ndarray, noise: np.ndarray, G: int, TG: int, K: int) -> np.
         gscore = s[..., 0]
     gsel = np.argpartition(-gscore, TG - 1, axis=-1)[..., :TG] if TG < G else np.broadcast_to(
         np.arange(G), (l, N, G))
-    cand = np.take_along_axis(s, gsel[..., None], axis=2).reshape(l, N, TG * M)
+    rows = (np.arange(l * N)[:, None] * G + gsel.reshape(l * N, TG)).ravel()
+    cand = s.reshape(l * N * G, M).take(rows, axis=0).reshape(l, N, TG * M)  # chosen groups
     j = np.argpartition(-cand, K - 1, axis=-1)[..., :K] if K < TG * M else np.broadcast_to(
         np.arange(K), (l, N, K))
     return np.take_along_axis(gsel, j // M, axis=-1) * M + j % M

@@ -108,18 +108,14 @@ def _inverse(perm: np.ndarray) -> np.ndarray:
     return inv
 
 
-def rebalance_hierarchical(
-    weight: np.ndarray, num_phy: int, num_groups: int, num_nodes: int, num_gpus: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DeepSeek's hierarchical policy on ``weight: float32[L, E]``.
-
-    Returns ``phy2log: int64[L, P]``, ``phyrank: int64[L, P]`` (replica ordinal by creation)
-    and ``logcnt: int64[L, E]``.
-    """
+def _node_stages(weight: np.ndarray, num_phy: int, num_groups: int, num_nodes: int) -> tuple:
+    """Stages 1-2 of the hierarchical policy on ``weight: float32[L, E]``: groups packed onto
+    nodes (experts renumbered so each node owns a block: ``log2mlog``, ``mlog2log``, int64[L,
+    E]), then replicated inside each node (``mlog_w: float32[L * N, E / N]``, and `replicate`'s
+    ``phy2mlog``, ``phyrank``, ``mlogcnt`` on those rows)."""
     L, E = weight.shape
     group_size = E // num_groups
     groups_per_node = num_groups // num_nodes
-    per_gpu = num_phy // num_gpus
     # 1. pack groups onto nodes; renumber experts so each node owns a contiguous block
     group_w = weight.astype(np.float64).reshape(L, num_groups, group_size).sum(-1)
     gpack, grank = pack(group_w.astype(np.float32), num_nodes)
@@ -129,7 +125,39 @@ def rebalance_hierarchical(
     mlog2log = _inverse(log2mlog)
     # 2. replicate experts inside each node
     mlog_w = np.take_along_axis(weight, mlog2log, axis=1).reshape(L * num_nodes, E // num_nodes)
-    phy2mlog, phyrank, mlogcnt = replicate(mlog_w, num_phy // num_nodes)
+    return (log2mlog, mlog2log, mlog_w, *replicate(mlog_w, num_phy // num_nodes))
+
+
+def node_counts(
+    load: np.ndarray, topology, num_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSeek's hierarchical placement for ``load: float64[L, E]`` before its GPU packing:
+    ``node: int64[L, E]`` the node of each expert and ``logcnt: int64[L, E]`` its replicas
+    (the placement's max GPU load is at least each node's load over its GPUs and each
+    replica's load). Requires the hierarchical case (``num_groups % N == 0``)."""
+    N = topology.num_nodes
+    E = load.shape[1]
+    check(E, topology.num_slots, int(num_groups), N, topology.num_gpus)
+    log2mlog, _, _, _, _, mlogcnt = _node_stages(
+        as_float32(load), topology.num_slots, int(num_groups), N
+    )
+    logcnt = np.take_along_axis(mlogcnt.reshape(load.shape[0], -1), log2mlog, axis=1)
+    return log2mlog // (E // N), logcnt
+
+
+def rebalance_hierarchical(
+    weight: np.ndarray, num_phy: int, num_groups: int, num_nodes: int, num_gpus: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DeepSeek's hierarchical policy on ``weight: float32[L, E]``.
+
+    Returns ``phy2log: int64[L, P]``, ``phyrank: int64[L, P]`` (replica ordinal by creation)
+    and ``logcnt: int64[L, E]``.
+    """
+    L, E = weight.shape
+    per_gpu = num_phy // num_gpus
+    log2mlog, mlog2log, mlog_w, phy2mlog, phyrank, mlogcnt = _node_stages(
+        weight, num_phy, num_groups, num_nodes
+    )
     # 3. pack replicas onto the node's GPUs by per-replica load
     phy_w = np.take_along_axis(mlog_w / mlogcnt.astype(np.float32), phy2mlog, axis=1)
     gpu, rank = pack(phy_w, num_gpus // num_nodes)
@@ -212,9 +240,7 @@ def placement_table(load: np.ndarray, topology, num_groups: int | None) -> tuple
     """DeepSeek's ``phy2log: int64[L, P]`` for ``load: float64[L, E]`` on ``topology`` and
     whether it is the hierarchical policy (``num_groups % N == 0``; else global, whatever
     ``num_groups``)."""
-    w32 = load.astype(np.float32)
-    if not np.all(np.isfinite(w32)) or not np.all(np.isfinite(w32.astype(np.float64).sum(-1))):
-        raise InputError("load exceeds float32 range (DeepSeek's solver works in float32)")
+    w32 = as_float32(load)
     N, G, P = topology.num_nodes, topology.num_gpus, topology.num_slots
     E = load.shape[1]
     if num_groups is not None and is_hierarchical(int(num_groups), N):
@@ -222,3 +248,11 @@ def placement_table(load: np.ndarray, topology, num_groups: int | None) -> tuple
         return rebalance_hierarchical(w32, P, int(num_groups), N, G)[0], True
     check(E, P, 1, 1, G)
     return rebalance_hierarchical(w32, P, 1, 1, G)[0], False
+
+
+def as_float32(load: np.ndarray) -> np.ndarray:
+    """``load: float64[L, E]`` as DeepSeek's float32; `InputError` if it overflows."""
+    w32 = load.astype(np.float32)
+    if not np.all(np.isfinite(w32)) or not np.all(np.isfinite(w32.astype(np.float64).sum(-1))):
+        raise InputError("load exceeds float32 range (DeepSeek's solver works in float32)")
+    return w32

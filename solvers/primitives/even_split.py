@@ -8,10 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.solvers.primitives import packing, pairing
-from eplb.solvers.primitives.deepseek_kernels import placement_table, replicate
+from eplb.solvers.primitives.deepseek_kernels import node_counts, placement_table, replicate
 from eplb.solvers.primitives.layout import max_load
 from eplb.solvers.primitives.replication import waterfill
 from eplb.tolerance import better
+
+# relative slack on a summed bound (a node's load over its GPUs) before it may skip a candidate:
+# the GPU loads it bounds are summed in another order
+BOUND_SLACK = 1e-9
 
 
 def row_caps(present: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
@@ -125,8 +129,26 @@ def deepseek_candidates(
         out.append((rows, placement_table(load[rows], topology, None)[0]))
     N = topology.num_nodes
     if num_groups is not None and num_groups % N == 0 and E % num_groups == 0:
-        out.append((np.arange(L), placement_table(load, topology, num_groups)[0]))
+        rows = np.arange(L) if best is None else hierarchical_rows(load, topology, num_groups, best)
+        if rows.size:
+            out.append((rows, placement_table(load[rows], topology, num_groups)[0]))
     return out
+
+
+def hierarchical_rows(
+    load: np.ndarray, topology, num_groups: int, best: np.ndarray
+) -> np.ndarray:
+    """``int64[k]``: the layers of ``load: float64[L, E]`` where DeepSeek's hierarchical
+    placement could be strictly better than ``best: float64[L]``; its max GPU load is at least
+    each node's load over the node's GPUs and each replica's load (`node_counts`)."""
+    L = load.shape[0]
+    N = topology.num_nodes
+    node, cnt = node_counts(load, topology, num_groups)
+    per_node = np.bincount(
+        (node + np.arange(L)[:, None] * N).ravel(), weights=load.ravel(), minlength=L * N
+    ).reshape(L, N)
+    lb = np.maximum((load / cnt).max(1), per_node.max(1) / (topology.num_gpus // N))
+    return np.nonzero(better(lb * (1 - BOUND_SLACK), best))[0]
 
 
 def place_even(

@@ -11,7 +11,7 @@ import numpy as np
 
 from eplb.solvers.primitives.layout import duplicates
 from eplb.solvers.primitives.replication import per_replica
-from eplb.tolerance import REL_TOL
+from eplb.tolerance import REL_TOL, better
 
 
 @dataclass
@@ -22,6 +22,10 @@ class Packed:
     slot_s: np.ndarray  # float64[X, G, S]
     gpu: np.ndarray  # float64[X, G]
     holds: np.ndarray  # int16[X, E, G] replicas of each expert on each GPU
+
+    def __post_init__(self) -> None:  # C order: the swaps update flat views of every array
+        for name in ("slot_e", "slot_s", "gpu", "holds"):
+            setattr(self, name, np.ascontiguousarray(getattr(self, name)))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -90,43 +94,61 @@ def lpt(
     avail = np.zeros((X, G))  # GPU load, inf once the GPU is full
     # flat views: one 1-D index per update instead of a tuple of index arrays
     gpu_f, fill_f, avail_f = gpu.reshape(-1), fill.reshape(-1), avail.reshape(-1)
-    slot_e_f, slot_s_f = slot_e.reshape(-1), slot_s.reshape(-1)
     row_g = rows * G
-    # an expert's replicas are consecutive items (equal per-replica load, stable sort), so
-    # the GPUs holding the item's expert are those its run of items took so far
-    held = np.zeros((X, G), dtype=bool)
-    held_f = held.reshape(-1)
-    prev = np.full(X, -1, dtype=np.int64)
+    # an expert's replicas are consecutive items (equal per-replica load, stable sort): a run.
+    # A GPU holds the item's expert iff the last item it took is of the item's run
+    run = np.zeros((X, P), dtype=np.int32)
+    np.cumsum(item_e[:, 1:] != item_e[:, :-1], axis=1, out=run[:, 1:])
+    run_t = np.ascontiguousarray(run.T)  # [P, X]: item j's column as a contiguous row
+    s_t = np.ascontiguousarray(item_s.T)
+    last = np.full((X, G), -1, dtype=np.int32)
+    last_f = last.reshape(-1)
+    gpu_of = np.empty((P, X), dtype=np.int64)  # the GPU and slot of each item
+    slot_of = np.empty((P, X), dtype=np.int64)
     inf = np.inf
     any_stuck = False
-    for j in range(P):
-        e, s_j = item_e[:, j], item_s[:, j]
-        held &= (e == prev)[:, None]
-        prev = e
+    start = 0
+    if node_penalty is None and (G == 1 or (item_s[:, G - 2] > 0).all()):
+        # the G heaviest items go to GPUs 0..G-1 in turn: each takes the first empty GPU,
+        # every GPU taken so far already carries a positive load (and holds its run's expert)
+        gpu_of[:G] = np.arange(G)[:, None]
+        slot_of[:G] = 0
+        gpu[:] = item_s[:, :G]
+        fill[:] = 1
+        avail[:] = inf if S == 1 else gpu
+        last[:] = run[:, :G]
+        start = G
+    for j in range(start, P):
+        s_j = s_t[j]
+        held = last == run_t[j][:, None]
         score = avail
         if node_penalty is not None:
             h = held.reshape(X, -1, gpus_per_node).any(-1)  # [X, N]
-            score = avail + np.repeat(h, gpus_per_node, axis=1) * node_penalty[rows, e][:, None]
+            pen = node_penalty[rows, item_e[:, j]][:, None]
+            score = avail + np.repeat(h, gpus_per_node, axis=1) * pen
         free = np.where(held, inf, score)
         g = free.argmin(1)
         fg = row_g + g
-        stuck = ~np.isfinite(free.reshape(-1)[fg])
-        if stuck.any():  # every GPU with room holds this expert (or a huge node penalty
-            # overflowed to inf): accept a duplicate on a GPU with room, repair later
+        if not np.isfinite(free.reshape(-1)[fg]).all():
+            # every GPU with room holds this expert (or a huge node penalty overflowed to
+            # inf): accept a duplicate on a GPU with room, repair later
+            stuck = ~np.isfinite(free.reshape(-1)[fg])
             any_stuck = True
             room = np.where(fill < S, np.minimum(score, np.finfo(float).max), inf)
             g[stuck] = room[stuck].argmin(1)
             fg = row_g + g
         k = fill_f[fg]
-        at = fg * S + k
-        slot_e_f[at] = e
-        slot_s_f[at] = s_j
+        gpu_of[j] = g
+        slot_of[j] = k
         load_g = gpu_f[fg] + s_j
         gpu_f[fg] = load_g
         k += 1
         fill_f[fg] = k
         avail_f[fg] = np.where(k >= S, inf, load_g)
-        held_f[fg] = True
+        last_f[fg] = run_t[j]
+    at = (gpu_of * S + slot_of).T  # [X, P]: each item's place in its row's slot table
+    slot_e.reshape(X, -1)[rows[:, None], at] = item_e
+    slot_s.reshape(X, -1)[rows[:, None], at] = item_s
     holds = np.zeros((X, E, G), dtype=np.int16)
     at = (rows[:, None, None], slot_e, np.arange(G)[None, :, None])
     if any_stuck:  # a GPU may hold an expert twice
@@ -140,17 +162,25 @@ def lpt(
 
 
 def _swap(p: Packed, lay, g1, k1, g2, k2) -> None:
-    """Exchange slot ``(g1, k1)`` with ``(g2, k2)`` in rows ``lay`` (arrays of equal length)."""
-    e1, e2 = p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2]
-    s1, s2 = p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2]
-    p.slot_e[lay, g1, k1], p.slot_e[lay, g2, k2] = e2, e1
-    p.slot_s[lay, g1, k1], p.slot_s[lay, g2, k2] = s2, s1
-    p.gpu[lay, g1] += s2 - s1
-    p.gpu[lay, g2] += s1 - s2
-    np.subtract.at(p.holds, (lay, e1, g1), 1)
-    np.subtract.at(p.holds, (lay, e2, g2), 1)
-    np.add.at(p.holds, (lay, e1, g2), 1)
-    np.add.at(p.holds, (lay, e2, g1), 1)
+    """Exchange slot ``(g1, k1)`` with ``(g2, k2)`` in rows ``lay`` (arrays of equal length;
+    the GPUs of one call are distinct within a row)."""
+    X, G, S = p.shape
+    E = p.holds.shape[1]
+    a, b = lay * G + g1, lay * G + g2  # flat GPU indices
+    i1, i2 = a * S + k1, b * S + k2  # flat slot indices
+    se, ss = p.slot_e.reshape(-1), p.slot_s.reshape(-1)
+    e1, e2 = se[i1], se[i2]
+    s1, s2 = ss[i1], ss[i2]
+    se[i1], se[i2] = e2, e1
+    ss[i1], ss[i2] = s2, s1
+    gpu = p.gpu.reshape(-1)
+    gpu[a] += s2 - s1
+    gpu[b] += s1 - s2
+    base = lay * E
+    at = np.concatenate([(base + e1) * G + g1, (base + e2) * G + g2,
+                         (base + e1) * G + g2, (base + e2) * G + g1])
+    n = lay.size
+    np.add.at(p.holds.reshape(-1), at, np.repeat(np.array([-1, 1], dtype=p.holds.dtype), 2 * n))
 
 
 def repair_duplicates(p: Packed) -> None:
@@ -241,24 +271,22 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         n = active.size
         ld = p.gpu[active]
         order = np.argsort(ld, axis=1, kind="stable")
+        ls = np.take_along_axis(ld, order, 1)  # loads in that order
         h = order[:, ::-1][:, :m]  # [n, m] heaviest first
-        lh = np.take_along_axis(ld, h, 1)
-        cand = order[:, : m * k].reshape(n, k, m).transpose(0, 2, 1)  # [n, m, k] disjoint
-        rows = active[:, None]
-        a_s, a_e = p.slot_s[rows, h], p.slot_e[rows, h]  # [n, m, S]
-        b_s = p.slot_s[rows[:, :, None], cand].reshape(n, m, k * S)
-        b_e = p.slot_e[rows[:, :, None], cand].reshape(n, m, k * S)
+        lh = ls[:, ::-1][:, :m]
+        pick = np.arange(m * k).reshape(k, m).T  # [m, k] disjoint pools, interleaved
+        cand = order[:, pick]  # [n, m, k]
+        a_s, a_e = _gpu_slots(p, active[:, None], h)  # [n, m, S]
+        b_s, b_e = _gpu_slots(p, active[:, None, None], cand)  # [n, m, k, S]
+        b_s, b_e = b_s.reshape(n, m, k * S), b_e.reshape(n, m, k * S)
         bg = np.repeat(cand, S, axis=2)  # [n, m, kS]
-        gl = np.take_along_axis(ld[:, None, :], bg, 2)
-        d = a_s[..., :, None] - b_s[..., None, :]  # [n, m, S, kS]
-        pair = lh[..., None, None] - d
-        np.maximum(pair, gl[..., None, :] + d, out=pair)
-        ok = (d > 0) & (pair < lh[..., None, None] * (1 - REL_TOL))
-        if not allow_duplicates:
-            ok &= _no_duplicate(p, active[:, None], a_e, b_e, h, cand).reshape(ok.shape)
-        score = np.where(ok, pair, np.inf).reshape(n, m, -1)
-        best = score.argmin(2)  # [n, m]
-        good = np.isfinite(np.take_along_axis(score, best[..., None], 2)[..., 0])
+        gl = np.repeat(ls[:, pick], S, axis=2)
+        score = _pair_loads(a_s, b_s, lh, gl).reshape(n * m, -1)  # [n * m, S * kS]
+        swaps = (np.repeat(active, m), a_e.reshape(n * m, S), b_e.reshape(n * m, -1),
+                 h.reshape(-1), cand.reshape(n * m, k))  # one row per heavy GPU
+        best = _best_swap(p, score, lh.reshape(-1), swaps, allow_duplicates).reshape(n, m)
+        good = better(np.take_along_axis(score, best.reshape(-1, 1), 1)[:, 0], lh.reshape(-1))
+        good = good.reshape(n, m)
         if not good.any():
             break
         ri, ji = np.nonzero(good)
@@ -266,6 +294,71 @@ def _multi_phase(p: Packed, budget: int, width: int, near: int, allow_duplicates
         _swap(p, active[ri], h[ri, ji], ia, bg[ri, ji, ib], ib % S)
         active = active[good.any(1)]
     return it
+
+
+def _gpu_slots(p: Packed, rows: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slot sizes and experts (``[..., S]`` each) of GPUs ``gpus`` in rows ``rows`` (arrays
+    broadcast together), gathered as whole rows of the flat ``[X * G, S]`` tables."""
+    X, G, S = p.shape
+    at = rows * G + gpus
+    return p.slot_s.reshape(X * G, S).take(at, axis=0), p.slot_e.reshape(X * G, S).take(at, axis=0)
+
+
+def _pair_loads(a_s, b_s, lh, gl) -> np.ndarray:
+    """``float64[..., S, kS]``: the larger of the two GPU loads after swapping slot ``i`` of the
+    heavy GPU (sizes ``a_s: [..., S]``, load ``lh: [...]``) with partner slot ``j`` (sizes
+    ``b_s: [..., kS]``, partner loads ``gl: [..., kS]``).
+
+    A swap improves iff this is `better` than ``lh``; that implies the moved-out replica is the
+    larger (``a - b > lh * REL_TOL``), so the best swap of a row is its argmin, checked once.
+    """
+    d = a_s[..., :, None] - b_s[..., None, :]
+    pair = lh[..., None, None] - d
+    d += gl[..., None, :]
+    np.maximum(pair, d, out=pair)
+    return pair
+
+
+def _best_swap(
+    p: Packed, score: np.ndarray, lh: np.ndarray, swaps: tuple, allow_duplicates: bool
+) -> np.ndarray:
+    """``int64[n]``: per row of ``score: float64[n, S * kS]`` (`_pair_loads`, flattened) the
+    first index of the smallest entry whose swap creates no duplicate (`_no_duplicate`).
+
+    Duplicates are checked lazily: only at each row's argmin, and only where that swap would
+    improve on ``lh: float64[n]`` (else the row has no improving swap either way); a duplicate
+    minimum is set to inf (``score`` is modified) and the row searched again. After a few
+    rounds the rows left get the full mask. Same result as masking every duplicate first.
+    ``swaps``: per row ``(layer: [n], a_e: [n, S], b_e: [n, kS], h: [n], cand: [n, k])`` as
+    `_no_duplicate` takes them.
+    """
+    best = score.argmin(1)
+    if allow_duplicates:
+        return best
+    todo = np.arange(score.shape[0])
+    for _ in range(4):
+        todo = todo[better(score[todo, best[todo]], lh[todo])]
+        if not todo.size:
+            return best
+        layer, a_e, b_e, h, cand = (a[todo] for a in swaps)
+        i = np.arange(todo.size)
+        ia, ib = np.divmod(best[todo], b_e.shape[1])  # heavy slot, partner slot (partner-major)
+        partner = cand[i, ib // a_e.shape[1]]
+        free = (p.holds[layer, a_e[i, ia], partner] == 0) & (p.holds[layer, b_e[i, ib], h] == 0)
+        todo = todo[~free]
+        if not todo.size:
+            return best
+        score[todo, best[todo]] = np.inf
+        best[todo] = score[todo].argmin(1)
+    todo = todo[better(score[todo, best[todo]], lh[todo])]
+    if todo.size:
+        layer, a_e, b_e, h, cand = (a[todo] for a in swaps)
+        ok = _no_duplicate(p, layer, a_e, b_e, h, cand).reshape(todo.size, -1)
+        sub = score[todo]
+        sub[~ok] = np.inf
+        score[todo] = sub
+        best[todo] = sub.argmin(1)
+    return best
 
 
 def _no_duplicate(p: Packed, rows, a_e, b_e, h, cand) -> np.ndarray:
@@ -296,28 +389,29 @@ def _improve_phase(p: Packed, budget: int, near, allow_duplicates, traffic) -> i
         r = np.arange(n)
         ld = p.gpu[active]
         order = np.argsort(ld, axis=1, kind="stable")
+        ls = np.take_along_axis(ld, order, 1)  # loads in that order
         h = order[:, -1]
-        lh = ld[r, h]
+        lh = ls[:, -1]
         cand = order[:, :k]  # [n, k] partner GPUs, lightest first
-        a_s = p.slot_s[active, h]  # [n, S]
-        a_e = p.slot_e[active, h]
-        b_s = p.slot_s[active[:, None], cand].reshape(n, k * S)
-        b_e = p.slot_e[active[:, None], cand].reshape(n, k * S)
+        a_s, a_e = _gpu_slots(p, active, h)  # [n, S]
+        b_s, b_e = _gpu_slots(p, active[:, None], cand)  # [n, k, S]
+        b_s, b_e = b_s.reshape(n, k * S), b_e.reshape(n, k * S)
         bg = np.repeat(cand, S, axis=1)  # [n, kS]
-        gl = np.take_along_axis(ld, bg, 1)
-        d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
-        pair = lh[:, None, None] - d
-        np.maximum(pair, gl[:, None, :] + d, out=pair)
-        ok = d > 0
-        if not allow_duplicates:
-            ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
+        gl = np.repeat(ls[:, :k], S, axis=1)
         if traffic is None:
-            ok &= pair < lh[:, None, None] * (1 - REL_TOL)
-            score = np.where(ok, pair, np.inf).reshape(n, -1)
+            score = _pair_loads(a_s, b_s, lh, gl).reshape(n, -1)  # [n, S * kS]
+            best = _best_swap(p, score, lh, (active, a_e, b_e, h, cand), allow_duplicates)
+            good = better(score[r, best], lh)
         else:
+            d = a_s[:, :, None] - b_s[:, None, :]  # [n, S, kS]
+            pair = lh[:, None, None] - d
+            np.maximum(pair, gl[:, None, :] + d, out=pair)
+            ok = d > 0
+            if not allow_duplicates:
+                ok &= _no_duplicate(p, active, a_e, b_e, h, cand).reshape(ok.shape)
             score = _traffic_score(p, traffic, active, order, h, lh, a_e, b_e, bg, pair, ok)
-        best = score.argmin(1)
-        good = np.isfinite(score[r, best])
+            best = score.argmin(1)
+            good = np.isfinite(score[r, best])
         if not good.any():
             break
         ia, ib = np.divmod(best[good], k * S)

@@ -43,6 +43,17 @@ def waterfill(
     extra = slots - counts.sum(1)
     rows = np.arange(X)
     steps = int(extra.max(initial=0))
+    if bonus is None:  # only the chosen entry's priority changes: update it in place
+        caps = np.broadcast_to(np.asarray(cap), (X, 1))[:, 0]
+        prio = np.where(present & (counts < cap), load / np.maximum(counts, 1), -np.inf)
+        for step in range(steps):
+            e = prio.argmax(1)
+            live = (step < extra) & np.isfinite(prio[rows, e])
+            r, e = rows[live], e[live]
+            c = counts[r, e] + 1
+            counts[r, e] = c
+            prio[r, e] = np.where(c < caps[r], load[r, e] / c, -np.inf)
+        return counts
     for step in range(steps):
         prio = np.where(present & (counts < cap), load / np.maximum(counts, 1), -np.inf)
         if bonus is not None:
