@@ -54,6 +54,7 @@ class LpShares:
         E, P = placement.num_experts, topo.num_slots
         phy = placement.phy2log
         self._s_flat = self.s_layer * E + self.s_expert
+        self._s_lg = self.s_layer * G + self.s_gpu
         single = np.zeros((L, E), dtype=bool)
         single[self.s_layer, self.s_expert] = True
         self._single_slots = np.take_along_axis(single, np.maximum(phy, 0), 1) & (phy >= 0)
@@ -104,35 +105,50 @@ class LpShares:
         self._u_deg = np.bincount(self._a_u, minlength=U)
         self._u_ptr = np.cumsum(self._u_deg) - self._u_deg
         self._f_deg = np.bincount(self.a_flex, minlength=F)
+        self._sets: tuple[np.ndarray, ...] | None = None  # `_hall_sets`, until _Xs changes
         self.solves = 0  # max-flow solves so far (benchmarks report solves per call)
+
+    def _hall_sets(self) -> tuple[np.ndarray, ...]:
+        """What `_hall` needs of the remembered sets ``_Xs: bool[K, U]``, rebuilt only after
+        they change: ``(uu, key, n, f, f_key)``, the members (indices into the pairs) and their
+        ``k * L + layer`` keys, the members per key ``int64[K * L]``, and the flexible experts
+        whose every arc lies inside a set with that set's key. Works on the members only (a
+        few hundred pairs, not ``K x U``)."""
+        if self._sets is not None:
+            return self._sets
+        L, F = self.L, self._F
+        kk, uu = np.nonzero(self._Xs)
+        K = self._Xs.shape[0]
+        key = kk * L + self._u_layer.take(uu)
+        n = np.bincount(key, minlength=K * L)
+        f = f_key = np.zeros(0, dtype=np.int64)
+        if kk.size:
+            # the members' arcs, then the flexible experts with every arc inside the set
+            deg = self._u_deg.take(uu)
+            ends = np.cumsum(deg)
+            pos = np.arange(ends[-1]) + np.repeat(self._u_ptr.take(uu) - (ends - deg), deg)
+            fkey = np.repeat(kk, deg) * F + self.a_flex.take(self._u_arcs.take(pos))
+            uniq, cnt = np.unique(fkey, return_counts=True)
+            full = uniq[cnt == self._f_deg.take(uniq % F)]
+            f = full % F
+            f_key = (full // F) * L + self.f_layer.take(f)
+        self._sets = (uu, key, n, f, f_key)
+        return self._sets
 
     def _hall(self, fixed_u: np.ndarray, demand: np.ndarray) -> np.ndarray:
         """``int64[L]``: the best over the remembered GPU sets per layer (``_Xs: bool[K, U]``
         over the pairs holding a flexible expert) of ceil((fixed picks on X + picks of
         flexible experts whose GPUs all lie in X) / |X|): a lower bound on ``T`` for any split
-        (every such pick must land in X); 0 for an empty set. ``fixed_u: int64[U]``. Works on
-        the sets' members only (a few hundred pairs, not ``K x U``)."""
-        L, F = self.L, self._F
-        kk, uu = np.nonzero(self._Xs)
-        if kk.size == 0:
+        (every such pick must land in X); 0 for an empty set. ``fixed_u: int64[U]``."""
+        uu, key, n, f, f_key = self._hall_sets()
+        L = self.L
+        if uu.size == 0:
             return np.zeros(L, dtype=np.int64)
-        K = self._Xs.shape[0]
-        key = kk * L + self._u_layer.take(uu)
-        x = np.bincount(key, weights=fixed_u.take(uu), minlength=K * L)
-        n = np.bincount(key, minlength=K * L)
-        # the members' arcs, then the flexible experts with every arc inside their set
-        deg = self._u_deg.take(uu)
-        ends = np.cumsum(deg)
-        pos = np.arange(ends[-1]) + np.repeat(self._u_ptr.take(uu) - (ends - deg), deg)
-        fkey = np.repeat(kk, deg) * F + self.a_flex.take(self._u_arcs.take(pos))
-        uniq, cnt = np.unique(fkey, return_counts=True)
-        full = uniq[cnt == self._f_deg.take(uniq % F)]
-        f = full % F
-        y = np.bincount(
-            (full // F) * L + self.f_layer.take(f), weights=demand.take(f), minlength=K * L
-        )
+        KL = n.size
+        x = np.bincount(key, weights=fixed_u.take(uu), minlength=KL)
+        y = np.bincount(f_key, weights=demand.take(f), minlength=KL)
         num = (y + x).astype(np.int64)
-        return np.where(n > 0, -(-num // np.maximum(n, 1)), 0).reshape(K, L).max(0)
+        return np.where(n > 0, -(-num // np.maximum(n, 1)), 0).reshape(-1, L).max(0)
 
     def __call__(self, load: np.ndarray) -> np.ndarray:
         """``float64[L, P]``: share of its expert's picks each slot receives when each layer's
@@ -156,7 +172,7 @@ class LpShares:
             return out
         flat = work.ravel()
         fixed = np.bincount(
-            self.s_layer * G + self.s_gpu, weights=flat.take(self._s_flat), minlength=L * G
+            self._s_lg, weights=flat.take(self._s_flat), minlength=L * G
         ).astype(np.int64)  # [L * G]
         demand = flat.take(self._f_flat)  # [F]
         flex_total = np.bincount(self.f_layer, weights=demand, minlength=L).astype(np.int64)
@@ -198,6 +214,7 @@ class LpShares:
             short_u = short[self._u_layer]
             self._Xs[1:, short_u] = self._Xs[:-1, short_u]
             self._Xs[0, short_u] = X[short_u]
+            self._sets = None
             mf.set_arcs_capacity(self._sink_arcs, T.take(self._u_layer) - fixed_u)
         else:  # pragma: no cover - at most G raises per layer
             raise RuntimeError("lp shares did not converge")
