@@ -24,9 +24,9 @@ class LpShares:
 
     The network: source -> flexible expert ``(layer, j)`` (capacity its picks) -> each GPU
     holding it (capacity the layer's picks) -> ``(layer, GPU)`` -> sink (capacity ``T[layer] -
-    fixed[layer, GPU]``). Layers are disjoint components, so one max-flow runs `minmax.split`'s
-    Newton step on every layer at once; each layer's ``T`` is raised to its own cut bound
-    until all picks flow."""
+    fixed[layer, GPU]``), over the ``(layer, GPU)`` pairs that hold a flexible expert only.
+    Layers are disjoint components, so one max-flow runs `minmax.split`'s Newton step on every
+    layer at once; each layer's ``T`` is raised to its own cut bound until all picks flow."""
 
     def __init__(self, placement: Placement):
         if not isinstance(placement, Placement):
