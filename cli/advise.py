@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from eplb.cli.common import check_outputs, seed_arg
+from eplb.cli.common import check_outputs, seconds_or_zero_arg, seed_arg
 from eplb.errors import InputError
 
 
@@ -62,6 +62,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="weight-copy bandwidth per GPU (default 50, RDMA)")
     p.add_argument("--interval", type=float, default=600.0, metavar="SEC",
                    help="seconds between rebalances, over which a stall is amortised (default 600)")
+    p.add_argument("--lp-overhead", type=seconds_or_zero_arg, metavar="SEC",
+                   help="lp dispatch: seconds on the critical path per MoE layer and "
+                   "micro-batch for the all-reduce of expert counts and the solve (default "
+                   "1e-4, DeepSeek LPLB's published ~100 us; 0: the split's gain before "
+                   "overheads)")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="top of the break-even search, tokens per rank")
     p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
@@ -74,6 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from eplb.atomic import atomic_write_text
     from eplb.evaluation.serving.advise import advise
+    from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
     result = advise(
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         solver=args.solver, kv_tokens=args.kv_tokens, input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
+        lp_overhead_s=LP_OVERHEAD_S if args.lp_overhead is None else args.lp_overhead,
     )
     as_json = json.dumps(result.to_dict(), indent=1, allow_nan=False, default=float)
     text = result.to_text()

@@ -528,7 +528,8 @@ def visit_probabilities(
         inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * bins * ng))
         inner = inner.reshape(L, bins, ng)
         if ng == 1:
-            miss = np.log(inner[..., 0])
+            with np.errstate(divide="ignore"):  # a certain visit: log(0) = -inf, v = 1
+                miss = np.log(inner[..., 0])
         else:
             qq = q[:, None, :]
             with np.errstate(divide="ignore"):

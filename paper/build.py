@@ -753,7 +753,7 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
     L = m.moe_layers
     by_stem = {f.stem: f for f in files}
     lev = levers()
-    rows = []
+    rows, ceilings = [], []
     jobs = lever_settings()
     for label, phase, topo, hw_name, stem in tqdm(jobs, desc="E8 levers", unit="setting"):
         load = traces.read(by_stem[stem]).load()
@@ -779,6 +779,14 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
             if label == "Day-6" and tok == LEVER_TOKENS[phase][-1]:  # GEMM time per layer
                 st = models["even"].time_routed(batch, routed["even"], draws[0], picks=True)
                 out[f"lever_day6_{phase}_moe_us"] = f"{1e6 * st.breakdown['moe'] / (2 * L):.0f}"
+            # what any balancing can buy: the even step with its EP wait removed (perfect EP
+            # balance), and the lp overhead per MoE layer and micro-batch at which lp breaks even
+            ep_wait = np.mean([models["even"].time_routed(batch, routed["even"], d, picks=True)
+                               .breakdown["ep_wait"] for d in draws])
+            ceilings.append({"setting": label, "phase": phase, "tokens_per_rank": tok,
+                             "ceiling_pct": 100 * (secs["even"] / (secs["even"] - ep_wait) - 1),
+                             "lp_break_even_us": 1e6 * (secs["even"] - secs["lp, no overhead"])
+                             / (L * models["lp"].micro_batches)})
             for k in lev:
                 rows.append({"setting": label, "phase": phase, "tokens_per_rank": tok,
                              "lever": k, "gain_pct": 100 * (secs["even"] / secs[k] - 1)})
@@ -820,6 +828,22 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
     g = sg[sg["lever"] == "lp, no overhead"]["gain_pct"]
     out["lever_lp_free_sglang_min"], out["lever_lp_free_sglang_max"] = f"{g.min():.2f}", \
         f"{g.max():.2f}"
+    cdf = pd.DataFrame(ceilings)
+    atomic_write_text(OUT / "tables" / "levers_ceiling.md", markdown(cdf, digits=3, index=False))
+    sgc = cdf[cdf["setting"].str.startswith("SGLang")]
+    out["lever_ceiling_sglang_min"] = f"{sgc['ceiling_pct'].min():.2f}"
+    out["lever_ceiling_sglang_max"] = f"{sgc['ceiling_pct'].max():.2f}"
+    dec16 = sgc[(sgc["phase"] == "decode") & (sgc["tokens_per_rank"] >= 16)]
+    out["lever_ceiling_sglang_decode16_max"] = f"{dec16['ceiling_pct'].max():.2f}"
+    for ph in ("decode", "prefill"):
+        part = sgc[sgc["phase"] == ph]
+        out[f"lever_ceiling_sglang_{ph}_max"] = f"{part['ceiling_pct'].max():.2f}"
+        top = part.loc[part["ceiling_pct"].idxmax()]
+        out[f"lever_ceiling_sglang_{ph}_at"] = f"{int(top['tokens_per_rank'])}"
+        out[f"lever_lp_break_even_us_sglang_{ph}_max"] = f"{part['lp_break_even_us'].max():.1f}"
+        best = part.loc[part["lp_break_even_us"].idxmax()]
+        out[f"lever_lp_break_even_sglang_{ph}_at"] = (
+            f"{best['setting']}, {int(best['tokens_per_rank'])} per rank")
     ov = LP_OVERHEAD_S * m.moe_layers * 2
     out["lever_lp_overhead_ms"] = f"{1e3 * ov:.1f}"
     from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig

@@ -156,6 +156,27 @@ def test_cli_table_json_and_csv(tmp_path, capsys):
     assert (tmp_path / "a.csv").read_text().startswith("lever,option,slots")
 
 
+def test_cli_lp_overhead_is_the_lp_rows_cost(tmp_path, capsys):
+    # --lp-overhead: seconds per MoE layer and micro-batch on the critical path of the lp rows
+    args = [str(_dump(tmp_path)), "--topology", "2x8", "--slots", "288", "--tokens-per-rank",
+            "16", "--redundant", "0", "--max-tokens", "32", "--json"]
+    steps = {}
+    for v in ("0", None, "2e-4"):
+        assert main(["advise", *args, *(["--lp-overhead", v] if v else [])]) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        steps[v] = [r["step_ms"] for r in rows if r["lever"] == "dispatch_lp"]
+    for a, b in zip(steps["0"], steps[None], strict=True):  # default: 100 us x 58 x 2
+        assert b - a == pytest.approx(11.6, rel=1e-6)
+    for a, b in zip(steps["0"], steps["2e-4"], strict=True):
+        assert b - a == pytest.approx(23.2, rel=1e-6)
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit) as exc:  # argparse's own one-line error
+            main(["advise", *args, "--lp-overhead", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--lp-overhead" in err[0], err
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--topology", "2by8"], "topology"),
     (["--slots", "250"], "slots"),

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from eplb import solvers
-from eplb.errors import InputError
+from eplb.errors import InfeasibleError, InputError
 from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
@@ -132,10 +132,16 @@ class Context:
     def solve(self, slots: int) -> Placement:
         """The solver's placement on ``slots`` slots (solved once per slot count)."""
         if slots not in self.solved:
-            self.solved[slots] = solvers.solve(
-                self.solver, self.load, self.topology(slots), num_groups=self.model.num_groups,
-                seed=self.seed, **self.options,
-            )
+            try:
+                self.solved[slots] = solvers.solve(
+                    self.solver, self.load, self.topology(slots),
+                    num_groups=self.model.num_groups, seed=self.seed, **self.options,
+                )
+            except InfeasibleError as exc:
+                raise InfeasibleError(
+                    f"solver {self.solver!r} on {self.nodes}x{self.gpus_per_node} GPUs with "
+                    f"{slots} slots: {exc}; else choose another solver"
+                ) from None
         return self.solved[slots]
 
 

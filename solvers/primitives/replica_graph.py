@@ -45,16 +45,24 @@ def graph_misfit(num_experts: int, topology: Topology, graph: Graph) -> str | No
     if graph == "cube" and G != 8:
         return f"graph='cube' needs 8 GPUs, the topology has {G} (use 'hypercube' or 'torus')"
     if graph == "hypercube" and (G < 2 or G & (G - 1)):
-        return f"graph='hypercube' needs a power-of-two GPU count >= 2, the topology has {G}"
+        return (
+            f"graph='hypercube' needs a power-of-two GPU count >= 2, the topology has {G} "
+            "(use 'torus', or 2, 4, 8, 16... GPUs)"
+        )
     if graph == "torus" and G < 2:
-        return "graph='torus' needs at least 2 GPUs"
+        return "graph='torus' needs at least 2 GPUs (use more GPUs or another solver)"
     if E % G:
-        return f"the replica graph needs experts divisible by GPUs: {E} experts on {G} GPUs"
+        return (
+            f"the replica graph needs experts divisible by GPUs: {E} experts on {G} GPUs "
+            "(use a GPU count that divides the experts)"
+        )
     spare, d = S - E // G, len(partners(graph, topology)[0])
     if spare < d or spare % d or spare > E // G:
+        fix = (f"e.g. {E // G + d} slots per GPU, {(E // G + d) * G} slots in all"
+               if d <= E // G else "another graph or solver")
         return (
             f"graph={graph!r} (degree {d}) needs spare slots per GPU (slots_per_gpu - "
-            f"experts/GPU = {spare}) a multiple of {d} between {d} and {E // G}"
+            f"experts/GPU = {spare}) a multiple of {d} between {d} and {E // G} ({fix})"
         )
     return None
 

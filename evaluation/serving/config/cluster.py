@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
@@ -31,6 +31,7 @@ from eplb.evaluation.serving.config.schema import (
 )
 from eplb.evaluation.serving.steptime.duplicate import DISPATCH, DUPLICATE, DuplicateConfig
 from eplb.evaluation.serving.steptime.waterfill import check_shared_expert
+from eplb.solvers.primitives.replica_graph import Graph, graph_misfit
 from eplb.topology import Topology
 
 
@@ -115,6 +116,7 @@ class ClusterConfig:
                     )
                 except InputError as exc:
                     raise InputError(f"{phase}: {exc}") from None
+        self._check_lplb(model)
         v = self.lp_overhead_s
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
             raise InputError(
@@ -141,6 +143,27 @@ class ClusterConfig:
         object.__setattr__(self, "faults", faults)
         limits.check_config(self)  # single operations of bounded simulated time
         return self
+
+    def _check_lplb(self, model: ModelSpec) -> None:
+        """``eplb.solver = "lplb"`` (LPLB's replica graph) only where the graph fits each unit:
+        else one `InputError` naming the phase, the unit and the fix, before any run."""
+        if self.eplb.solver != "lplb":
+            return
+        graph = self.eplb.options.get("graph", "hypercube")
+        graphs = get_args(Graph)
+        if graph not in graphs:
+            raise InputError(
+                f"eplb.options.graph {graph!r} is unknown; use one of {', '.join(graphs)}"
+            )
+        for phase in PHASES:
+            unit = getattr(self, phase)
+            why = graph_misfit(model.num_experts, unit.topology(), graph)
+            if why:
+                raise InputError(
+                    f"{phase}: eplb.solver 'lplb' does not fit the {unit.nodes} x "
+                    f"{unit.gpus_per_node} GPU unit with {unit.slots_per_layer} slots: {why}; "
+                    "else set eplb.options.graph or another eplb.solver"
+                )
 
     # --------------------------------------------------------------- files
     def to_dict(self) -> dict[str, Any]:

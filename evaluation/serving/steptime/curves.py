@@ -95,6 +95,19 @@ class ExpertCurve:
         return np.where(m > 0, t, 0.0)
 
 
+class LinearCurve:
+    """A what-if expert curve: ``per_pick`` seconds per token per expert, linear (0 tokens cost
+    0). Put in place of `GpuSide.expert` to ask what a result owes to the measured curve's
+    non-linearity (`scripts/lp_never_worse.py`)."""
+
+    def __init__(self, per_pick: float) -> None:
+        self.per_pick = float(per_pick)
+
+    def seconds(self, m) -> np.ndarray:
+        """Seconds of one expert at ``m: float[...]`` tokens per expert (same shape)."""
+        return self.per_pick * np.asarray(m, dtype=np.float64)
+
+
 class TabulatedCurve:
     """`ExpertCurve.seconds` from a table, for the simulator's per-step hot path.
 
