@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="From a runtime dump (SGLang expert-distribution JSON/.pt, a native trace "
         "or a stacked windows file) and a deployment, print what each lever buys: a rebalance "
         "from today's placement (weights moved, copy time, stall), N redundant experts (and the "
-        "KV cache they cost), per-batch dispatch balancing (lp, with its overhead), and the "
+        "KV cache they cost), per-layer replica budgets at the same memory (craft: empty slots "
+        "free KV cache), per-batch dispatch balancing (lp, with its overhead), and the "
         "break-even tokens per rank below which each does not pay. The loads are measured; "
         "every time is modelled by the step-time model. Each column is explained below the "
         "table.",
@@ -49,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="today's placement file (default: trivial, slot p holds expert p mod E)")
     p.add_argument("--redundant", default="0,32,64", metavar="N,N",
                    help="redundant experts to try (default 0,32,64; N whose E+N slots do not "
-                   "split over the GPUs are skipped with a note)")
+                   "split over the GPUs are skipped with a note); the craft rows spend N per "
+                   "layer on average within today's slots")
     p.add_argument("--solver", default="deepseek", metavar="NAME",
                    help="placement solver of the rebalance and redundant rows (default deepseek)")
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
