@@ -20,6 +20,13 @@ def _ints(text: str, flag: str) -> list[int]:
     return out
 
 
+def _names(text: str, flag: str) -> list[str]:
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if not out:
+        raise InputError(f"{flag} is empty; give names like rebalance,craft")
+    return out
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "advise",
@@ -52,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="redundant experts to try (default 0,32,64; N whose E+N slots do not "
                    "split over the GPUs are skipped with a note); the craft rows spend N per "
                    "layer on average within today's slots")
+    p.add_argument("--levers", metavar="NAME,NAME",
+                   help="levers to run (default all: today, rebalance, redundant, craft, "
+                   "dispatch_lp, waterfill, dispatch_duplicate, bound; today always runs)")
     p.add_argument("--solver", default="deepseek", metavar="NAME",
                    help="placement solver of the rebalance and redundant rows (default deepseek)")
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
@@ -82,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         args.dump, args.topology, args.slots, phase=args.phase,
         tokens_per_rank=args.tokens_per_rank, hardware=args.hardware, model=args.model,
         previous=args.previous, redundant=_ints(args.redundant, "--redundant"),
+        levers=None if args.levers is None else _names(args.levers, "--levers"),
         solver=args.solver, kv_tokens=args.kv_tokens, input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,

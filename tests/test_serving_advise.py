@@ -313,3 +313,23 @@ def test_craft_refuses_budgets_above_todays_slots(capsys, tmp_path):
     assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
                  "--tokens-per-rank", "8", "--redundant", "0,16", "--max-tokens", "16"]) == 0
     assert "craft N=16 skipped" in capsys.readouterr().out
+
+
+def test_cli_levers_picks_rows(tmp_path, capsys):
+    dump = _dump(tmp_path)
+    args = ["advise", str(dump), "--topology", "2x8", "--slots", "256", "--tokens-per-rank", "8",
+            "--max-tokens", "16", "--json"]
+    assert main([*args, "--levers", "rebalance,bound"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["lever"] for r in rows] == ["today", "rebalance", "bound"]
+    for bad, needle in (("craft,magic", "magic"), (",", "--levers")):
+        assert main([*args, "--levers", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_dump_of_another_model_is_named_before_the_slots():
+    """A Qwen1.5-MoE-shaped dump (24 layers x 60 experts) on its own deployment (60 slots) is
+    refused for its shape (no preset), not for the slots the DeepSeek preset would need."""
+    with pytest.raises(InputError, match=r"24 layers x 60 experts.*presets for deepseek_v3"):
+        advise(np.ones((24, 60)), "1x6", 60, phase="prefill")

@@ -445,10 +445,15 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
         counts = counts[:, model.dense_layers:]
         L = counts.shape[1]
     if (L, E) != (model.moe_layers, model.num_experts):
+        from eplb.evaluation.serving.config.model import MODELS
+
+        presets = ", ".join(f"{k} ({v.moe_layers} MoE layers x {v.num_experts} experts)"
+                            for k, v in MODELS.items())
         raise InputError(
-            f"dump {source}: {L} layers x {E} experts, but {model.name} has "
-            f"{model.moe_layers} MoE layers x {model.num_experts} experts; give a dump of "
-            "that model (or --model)"
+            f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
+            f"model has presets for {presets} only, so give a dump of one of them (--model); "
+            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
         )
     load = counts.sum(0)
     if not (load.sum(1) > 0).any():
@@ -515,6 +520,7 @@ def advise(
         raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     m = get_model(model)
     hw = get_hardware(hardware)
+    load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
     topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
     if tokens_per_rank is None:
         tokens_per_rank = 16384 if phase == "prefill" else 128
@@ -556,7 +562,6 @@ def advise(
     if top < tokens_per_rank:
         raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
 
-    load, measured = _load_of(dump, m)
     if previous is None:
         today = trivial_placement(m, topo)
     else:
