@@ -98,7 +98,7 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
              "--set", "slo.ttft_s=1.0",
              "--no-progress")
     assert r.returncode == 0, r.stderr
-    assert "goodput_hi" in r.stdout
+    assert "goodput_hi (fraction)" in r.stdout and "rate (req/s)" in r.stdout  # units
 
 
 @pytest.mark.parametrize("args, match", [

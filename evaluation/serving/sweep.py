@@ -42,7 +42,10 @@ COUNTERFACTUAL = tuple(
 )
 
 TINY_S = 1e-12  # seconds a comparison table prints as 0 (float rounding, not a time)
-UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s"}
+UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s",
+         # capacity_table's columns: the rate found, its interval, goodputs at lo and hi
+         "rate": "req/s", "lo": "req/s", "hi": "req/s", "goodput_hi": "fraction",
+         "target": "fraction", "runs": "simulations"}
 
 
 def _rates(rates: Sequence[float]) -> list[float]:
@@ -182,10 +185,12 @@ def compared_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def frame_text(frame: pd.DataFrame) -> str:
-    """A small frame as an aligned text table (numbers to 4 significant digits)."""
+    """A small frame as an aligned text table (numbers to 4 significant digits; a column
+    with a unit in `UNITS` says it in its header)."""
     rows = [tuple(_fmt(v) if isinstance(v, float) else str(v) for v in rec)
             for rec in frame.itertuples(index=False)]
-    return text_table(rows, header=[str(c) for c in frame.columns])
+    return text_table(rows, header=[f"{c} ({UNITS[c]})" if c in UNITS else str(c)
+                                    for c in frame.columns])
 
 
 def _fmt(x: float, sign: bool = False) -> str:
