@@ -40,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "every time is modelled by the step-time model. Each column is explained below the "
         "table.",
     )
-    p.add_argument("dump", metavar="DUMP", help="expert-load dump or trace file")
+    p.add_argument("dump", metavar="DUMP", nargs="+",
+                   help="expert-load dump or trace file; several are stacked as windows "
+                   "(as eplb trace stack) and summed")
     p.add_argument("--topology", required=True, metavar="NxG",
                    help="nodes x GPUs per node of one EP unit, e.g. 4x8")
     p.add_argument("--slots", required=True, type=int, metavar="P",
@@ -89,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
     result = advise(
-        args.dump, args.topology, args.slots, phase=args.phase,
+        args.dump if len(args.dump) > 1 else args.dump[0], args.topology, args.slots,
+        phase=args.phase,
         tokens_per_rank=args.tokens_per_rank, hardware=args.hardware, model=args.model,
         previous=args.previous, redundant=_ints(args.redundant, "--redundant"),
         levers=None if args.levers is None else _names(args.levers, "--levers"),

@@ -333,3 +333,23 @@ def test_dump_of_another_model_is_named_before_the_slots():
     refused for its shape (no preset), not for the slots the DeepSeek preset would need."""
     with pytest.raises(InputError, match=r"24 layers x 60 experts.*presets for deepseek_v3"):
         advise(np.ones((24, 60)), "1x6", 60, phase="prefill")
+
+
+def test_several_dumps_are_stacked_as_windows(tmp_path, capsys):
+    """`eplb advise A B` (and ``advise([A, B])``) is advise on `eplb trace stack A B`."""
+    a = _dump(tmp_path, _load(5), "a.json")
+    b = _dump(tmp_path, _load(6), "b.json")
+    kw = dict(tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    got = advise([str(a), str(b)], "2x8", 256, **kw)
+    ref = advise(_load(5) + _load(6), "2x8", 256, **kw)
+    assert got.meta["windows"] == 2 and str(a) in got.meta["source"]
+    assert got.table["step_ms"].tolist() == ref.table["step_ms"].tolist()
+    args = ["--topology", "2x8", "--slots", "256", "--tokens-per-rank", "16", "--levers",
+            "rebalance", "--max-tokens", "32", "--json"]
+    assert main(["advise", str(a), str(b), *args]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["step_ms"] for r in rows] == pytest.approx(got.table["step_ms"].tolist())
+    other = _dump(tmp_path, np.ones((10, 64)), "other.json")  # another model: one error line
+    assert main(["advise", str(a), str(other), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error:"), err

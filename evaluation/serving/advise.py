@@ -432,6 +432,12 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
 
     if isinstance(dump, traces.Trace):
         tr, source = dump, "a Trace"
+    elif isinstance(dump, (list, tuple)):  # several dumps: stacked as windows (`traces.stack`)
+        if len(dump) == 1:
+            return _load_of(dump[0], model)
+        tr = traces.stack(list(dump))
+        source = ", ".join(str(d) if not isinstance(d, traces.Trace) else "a Trace"
+                           for d in dump)
     elif isinstance(dump, np.ndarray):
         arr = np.asarray(dump, dtype=np.float64)
         if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
@@ -500,7 +506,8 @@ def advise(
     """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
 
     ``dump``: a trace file (SGLang expert-distribution JSON/.pt, a native trace, a stacked
-    windows file; windows are summed), a `Trace` or ``float[L, E]``. ``topology``: ``"NxG"``
+    windows file; windows are summed), a `Trace`, ``float[L, E]``, or a list of files or
+    traces (stacked as windows, `traces.stack`, then summed). ``topology``: ``"NxG"``
     (nodes x GPUs per node, one EP/DP rank per GPU); ``slots``: physical slots per layer today.
     ``tokens_per_rank``: prefill tokens per rank per step (default 16,384) or decode running
     requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
