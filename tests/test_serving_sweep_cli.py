@@ -99,6 +99,7 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
              "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "goodput_hi (fraction)" in r.stdout and "rate (req/s)" in r.stdout  # units
+    assert r.stdout.startswith("every config with --set slo.ttft_s=1.0\n")  # names unchanged
 
 
 @pytest.mark.parametrize("args, match", [
