@@ -8,7 +8,10 @@ Runs the CLI as a user would (a fresh process, imports included) on SGLang's Dee
 time of one `steady_state` call on the same unit and load (so the ratio reads "advise costs N
 step evaluations").
 
-    python benchmarks/bench_advise.py [--dumps decode_in2000out100.json,...]
+    python benchmarks/bench_advise.py [--dumps decode_in2000out100.json,...] [--curves]
+
+``--curves`` also times the craft lever's per-layer curves (`layer_curves`) on the first decode
+dump's load at today's slots per GPU and at one more, the range the lever does not explore.
 """
 
 from __future__ import annotations
@@ -43,11 +46,27 @@ def baseline_s(path: Path, phase: str) -> float:
     return best
 
 
+def curves_s(path: Path) -> None:
+    """Seconds of `layer_curves` (the craft lever's cost) at EP144 and EP32, at 288 slots
+    (today's, what the lever explores) and one slot per GPU more."""
+    from eplb.solvers.primitives.replica_budget import layer_curves
+
+    load = traces.read(path).counts.sum(0)
+    for gpus, slots in ((144, 2), (144, 3), (32, 9), (32, 10)):
+        t0 = time.perf_counter()
+        layer_curves(load, gpus, slots)
+        print(f"layer_curves EP{gpus} x {slots} slots/GPU ({gpus * slots} slots): "
+              f"{time.perf_counter() - t0:.2f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dumps", default="prefill_in2048.json,prefill_in512.json,"
                     "decode_in2000out100.json,decode_in1000out1000.json")
+    ap.add_argument("--curves", action="store_true", help="also time craft's layer curves")
     args = ap.parse_args()
+    if args.curves:
+        curves_s(DUMPS / "decode_in2000out100.json")
     worst = 0.0
     print(f"{'dump':28s} {'phase':8s} {'advise s':>9s} {'target s':>9s} {'1 step s':>9s} "
           f"{'ratio':>7s}")

@@ -68,6 +68,19 @@ def main() -> None:
                          f"{r['d_mean']:+.4g}", f"[{r['d_lo']:+.4g}, {r['d_hi']:+.4g}]"))
     print(text_table(rows, header=("metric (s or ratio)", "config", "mean", "95% CI",
                                    "d vs trivial", "95% CI of d")))
+    # the target: do the 95% intervals separate every pair of policies, per phase? The
+    # means' intervals (disjoint or not) and the paired differences (seed by seed; excludes 0)
+    names = list(cfgs)
+    for m in ("prefill_step_s", "decode_step_s"):
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                ra, rb = table.loc[a, m], table.loc[b, m]
+                disjoint = ra["hi"] < rb["lo"] or rb["hi"] < ra["lo"]
+                d = ci_table(frame, [m], baseline=a).loc[b, m]
+                zero = "excludes" if d["d_lo"] > 0 or d["d_hi"] < 0 else "INCLUDES"
+                print(f"{m} {b} - {a}: paired {d['d_mean']:+.4g} s [{d['d_lo']:+.4g}, "
+                      f"{d['d_hi']:+.4g}] ({zero} 0); means' intervals "
+                      f"{'disjoint' if disjoint else 'OVERLAP'}")
     steps = frame.attrs["steps"]
     print(f"\n{len(steps):,} replayed steps; {len(seeds)} seeds x {len(cfgs)} policies, "
           f"{args.minutes:g} simulated min each, rate {rate:.1f} req/s, workers "

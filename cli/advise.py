@@ -20,6 +20,13 @@ def _ints(text: str, flag: str) -> list[int]:
     return out
 
 
+def _names(text: str, flag: str) -> list[str]:
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if not out:
+        raise InputError(f"{flag} is empty; give names like rebalance,craft")
+    return out
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "advise",
@@ -27,12 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="From a runtime dump (SGLang expert-distribution JSON/.pt, a native trace "
         "or a stacked windows file) and a deployment, print what each lever buys: a rebalance "
         "from today's placement (weights moved, copy time, stall), N redundant experts (and the "
-        "KV cache they cost), per-batch dispatch balancing (lp, with its overhead), and the "
+        "KV cache they cost), per-layer replica budgets at the same memory (craft: empty slots "
+        "free KV cache), per-batch dispatch balancing (lp, with its overhead), and the "
         "break-even tokens per rank below which each does not pay. The loads are measured; "
         "every time is modelled by the step-time model. Each column is explained below the "
         "table.",
     )
-    p.add_argument("dump", metavar="DUMP", help="expert-load dump or trace file")
+    p.add_argument("dump", metavar="DUMP", nargs="+",
+                   help="expert-load dump or trace file; several are stacked as windows "
+                   "(as eplb trace stack) and summed")
     p.add_argument("--topology", required=True, metavar="NxG",
                    help="nodes x GPUs per node of one EP unit, e.g. 4x8")
     p.add_argument("--slots", required=True, type=int, metavar="P",
@@ -49,7 +59,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="today's placement file (default: trivial, slot p holds expert p mod E)")
     p.add_argument("--redundant", default="0,32,64", metavar="N,N",
                    help="redundant experts to try (default 0,32,64; N whose E+N slots do not "
-                   "split over the GPUs are skipped with a note)")
+                   "split over the GPUs are skipped with a note); the craft rows spend N per "
+                   "layer on average within today's slots")
+    p.add_argument("--levers", metavar="NAME,NAME",
+                   help="levers to run (default all: today, rebalance, redundant, craft, "
+                   "dispatch_lp, waterfill, dispatch_duplicate, bound; today always runs)")
     p.add_argument("--solver", default="deepseek", metavar="NAME",
                    help="placement solver of the rebalance and redundant rows (default deepseek)")
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
@@ -83,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
     result = advise(
-        args.dump, args.topology, args.slots, phase=args.phase,
+        args.dump if len(args.dump) > 1 else args.dump[0], args.topology, args.slots,
+        phase=args.phase,
         tokens_per_rank=args.tokens_per_rank, hardware=args.hardware, model=args.model,
         previous=args.previous, redundant=_ints(args.redundant, "--redundant"),
+        levers=None if args.levers is None else _names(args.levers, "--levers"),
         solver=args.solver, kv_tokens=args.kv_tokens, input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,

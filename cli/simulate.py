@@ -277,6 +277,8 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
         frame = serving.compare(named, workload, seeds, duration_s=args.duration,
                                 window=window, mode=args.mode, **run_kw)
         text = sweep.comparison_text(frame, sweep.compared_columns(frame), next(iter(named)))
+    if args.overrides:  # the names are the configs' own: say what --set changed in each
+        text = f"every config with --set {' --set '.join(args.overrides)}\n\n" + text
     print(text)
     if out is not None:  # OUTDIR appears all at once, or not at all; claimed without --force
         with atomic_directory(out, replace=args.force) as tmp:

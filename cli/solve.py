@@ -163,6 +163,18 @@ def failed_rows(topology, num_experts: int) -> list[tuple[str, str]]:
                             f"{live_slots(topology)} slots left for {num_experts} experts)")]
 
 
+def _empty_note(placement, topology) -> str:
+    """``; N used per layer on average, M slots left empty`` when live slots hold no expert
+    (a replica budget such as ``craft``), else ``""``."""
+    live = placement.phy2log[:, topology.slot_alive]
+    empty = int((live < 0).sum())
+    if not empty:
+        return ""
+    L, E = placement.num_layers, placement.num_experts
+    used = (live >= 0).sum() / L - E
+    return f"; {used:.1f} used per layer on average, {empty:,} slots left empty over {L} layers"
+
+
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
@@ -220,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         (
             "redundant slots",
             f"{live_slots(topology) - placement.num_experts} per layer on the live GPUs, "
-            f"max replicas of one expert {int(np.max(placement.logcnt))}",
+            f"max replicas of one expert {int(np.max(placement.logcnt))}"
+            + _empty_note(placement, topology),
         ),
         *([("replicas moved", f"{int(info['replicas_moved_total']):,} from {args.previous} "
                               f"(over {placement.num_layers} layers)")]

@@ -3,8 +3,10 @@
 Each pair is predicted by `eplb.evaluation.serving.advise` on the SGLang team's own DeepSeek-V3
 expert-distribution dumps (../shared/traces/deepseek-v3-sglang), with the cited preset of the
 pair's deployment; nothing here is fitted to a pair. Pairs whose model or hardware has no preset
-are listed as not predicted. Run: ``python scripts/advise_published.py`` (``--check``: fail when
-docs/advise.md differs from what this run writes).
+are listed as not predicted. It also writes the craft lever's table (Day-6 decode; CRAFT's own
+1.14x is on other models and hardware, so it is no matching pair).
+Run: ``python scripts/advise_published.py`` (``--check``: fail when docs/advise.md differs from
+what this run writes).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from eplb.evaluation.serving.advise import advise
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "advise.md"
-BEGIN, END = "<!-- advise_published:begin -->", "<!-- advise_published:end -->"
+E_SLOTS = 256  # deepseek_v3's routed experts
 
 # dump -> (input tokens, output tokens), from the file names (SGLang's bench settings)
 PREFILL = {"prefill_in512.json": 512, "prefill_in1024.json": 1024, "prefill_in2048.json": 2048,
@@ -111,6 +113,50 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def craft_table() -> str:
+    """The craft lever on the Day-6 decode unit (EP144 = 18 x 8 H800, 288 slots, trivial today,
+    256 requests per rank at context input + output / 2): each N's craft row beside the uniform
+    redundant row at the same N where its slots split over 144 GPUs (only N = 32 here)."""
+    rows = [
+        "| dump | N | uniform N: step (ms), tok/s/node | craft N: step (ms), tok/s/node | "
+        "craft gain over today | KV tokens / GPU (requests) | summed max GPU load, uniform "
+        "/ craft (same packer) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (i, o) in DECODE.items():
+        a = advise(DUMPS / name, "18x8", 288, phase="decode", hardware="h800",
+                   tokens_per_rank=256, kv_tokens=i + o // 2, redundant=(0, 8, 16, 32),
+                   levers=["today", "redundant", "craft"])
+        t = a.table
+        info = {c["N"]: c for c in a.meta.get("craft", [])}
+        for n in (0, 8, 16, 32):
+            u = t[(t.lever == "redundant") & (t.option == f"N={n}")]
+            c = t[(t.lever == "craft") & (t.option == f"N={n}")]
+            uni = (f"{u.step_ms.iloc[0]:.1f}, {u.tok_s_per_node.iloc[0]:,.0f}" if len(u)
+                   else f"- ({E_SLOTS + n} slots do not split over 144 GPUs)")
+            if not len(c):
+                rows.append(f"| {name} | {n} | {uni} | skipped (see `advise`'s note) | - | - "
+                            "| - |")
+                continue
+            k = info[n]
+            rows.append(
+                f"| {name} | {n} | {uni} | {c.step_ms.iloc[0]:.1f}, "
+                f"{c.tok_s_per_node.iloc[0]:,.0f} | {c.gain_pct.iloc[0]:+.1f}% | "
+                f"{int(c.kv_tokens_per_gpu.iloc[0]):,} ({int(c.max_requests_per_gpu.iloc[0])}) | "
+                f"{k['uniform_objective_sum'] / k['objective_sum']:.4f}x |"
+            )
+    today = t[t.lever == "today"]
+    rows.append("")
+    rows.append(f"Today (trivial, every slot used) on the last dump: "
+                f"{today.step_ms.iloc[0]:.1f} ms, {today.tok_s_per_node.iloc[0]:,.0f} tok/s/node, "
+                f"{int(today.kv_tokens_per_gpu.iloc[0]):,} KV tokens per GPU "
+                f"({int(today.max_requests_per_gpu.iloc[0])} requests).")
+    return "\n".join(rows)
+
+
+BLOCKS = {"advise_published": table, "advise_craft": craft_table}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if docs/advise.md is stale")
@@ -118,11 +164,14 @@ def main(argv=None) -> int:
     if not DUMPS.is_dir():
         print(f"needs the SGLang dumps at {DUMPS}", file=sys.stderr)
         return 2
-    body = table()
-    print(body)
     text = DOC.read_text()
-    i, j = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = text[:i] + "\n" + body + "\n" + text[j:]
+    new = text
+    for key, make in BLOCKS.items():
+        body = make()
+        print(body)
+        begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+        i, j = new.index(begin) + len(begin), new.index(end)
+        new = new[:i] + "\n" + body + "\n" + new[j:]
     if args.check:
         if new != text:
             print("docs/advise.md is stale; run python scripts/advise_published.py",

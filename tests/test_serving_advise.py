@@ -246,3 +246,131 @@ def test_cli_previous_for_another_deployment(tmp_path, capsys):
                  "--previous", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("eplb: error:"), err
+
+
+@pytest.fixture(scope="module")
+def crafted():
+    """Decode advice with the craft lever on a 2 x 8 unit of 272 slots (16 redundant today)."""
+    return advise(_load(8), "2x8", 272, phase="decode", tokens_per_rank=32, redundant=(0, 8, 16),
+                  levers=["redundant", "craft"], max_tokens=64)
+
+
+def test_craft_rows_are_steady_states(crafted):
+    """A craft row's step and KV capacity are steady_state's for its placement (empty slots
+    free their expert weights for KV cache, `with_placement_memory`)."""
+    from eplb.evaluation.serving import ClusterConfig, UnitConfig, steady_state
+    from eplb.evaluation.serving.config import kv_capacity_tokens
+    from eplb.evaluation.serving.config.budget import with_placement_memory
+    from eplb.evaluation.serving.config.hardware import get_hardware
+    from eplb.evaluation.serving.config.model import get_model
+
+    cap = kv_capacity_tokens(get_model("deepseek_v3"), get_hardware("h800"), 17)
+    cfg = ClusterConfig(prefill=UnitConfig(nodes=2, slots_per_layer=272, token_budget=1),
+                        decode=UnitConfig(nodes=2, slots_per_layer=272, kv_capacity_tokens=cap,
+                                          max_running_requests=32))
+    t = crafted.table
+    rows = [i for i in range(len(t)) if t.iloc[i]["lever"] == "craft"]
+    options = [t.iloc[i]["option"] for i in rows]
+    assert {"N=8", "N=16"} <= set(options)  # N=0 may not fit uniform's memory: then a note
+    assert "N=0" in options or any(n.startswith("craft N=0 skipped") for n in
+                                   crafted.meta["notes"])
+    # a budget below today's 16 redundant slots per layer leaves slots empty
+    assert (crafted.placements[rows[options.index("N=8")]].phy2log < 0).any()
+    for i in rows:
+        p, r = crafted.placements[i], t.iloc[i]
+        kv = with_placement_memory(cfg, "decode", p).unit("decode").kv_capacity_tokens
+        assert r["kv_tokens_per_gpu"] == kv
+        n = int(r["tokens_per_rank"])
+        s = steady_state(cfg, "decode", placement=p, load=_load(8), kv_tokens=4096, batch=n)
+        assert r["step_ms"] == pytest.approx(s["step_s"] * 1e3, rel=1e-9)
+        keep = 600.0 / (600.0 + r["stall_s"])  # the copy from today's, amortised
+        assert r["stall_s"] > 0
+        assert r["tok_s_per_node"] == pytest.approx(s["tok_s_per_node"] * keep, rel=1e-9)
+
+
+def test_craft_memory_matches_the_redundant_rows(crafted):
+    """Each craft row keeps at most uniform N's routed experts per GPU, so it holds at least
+    the KV cache of the redundant row at the same N (1 token of rounding: two floors)."""
+    t, L, G = crafted.table, 58, 16
+    for info in crafted.meta["craft"]:
+        n = info["N"]
+        assert info["total_slots"] == L * (E + n)
+        assert info["expert_slots_per_gpu"] <= math.ceil(L * (E + n) / G)
+        uni = t[(t.lever == "redundant") & (t.option == f"N={n}")]
+        row = t[(t.lever == "craft") & (t.option == f"N={n}")]
+        if len(uni):
+            assert row["kv_tokens_per_gpu"].iloc[0] >= uni["kv_tokens_per_gpu"].iloc[0] - 1
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), shape=st.sampled_from([0.1, 0.5, 3.0]),
+       budgets=st.lists(st.sampled_from([0, 4, 8, 16]), min_size=1, max_size=2, unique=True))
+def test_craft_never_worse_than_uniform_on_its_objective(seed, shape, budgets):
+    """On any load, each craft row's summed per-layer max GPU load (read from its placement)
+    is at most uniform replication's at the same budget and at least the bound."""
+    load = _load(seed, shape)
+    a = advise(load, "2x8", 272, phase="decode", tokens_per_rank=8, redundant=tuple(budgets),
+               levers=["craft"], max_tokens=16)
+    crafts = [i for i in range(len(a.table)) if a.table.iloc[i]["lever"] == "craft"]
+    infos = a.meta.get("craft", [])
+    skipped = [n for n in a.meta["notes"] if n.startswith("craft N=") and "skipped" in n]
+    assert len(crafts) == len(infos) and len(crafts) + len(skipped) == len(budgets)
+    for i, info in zip(crafts, infos, strict=True):
+        p = a.placements[i].validate()
+        objective = float(p.gpu_load(load).max(1).sum())
+        assert objective == pytest.approx(info["objective_sum"], rel=1e-9)
+        assert objective <= info["uniform_objective_sum"] * (1 + 1e-12)
+        assert info["bound_sum"] <= objective * (1 + 1e-12)
+
+
+def test_craft_refuses_budgets_above_todays_slots(capsys, tmp_path):
+    a = advise(_load(9), "2x8", 256, tokens_per_rank=8, redundant=(0, 16), levers=["craft"],
+               max_tokens=16)
+    assert list(a.table["option"]) == ["trivial", "N=0"]
+    assert any(n.startswith("craft N=16 skipped") and "--slots 272" in n
+               for n in a.meta["notes"])
+    # at the CLI the skip is a note under the table, not an error
+    dump = _dump(tmp_path)
+    assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                 "--tokens-per-rank", "8", "--redundant", "0,16", "--max-tokens", "16"]) == 0
+    assert "craft N=16 skipped" in capsys.readouterr().out
+
+
+def test_cli_levers_picks_rows(tmp_path, capsys):
+    dump = _dump(tmp_path)
+    args = ["advise", str(dump), "--topology", "2x8", "--slots", "256", "--tokens-per-rank", "8",
+            "--max-tokens", "16", "--json"]
+    assert main([*args, "--levers", "rebalance,bound"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["lever"] for r in rows] == ["today", "rebalance", "bound"]
+    for bad, needle in (("craft,magic", "magic"), (",", "--levers")):
+        assert main([*args, "--levers", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_dump_of_another_model_is_named_before_the_slots():
+    """A Qwen1.5-MoE-shaped dump (24 layers x 60 experts) on its own deployment (60 slots) is
+    refused for its shape (no preset), not for the slots the DeepSeek preset would need."""
+    with pytest.raises(InputError, match=r"24 layers x 60 experts.*presets for deepseek_v3"):
+        advise(np.ones((24, 60)), "1x6", 60, phase="prefill")
+
+
+def test_several_dumps_are_stacked_as_windows(tmp_path, capsys):
+    """`eplb advise A B` (and ``advise([A, B])``) is advise on `eplb trace stack A B`."""
+    a = _dump(tmp_path, _load(5), "a.json")
+    b = _dump(tmp_path, _load(6), "b.json")
+    kw = dict(tokens_per_rank=16, levers=["rebalance"], max_tokens=32)
+    got = advise([str(a), str(b)], "2x8", 256, **kw)
+    ref = advise(_load(5) + _load(6), "2x8", 256, **kw)
+    assert got.meta["windows"] == 2 and str(a) in got.meta["source"]
+    assert got.table["step_ms"].tolist() == ref.table["step_ms"].tolist()
+    args = ["--topology", "2x8", "--slots", "256", "--tokens-per-rank", "16", "--levers",
+            "rebalance", "--max-tokens", "32", "--json"]
+    assert main(["advise", str(a), str(b), *args]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["step_ms"] for r in rows] == pytest.approx(got.table["step_ms"].tolist())
+    other = _dump(tmp_path, np.ones((10, 64)), "other.json")  # another model: one error line
+    assert main(["advise", str(a), str(other), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error:"), err

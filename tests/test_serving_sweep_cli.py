@@ -98,7 +98,8 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
              "--set", "slo.ttft_s=1.0",
              "--no-progress")
     assert r.returncode == 0, r.stderr
-    assert "goodput_hi" in r.stdout
+    assert "goodput_hi (fraction)" in r.stdout and "rate (req/s)" in r.stdout  # units
+    assert r.stdout.startswith("every config with --set slo.ttft_s=1.0\n")  # names unchanged
 
 
 @pytest.mark.parametrize("args, match", [
@@ -120,3 +121,17 @@ def test_no_folder_left_on_failure(toml, tmp_path):
     r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4", "--set",
              "slo.ttft_s=-1", "-o", out)
     assert r.returncode == 2 and not out.exists()
+
+
+def test_comparison_text_rounds_float_noise_and_counts_rebalances():
+    """Seconds below a picosecond (a difference of float sums) print as 0, and each config's
+    scheduled rebalances are listed, so identical rows of a run that never rebalanced say why."""
+    frame = pd.DataFrame({
+        "config": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
+        "decode_comm_exposed_s": [-1.4e-18, 2.0e-19, 3.0e-3, 3.1e-3],
+        "rebalances": [0.0, 0.0, 2.0, 2.0],
+    })
+    text = sweep.comparison_text(frame, ["decode_comm_exposed_s"])
+    assert "e-18" not in text and "e-19" not in text and "0.003" in text
+    assert "scheduled rebalances per run (mean over seeds): a 0, b 2" in text
+    assert "initial placement throughout" in text

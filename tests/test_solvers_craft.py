@@ -167,3 +167,21 @@ def test_max_gpu_slots_caps_expert_memory():
     assert_valid_placement(p, load)
     with pytest.raises(InputError, match="max_gpu_slots"):
         solvers.solve("craft", load, topo, max_gpu_slots=19)  # 80 slots on 4 GPUs need 20
+
+
+def test_solve_cli_says_how_many_slots_craft_left_empty(tmp_path, capsys):
+    """`eplb solve --solver craft` with a budget below every slot reports the slots it used,
+    not only the physical redundant slots (which read as if all were replicas)."""
+    from eplb import traces
+    from eplb.cli.main import main
+
+    load = np.random.default_rng(0).gamma(0.5, 100.0, size=(4, 16))
+    path = tmp_path / "t.npz"
+    traces.write(traces.Trace(load[None]), path)
+    args = ["solve", str(path), "--topology", "1x4", "--slots", "24", "--solver", "craft"]
+    assert main([*args, "--option", "total_slots=72"]) == 0
+    out = capsys.readouterr().out
+    assert "8 per layer on the live GPUs" in out
+    assert "2.0 used per layer on average, 24 slots left empty over 4 layers" in out
+    assert main([*args[:-1], "greedy"]) == 0  # every slot used: no note
+    assert "left empty" not in capsys.readouterr().out

@@ -22,6 +22,7 @@ import pandas as pd
 from eplb import solvers
 from eplb.errors import InfeasibleError, InputError
 from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
+from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
 from eplb.evaluation.serving.simulator.planner import (
@@ -118,6 +119,7 @@ class Context:
     options: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     solved: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # what a lever reports beside its rows
 
     def topology(self, slots: int) -> Topology:
         G = self.nodes * self.gpus_per_node
@@ -170,15 +172,69 @@ def lever_redundant(ctx: Context) -> list[Option]:
     return out
 
 
+def lever_craft(ctx: Context) -> list[Option]:
+    """Per-layer replica budgets (``craft``) at each redundant option's memory: ``L * (E + N)``
+    used slots (N redundant per layer on average) split over the layers, at most
+    ``ceil(L * (E + N) / G)`` routed experts on a GPU over the layers (uniform N's expert
+    memory), within today's slots; the slots left empty free KV cache. N above today's
+    redundant slots is skipped with a note (no room to give a hot layer more)."""
+    from eplb.solvers.policies.craft import replica_plan
+    from eplb.solvers.primitives.replica_budget import layer_curves
+
+    L, E = ctx.load.shape
+    topo = ctx.topology(ctx.slots)
+    G, craft_curves, out = topo.num_gpus, None, []
+    for n in ctx.redundant:
+        if E + n > ctx.slots:
+            ctx.notes.append(f"craft N={n} skipped: today's {ctx.slots} slots per layer hold at "
+                             f"most {ctx.slots - E} redundant; give --slots {E + n} or more "
+                             "(more leaves a hot layer room above the average) to try it")
+            continue
+        if craft_curves is None:  # one set of per-layer curves serves every budget
+            craft_curves = layer_curves(ctx.load, G, topo.slots_per_gpu)
+        cap = math.ceil(L * (E + n) / G)  # uniform N's routed experts per GPU (rounded up)
+        try:
+            plan = replica_plan(ctx.load, topo, total_slots=L * (E + n), max_gpu_slots=cap,
+                                curves=craft_curves)
+        except InputError:  # even one replica per expert needs more memory in craft's layout
+            ctx.notes.append(f"craft N={n} skipped: craft's packing of {L * E:,} slots needs "
+                             f"more than uniform N={n}'s {cap} routed experts on one GPU over "
+                             f"{L} layers")
+            continue
+        info = {"N": n, "total_slots": plan["total_slots"],
+                "objective_sum": plan["objective"],
+                "uniform_objective_sum": plan["uniform_objective"],
+                "bound_sum": plan["bound"], "split_source": plan["source"],
+                "expert_slots_per_gpu": plan["expert_slots_per_gpu"],
+                "used_slots": plan["used_slots"].tolist()}
+        ctx.meta.setdefault("craft", []).append(info)
+        ctx.notes.append(
+            f"craft N={n}: summed per-layer max GPU load {plan['objective']:,.0f} tokens against "
+            f"{plan['uniform_objective']:,.0f} for N={n} in every layer with the same packer "
+            f"({plan['uniform_objective'] / max(plan['objective'], 1e-300):.4f}x), bound "
+            f"{plan['bound']:,.0f}; {plan['total_slots']:,} used slots, "
+            f"{plan['expert_slots_per_gpu']} routed experts on the fullest GPU over {L} layers "
+            f"({L * topo.slots_per_gpu} with every slot used)"
+        )
+        p = Placement(plan["phy2log"], E, topo, meta={"solver": {"name": "craft", **info}})
+        out.append(Option("craft", f"N={n}", ctx.slots, p.validate(), moved_from=ctx.today))
+    return out
+
+
+def _on_today_and_rebalanced(ctx: Context, lever: str, suffix: str, **how: str) -> list[Option]:
+    """Two rows of a per-batch lever (``how``: `Option` fields such as ``dispatch``): on
+    today's placement and on the solver's, which moves weights from today's."""
+    new = ctx.solve(ctx.slots)
+    return [
+        Option(lever, "today", ctx.slots, ctx.today, **how),
+        Option(lever, f"{ctx.solver}+{suffix}", ctx.slots, new, moved_from=ctx.today, **how),
+    ]
+
+
 def lever_dispatch_lp(ctx: Context) -> list[Option]:
     """Per-batch dispatch balancing (``lp``) on today's placement and on the rebalanced one;
     its solve (``lp_overhead_s`` per layer and micro-batch) is on the critical path."""
-    new = ctx.solve(ctx.slots)
-    return [
-        Option("dispatch_lp", "today", ctx.slots, ctx.today, dispatch="lp"),
-        Option("dispatch_lp", f"{ctx.solver}+lp", ctx.slots, new, dispatch="lp",
-               moved_from=ctx.today),
-    ]
+    return _on_today_and_rebalanced(ctx, "dispatch_lp", "lp", dispatch="lp")
 
 
 def lever_waterfill(ctx: Context) -> list[Option]:
@@ -188,12 +244,7 @@ def lever_waterfill(ctx: Context) -> list[Option]:
     if not getattr(ctx.model, "shared_experts", 0):
         ctx.notes.append(f"waterfill skipped: {ctx.model.name} has no shared expert")
         return []
-    new = ctx.solve(ctx.slots)
-    return [
-        Option("waterfill", "today", ctx.slots, ctx.today, shared_expert="waterfill"),
-        Option("waterfill", f"{ctx.solver}+waterfill", ctx.slots, new,
-               shared_expert="waterfill", moved_from=ctx.today),
-    ]
+    return _on_today_and_rebalanced(ctx, "waterfill", "waterfill", shared_expert="waterfill")
 
 
 def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
@@ -206,12 +257,7 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     except InputError as exc:
         ctx.notes.append(f"dispatch_duplicate skipped: {exc}")
         return []
-    new = ctx.solve(ctx.slots)
-    return [
-        Option("dispatch_duplicate", "today", ctx.slots, ctx.today, dispatch=DUPLICATE),
-        Option("dispatch_duplicate", f"{ctx.solver}+duplicate", ctx.slots, new,
-               dispatch=DUPLICATE, moved_from=ctx.today),
-    ]
+    return _on_today_and_rebalanced(ctx, "dispatch_duplicate", "duplicate", dispatch=DUPLICATE)
 
 
 def lever_balanced(ctx: Context) -> list[Option]:
@@ -223,6 +269,7 @@ LEVERS: dict[str, Callable[[Context], list[Option]]] = {
     "today": lever_today,
     "rebalance": lever_rebalance,
     "redundant": lever_redundant,
+    "craft": lever_craft,
     "dispatch_lp": lever_dispatch_lp,
     "waterfill": lever_waterfill,
     "dispatch_duplicate": lever_dispatch_duplicate,
@@ -234,11 +281,14 @@ LEVERS: dict[str, Callable[[Context], list[Option]]] = {
 @dataclass
 class Advice:
     """`advise`'s answer: ``table`` (one row per option, `COLUMNS`), ``columns`` (unit, source,
-    meaning of each), ``meta`` (inputs and what was measured)."""
+    meaning of each), ``meta`` (inputs and what was measured; ``meta["craft"]``: each craft
+    row's split, its objective and uniform's at the same budget), ``placements`` (each row's
+    placement, None for perfect balance)."""
 
     table: pd.DataFrame
     columns: dict[str, tuple[str, str, str]]
     meta: dict[str, Any]
+    placements: list = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         rows = self.table.astype(object).where(self.table.notna(), None).to_dict("records")
@@ -281,6 +331,11 @@ class _Scorer:
                                              memory_fraction=memory_fraction)
         except InputError:  # the weights alone overflow the HBM: the row cannot run
             self.kv_cap = 0
+        placement = opt.placement
+        if self.kv_cap and placement is not None and (placement.phy2log < 0).any():
+            # empty slots (a replica budget) free their expert weights, as in steady_state
+            self.kv_cap += freed_kv_tokens(ctx.model, S, placement_expert_slots(placement),
+                                           placement.num_layers)
         if opt.dispatch == DUPLICATE:  # the copies' spare HBM comes out of the KV cache
             m = ctx.model
             self.kv_cap = max(0, self.kv_cap - int(ctx.duplicate.hbm_gb * 1e9 // (
@@ -297,7 +352,6 @@ class _Scorer:
                                lp_overhead_s=ctx.lp_overhead_s,
                                shared_expert=opt.shared_expert,
                                duplicate=ctx.duplicate if opt.dispatch == DUPLICATE else None)
-        placement = opt.placement
         if placement is not None:  # on the unit's topology object
             placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
                                   placement.replica_share, placement.meta, placement.layer_ids)
@@ -384,6 +438,12 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
 
     if isinstance(dump, traces.Trace):
         tr, source = dump, "a Trace"
+    elif isinstance(dump, (list, tuple)):  # several dumps: stacked as windows (`traces.stack`)
+        if len(dump) == 1:
+            return _load_of(dump[0], model)
+        tr = traces.stack(list(dump))
+        source = ", ".join(str(d) if not isinstance(d, traces.Trace) else "a Trace"
+                           for d in dump)
     elif isinstance(dump, np.ndarray):
         arr = np.asarray(dump, dtype=np.float64)
         if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
@@ -397,10 +457,15 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
         counts = counts[:, model.dense_layers:]
         L = counts.shape[1]
     if (L, E) != (model.moe_layers, model.num_experts):
+        from eplb.evaluation.serving.config.model import MODELS
+
+        presets = ", ".join(f"{k} ({v.moe_layers} MoE layers x {v.num_experts} experts)"
+                            for k, v in MODELS.items())
         raise InputError(
-            f"dump {source}: {L} layers x {E} experts, but {model.name} has "
-            f"{model.moe_layers} MoE layers x {model.num_experts} experts; give a dump of "
-            "that model (or --model)"
+            f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
+            f"model has presets for {presets} only, so give a dump of one of them (--model); "
+            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
         )
     load = counts.sum(0)
     if not (load.sum(1) > 0).any():
@@ -447,7 +512,8 @@ def advise(
     """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
 
     ``dump``: a trace file (SGLang expert-distribution JSON/.pt, a native trace, a stacked
-    windows file; windows are summed), a `Trace` or ``float[L, E]``. ``topology``: ``"NxG"``
+    windows file; windows are summed), a `Trace`, ``float[L, E]``, or a list of files or
+    traces (stacked as windows, `traces.stack`, then summed). ``topology``: ``"NxG"``
     (nodes x GPUs per node, one EP/DP rank per GPU); ``slots``: physical slots per layer today.
     ``tokens_per_rank``: prefill tokens per rank per step (default 16,384) or decode running
     requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
@@ -467,6 +533,7 @@ def advise(
         raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     m = get_model(model)
     hw = get_hardware(hardware)
+    load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
     topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
     if tokens_per_rank is None:
         tokens_per_rank = 16384 if phase == "prefill" else 128
@@ -508,7 +575,6 @@ def advise(
     if top < tokens_per_rank:
         raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
 
-    load, measured = _load_of(dump, m)
     if previous is None:
         today = trivial_placement(m, topo)
     else:
@@ -605,5 +671,5 @@ def advise(
             "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
             "migration": migration, "migration_gbps": float(migration_gbps),
             "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
-            "notes": notes}
-    return Advice(table, dict(COLUMNS), meta)
+            **ctx.meta, "notes": notes}
+    return Advice(table, dict(COLUMNS), meta, [o.placement for o in opts])

@@ -41,7 +41,11 @@ COUNTERFACTUAL = tuple(
     for k in ("step_s", "ep_wait_s", "comm_exposed_s", "moe_s", "stall_s", "busy_s")
 )
 
-UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s"}
+TINY_S = 1e-12  # seconds a comparison table prints as 0 (float rounding, not a time)
+UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s",
+         # capacity_table's columns: the rate found, its interval, goodputs at lo and hi
+         "rate": "req/s", "lo": "req/s", "hi": "req/s", "goodput_hi": "fraction",
+         "target": "fraction", "runs": "simulations"}
 
 
 def _rates(rates: Sequence[float]) -> list[float]:
@@ -141,19 +145,33 @@ def comparison_text(
     frame: pd.DataFrame, columns: Sequence[str], baseline: str | None = None
 ) -> str:
     """A compared frame (`compare`, either mode) as text: per metric and config the mean over
-    seeds with its 95% interval, and the paired difference to ``baseline`` with its interval."""
+    seeds with its 95% interval, and the paired difference to ``baseline`` with its interval
+    (seconds below `TINY_S` print as 0: float rounding of a difference of sums); then a line
+    with each config's scheduled rebalances per run, where the frame has them."""
     table = ci_table(frame, columns, baseline)
     base = table.attrs["baseline"]
     rows = []
     for m in columns:
         unit = UNITS.get(m, "s" if m.endswith("_s") else "")
+        tiny = TINY_S if unit == "s" else 0.0
+
+        def f(x: float, sign: bool = False, tiny: float = tiny) -> str:
+            return _fmt(0.0 if x is not None and abs(x) < tiny else x, sign)
+
         for name in table.index:
             r = table.loc[name, m]
-            rows.append((m, unit, name, _fmt(r["mean"]), f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]",
-                         _fmt(r["d_mean"], True),
-                         f"[{_fmt(r['d_lo'], True)}, {_fmt(r['d_hi'], True)}]"))
-    return text_table(rows, header=("metric", "unit", "config", "mean", "95% CI",
+            rows.append((m, unit, name, f(r["mean"]), f"[{f(r['lo'])}, {f(r['hi'])}]",
+                         f(r["d_mean"], True), f"[{f(r['d_lo'], True)}, {f(r['d_hi'], True)}]"))
+    text = text_table(rows, header=("metric", "unit", "config", "mean", "95% CI",
                                     f"d vs {base}", "95% CI of d"))
+    if "rebalances" in frame and frame["rebalances"].notna().any():
+        per = frame.groupby("config", sort=False)["rebalances"].mean()
+        text += "\nscheduled rebalances per run (mean over seeds): " + ", ".join(
+            f"{name} {n:g}" for name, n in per.items())
+        if (per == 0).any():
+            text += (" (a config with 0 ran its initial placement throughout: a run shorter "
+                     "than eplb.rebalance_interval_s, or a policy that never rebalances)")
+    return text
 
 
 def compared_columns(frame: pd.DataFrame) -> list[str]:
@@ -167,10 +185,12 @@ def compared_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def frame_text(frame: pd.DataFrame) -> str:
-    """A small frame as an aligned text table (numbers to 4 significant digits)."""
+    """A small frame as an aligned text table (numbers to 4 significant digits; a column
+    with a unit in `UNITS` says it in its header)."""
     rows = [tuple(_fmt(v) if isinstance(v, float) else str(v) for v in rec)
             for rec in frame.itertuples(index=False)]
-    return text_table(rows, header=[str(c) for c in frame.columns])
+    return text_table(rows, header=[f"{c} ({UNITS[c]})" if c in UNITS else str(c)
+                                    for c in frame.columns])
 
 
 def _fmt(x: float, sign: bool = False) -> str:

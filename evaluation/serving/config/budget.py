@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config.cluster import ClusterConfig
-from eplb.evaluation.serving.config.model import get_model
+from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.placement import Placement
 from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
 
@@ -32,15 +32,27 @@ def kv_capacity_for_slots(
     if unit.kv_capacity_tokens is None:
         return None
     model = get_model(config.model)
-    full = model.moe_layers * unit.slots_per_gpu
+    freed = freed_kv_tokens(model, unit.slots_per_gpu, expert_slots, num_layers, what=phase)
+    return int(unit.kv_capacity_tokens + freed)
+
+
+def freed_kv_tokens(
+    model: ModelSpec, slots_per_gpu: int, expert_slots: int, num_layers: int, *, what: str = ""
+) -> int:
+    """KV tokens the expert weights a GPU does not keep would hold: ``slots_per_gpu`` slots in
+    every MoE layer of ``model`` against ``expert_slots`` routed experts kept over
+    ``num_layers`` placement layers (scaled to the model's MoE layers), FP8 weights over the
+    KV bytes of a token in every layer. `InputError` if ``expert_slots`` is more than the
+    slots hold (``what`` names the unit in the message)."""
+    full = model.moe_layers * slots_per_gpu
     used = math.ceil(expert_slots * model.moe_layers / num_layers)
     if used > full:
         raise InputError(
             f"{expert_slots} expert slots per GPU over {num_layers} layers exceed the "
-            f"{phase} unit's {unit.slots_per_gpu} slots per GPU per layer"
+            f"{what + ' unit' if what else 'unit'}'s {slots_per_gpu} slots per GPU per layer"
         )
     freed = (full - used) * model.expert_params
-    return int(unit.kv_capacity_tokens + freed // (model.kv_bytes_per_token * model.num_layers))
+    return int(freed // (model.kv_bytes_per_token * model.num_layers))
 
 
 def with_placement_memory(config: ClusterConfig, phase: str, placement: Placement) -> ClusterConfig:
