@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from docblock import update_doc
 
-from eplb.atomic import atomic_write_text
 from eplb.evaluation.serving.advise import advise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,22 +164,10 @@ def main(argv=None) -> int:
     if not DUMPS.is_dir():
         print(f"needs the SGLang dumps at {DUMPS}", file=sys.stderr)
         return 2
-    text = DOC.read_text()
-    new = text
-    for key, make in BLOCKS.items():
-        body = make()
+    bodies = {key: make() for key, make in BLOCKS.items()}
+    for body in bodies.values():
         print(body)
-        begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
-        i, j = new.index(begin) + len(begin), new.index(end)
-        new = new[:i] + "\n" + body + "\n" + new[j:]
-    if args.check:
-        if new != text:
-            print("docs/advise.md is stale; run python scripts/advise_published.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    atomic_write_text(DOC, new)
-    return 0
+    return update_doc(DOC, bodies, check=args.check, script="advise_published.py")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from docblock import update_doc
 
 from eplb import solvers
-from eplb.atomic import atomic_write_text
 from eplb.evaluation.serving.advise import _load_of, advise
 from eplb.evaluation.serving.config import UnitConfig
 from eplb.evaluation.serving.config.hardware import get_hardware
@@ -33,7 +33,6 @@ from eplb.evaluation.serving.steptime.routing import per_gpu
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "advise.md"
-BEGIN, END = "<!-- decode_gap:begin -->", "<!-- decode_gap:end -->"
 DECODE = {"decode_in2000out100.json": (2000, 100), "decode_in1000out1000.json": (1000, 1000)}
 PREFILL_DUMPS = ("prefill_in1024.json", "prefill_in2048.json")
 PUBLISHED = 1.54  # SGLang's decode EPLB speedup 2.54x as a gain
@@ -255,16 +254,7 @@ def main(argv=None) -> int:
         return 2
     body = table(args.steps)
     print(body)
-    text = DOC.read_text()
-    i, j = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = text[:i] + "\n" + body + "\n" + text[j:]
-    if args.check:
-        if new != text:
-            print("docs/advise.md is stale; run python scripts/decode_gap.py", file=sys.stderr)
-            return 1
-        return 0
-    atomic_write_text(DOC, new)
-    return 0
+    return update_doc(DOC, {"decode_gap": body}, check=args.check, script="decode_gap.py")
 
 
 if __name__ == "__main__":

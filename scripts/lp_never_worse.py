@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from docblock import update_doc
 
 from eplb import solvers, traces
-from eplb.atomic import atomic_write_text
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
 from eplb.evaluation.serving.config.hardware import get_hardware
@@ -36,7 +36,6 @@ from eplb.topology import Topology
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "serving.md"
-BEGIN, END = "<!-- lp-never-worse:begin -->", "<!-- lp-never-worse:end -->"
 TOKENS = {"decode": (4, 32, 128, 256), "prefill": (256, 512, 1024, 4096)}
 STEM = {"decode": "decode_in1000out1000", "prefill": "prefill_in1024"}
 
@@ -151,17 +150,7 @@ def main(argv=None) -> int:
         return 2
     body = table(args.steps)
     print(body)
-    text = DOC.read_text()
-    i, j = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = text[:i] + "\n" + body + "\n" + text[j:]
-    if args.check:
-        if new != text:
-            print("docs/serving.md is stale; run python scripts/lp_never_worse.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    atomic_write_text(DOC, new)
-    return 0
+    return update_doc(DOC, {"lp-never-worse": body}, check=args.check, script="lp_never_worse.py")
 
 
 if __name__ == "__main__":
