@@ -12,23 +12,26 @@ capped at 131,072; never tuned on). For each:
   is ``min(prefill units x prefill requests/s, decode units x decode requests/s)``; beside it
   whether a saturated step meets the preset's SLO (prefill step <= TTFT SLO, decode TPOT <=
   TPOT SLO): if it does not, `steady_state` says no load near capacity meets the SLO.
+- the same requests for both: each trace's first ``--warmup-requests`` + ``--min-requests``
+  requests (a synthetic trace: i.i.d. anyway). `steady_state` and `slo_rate` take the length
+  mix of the measured ones (cache hits replayed from the trace's start, so the warm-up's
+  requests warm the prefix cache as they do in the simulation); `slo_rate` measures that
+  many arrivals after that many warm-up arrivals. (A replay measured over a fixed time
+  window sees a different slice of a real trace at every rate: Mooncake's requests 500-2,280
+  hold 16.6% prompts of >= 16k new tokens, the whole trace 13.2%.)
 - simulator: `simulate` on the trace replayed (`rescale`, gaps scaled: its burstiness
   kept) at multiples of `slo_rate`'s answer (``--around``; of 5% of the capacity where
-  `slo_rate` finds no rate), each measured over at least ``--duration`` simulated seconds and
-  ``--min-requests`` arrivals (the window grows at low rates, so every rate is judged on as
-  many requests) after a warm-up of at least ``--warmup`` seconds and ``--min-requests`` / 4
-  arrivals (the replayed trace's first requests find a cold prefix cache); goodput under the
-  preset's SLO. A trace too short to fill the run is replaced by ``synthesize``
-  ``lengths_from`` it (its lengths, Poisson arrivals, no prefix sharing). The 90%-goodput rate
-  is interpolated between the rates simulated (or reported as below / above them). One more
-  run at 1.25x the steady-state capacity gives the simulator's capacity (prefill completions
-  per second in its window).
+  `slo_rate` finds no rate), measured over the arrivals of the same requests (the window
+  from the first measured arrival to the last), run ``--drain`` seconds past it so that late
+  arrivals get their first token; goodput under the preset's SLO. One more run at 1.25x the
+  steady-state capacity gives the simulator's capacity (prefill completions per second in
+  its window).
 - both chunkings: the preset's (``attention``: a prompt's chunks stay on its DP rank) and
   ``context_parallel`` (pieces of a long prompt on ranks with spare work), each for both
   estimates (``--chunkings``).
 
-Run: ``python scripts/serving_capacity_target.py [--config deepseek_day6] [--duration 600]
-[--warmup 120] [--min-requests 2000] [--around 0.5,0.75,1,1.25] [--workers 2]
+Run: ``python scripts/serving_capacity_target.py [--config deepseek_day6]
+[--warmup-requests 500] [--min-requests 2000] [--around 0.5,0.75,1,1.25] [--workers 2]
 [--write-doc]``; ``--write-doc`` puts the table into docs/serving-calibration.md ("Long
 prompts: capacity and goodput").
 """
@@ -42,6 +45,7 @@ from pathlib import Path
 
 from eplb import runners
 from eplb.evaluation.serving import ClusterConfig, rescale, simulate, steady_state, workload
+from eplb.evaluation.serving.results.mix import LengthMix
 from eplb.evaluation.serving.results.steady import slo_rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,46 +79,48 @@ def traces(requests: int) -> dict[str, workload.Workload]:
     return out
 
 
-def steady(config: ClusterConfig, wl, duration: float, warmup: float) -> dict:
+def measured_mix(wl, config: ClusterConfig, warm: int, n: int) -> LengthMix:
+    """The length mix of ``wl``'s requests ``warm`` .. ``warm + n`` (cache hits replayed with
+    the config's store from the trace's first request)."""
+    head = workload.Workload(wl.requests.iloc[: warm + n].reset_index(drop=True), wl.block_size)
+    full = LengthMix.of(head, config.kv.store_capacity_blocks)
+    sl = slice(warm, warm + n)
+    return LengthMix(full.input_tokens[sl], full.cached_tokens[sl], full.output_tokens[sl])
+
+
+def steady(config: ClusterConfig, mix: LengthMix, warm: int, n: int) -> dict:
     """`steady_state` of both phases on the mix, the system capacity, the SLO check and
-    `slo_rate` over the simulator's measured horizon."""
-    p = steady_state(config, "prefill", mix=wl)
-    d = steady_state(config, "decode", mix=wl)
+    `slo_rate` over ``n`` arrivals after ``warm``."""
+    p = steady_state(config, "prefill", mix=mix)
+    d = steady_state(config, "decode", mix=mix)
     cap_p = config.prefill.count * p["requests_per_s"]
     cap_d = config.decode.count * d["requests_per_s"]
-    slo = config.slo
-    est = slo_rate(config, wl, goodput=GOODPUT, duration_s=duration, warmup_s=warmup)
+    est = slo_rate(config, mix, goodput=GOODPUT, prompts=n, duration_s=1.0, warmup_s=0.0,
+                   warmup_prompts=warm)
     return {
         "slo_rate_rps": est["rate_rps"],
         "capacity_rps": min(cap_p, cap_d),
         "prefill_rps": cap_p,
         "decode_rps": cap_d,
-        "prefill_step_s": p["step_s"],
-        "prefill_dp_imbalance": p["dp_imbalance"],
-        "mix_cached_mean": p["mean_cached_tokens"],
-        "tpot_s": d["tpot_s"],
-        "meets_slo": p["step_s"] <= slo.ttft_s and d["tpot_s"] <= slo.tpot_s,
+        "mix_new_mean": float(mix.new_tokens.mean()),
+        "mix_cached_mean": float(mix.cached_tokens.mean()),
     }
 
 
-def window(rate: float, duration: float, warmup: float, min_requests: int) -> tuple[float, float]:
-    """``(start, end)`` simulated seconds of the measured window at ``rate`` req/s: at least
-    ``duration`` seconds and ``min_requests`` arrivals, after at least ``warmup`` seconds and
-    ``min_requests / 4`` arrivals."""
-    start = max(warmup, min_requests / 4 / rate)
-    return start, start + max(duration, min_requests / rate)
-
-
 def _run(task: dict) -> dict:
-    """One simulation (a runner task): goodput and prefill completion rate in the window."""
-    wl, rate = task["trace"], task["rate"]
-    start, end = task["window"]
-    need = int(rate * end * 1.05) + 2
-    if len(wl) < need:  # too short to fill the run at this rate: resample its lengths
-        wl = workload.synthesize(need, rate=rate, lengths_from=wl, seed=task["seed"])
-    else:
-        wl = rescale(wl, rate=rate)
-    res = simulate(task["config"], wl, duration_s=end, progress=False)
+    """One simulation (a runner task): goodput over the measured requests' arrivals and the
+    prefill completion rate in that window."""
+    wl, rate, warm, n, drain = (task[k] for k in ("trace", "rate", "warm", "n", "drain"))
+    if len(wl) < warm + n + 2:
+        raise SystemExit(f"{task['key'][0]} has {len(wl)} requests; give fewer --min-requests")
+    # the trace at this rate, with as many requests after the window as the drain needs
+    extra = int(rate * drain * 1.2) + 2
+    wl = rescale(workload.Workload(wl.requests.iloc[: warm + n + extra].reset_index(drop=True),
+                                     wl.block_size),
+                 rate=rate)
+    arrival = wl.requests["arrival_s"].to_numpy()
+    start, end = float(arrival[warm]), float(arrival[warm + n])  # arrivals warm .. warm+n-1
+    res = simulate(task["config"], wl, duration_s=end + drain, progress=False)
     s = res.summary(window=(start, end))
     req = res.requests
     done = req["prefill_end_s"]
@@ -146,18 +152,18 @@ def rate_at_goodput(points: list[dict], target: float = GOODPUT) -> float:
     return pts[-1]["rate"]
 
 
-def measure(config, names, chunkings, around, duration, warmup, min_requests, workers,
-            requests) -> list[dict]:
+def measure(config, names, chunkings, around, warm, n, drain, workers, requests) -> list[dict]:
     rows = []
     all_traces = traces(requests)
     tasks, meta = [], []
     for name in names:
         wl = all_traces[name]
+        mix = measured_mix(wl, config, warm, n)
         for mode in chunkings:
             cfg = config.replace(
                 scheduler=dataclasses.replace(config.scheduler, prefill_chunking=mode)
             )
-            st = steady(cfg, wl, duration, warmup)
+            st = steady(cfg, mix, warm, n)
             meta.append((name, mode, st))
             base = st["slo_rate_rps"] or 0.05 * st["capacity_rps"]
             rates = [f * base for f in around] + [CAPACITY_PROBE * st["capacity_rps"]]
@@ -167,10 +173,11 @@ def measure(config, names, chunkings, around, duration, warmup, min_requests, wo
                         "config": cfg,
                         "trace": wl,
                         "rate": rate,
-                        "window": window(rate, duration, warmup, min_requests),
+                        "warm": warm,
+                        "n": n,
+                        "drain": drain,
                         "key": (name, mode),
                         "probe": i == len(rates) - 1,
-                        "seed": 0,
                     }
                 )
     results = runners.run(_run, tasks, workers=workers)
@@ -194,15 +201,14 @@ def measure(config, names, chunkings, around, duration, warmup, min_requests, wo
     return rows
 
 
-def table(rows: list[dict], config: ClusterConfig, duration: float, warmup: float,
-          min_requests: int) -> str:
+def table(rows: list[dict], config: ClusterConfig, warm: int, n: int, drain: float) -> str:
     slo = config.slo
     lines = [
         "| trace | chunking | steady_state capacity (req/s: prefill / decode) | steady_state "
         "90%-goodput rate (`slo_rate`) | simulator goodput at rates simulated (req/s: "
-        "goodput) | simulator 90%-goodput rate | target error | mean cached tokens (mix / "
-        "simulated windows) | simulator capacity (prefill completions at 1.25x) | capacity "
-        "error |",
+        "goodput) | simulator 90%-goodput rate | target error | mean new / cached tokens of "
+        "the measured requests (mix; simulated) | simulator capacity (prefill completions at "
+        "1.25x) | capacity error |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -218,28 +224,27 @@ def table(rows: list[dict], config: ClusterConfig, duration: float, warmup: floa
             rate_s = f"{rate:.2f} req/s"
         est = r["slo_rate_rps"]
         est_s = f"{est:.2f} req/s" if est > 0 else "0 (even 1% of capacity misses)"
-        cached = "{:,.0f} / {}".format(
-            r["mix_cached_mean"], "-".join(
-                f"{x:,.0f}" for x in sorted({round(p["cached_mean"], -2) for p in r["points"]})
-            )
+        sim_cached = "-".join(
+            f"{x:,.0f}" for x in sorted({round(p["cached_mean"], -2) for p in r["points"]})
         )
+        cached = f"{r['mix_new_mean']:,.0f} / {r['mix_cached_mean']:,.0f}; {sim_cached} cached"
         lines.append(
             f"| {r['trace']} | {r['chunking']} | {r['capacity_rps']:.2f} "
             f"({r['prefill_rps']:.2f} / {r['decode_rps']:.2f}) | {est_s} | {pts} | {rate_s} | "
             f"{_target(r)} | {cached} | {r['sim_capacity_rps']:.2f} req/s | "
             f"{r['capacity_error']:+.0%} |"
         )
-    wins = sorted({round(p["window"][1] - p["window"][0]) for r in rows for p in r["points"]})
+    wins = [p["window"][1] - p["window"][0] for r in rows for p in r["points"]]
     lines += [
         "",
         f"Preset `{config.name}`, SLO TTFT {slo.ttft_s:g} s / TPOT {slo.tpot_s * 1e3:.0f} ms. "
-        f"Simulated rates are multiples of `slo_rate`'s answer; each is measured over at least "
-        f"{duration:g} s and {min_requests:,} arrivals (windows {wins[0]:,}-{wins[-1]:,} s) "
-        f"after a warm-up of at least {warmup:g} s and {min_requests // 4:,} arrivals; "
-        f"`slo_rate` measures {duration:g} s of arrivals after {warmup:g} s. Target error: "
-        f"simulator 90%-goodput rate over `slo_rate`'s - 1 (the issue's target: within "
-        f"{TARGET:.0%}). Capacity error: the simulator's prefill completions per second at "
-        f"{CAPACITY_PROBE:g}x the steady-state capacity over that capacity - 1.",
+        f"Both estimates on the same requests of each trace: {n:,} measured after {warm:,} "
+        f"warm-up requests. Simulated rates are multiples of `slo_rate`'s answer; each run is "
+        f"measured over its {n:,} requests' arrivals ({min(wins):,.0f}-{max(wins):,.0f} "
+        f"simulated s) and runs {drain:g} s past them. Target error: simulator 90%-goodput "
+        f"rate over `slo_rate`'s - 1 (the issue's target: within {TARGET:.0%}). Capacity "
+        f"error: the simulator's prefill completions per second at {CAPACITY_PROBE:g}x the "
+        "steady-state capacity over that capacity - 1.",
     ]
     return "\n".join(lines)
 
@@ -283,9 +288,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--around", default="0.5,0.75,1,1.25",
                     help="simulated rates as multiples of slo_rate's answer")
-    ap.add_argument("--duration", type=float, default=600.0)
-    ap.add_argument("--warmup", type=float, default=120.0)
-    ap.add_argument("--min-requests", type=int, default=2000)
+    ap.add_argument("--warmup-requests", type=int, default=500)
+    ap.add_argument("--min-requests", type=int, default=2000, help="measured requests")
+    ap.add_argument("--drain", type=float, default=60.0,
+                    help="simulated seconds run past the measured arrivals")
     ap.add_argument("--requests", type=int, default=8000, help="requests of the synthetic trace")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--write-doc", action="store_true")
@@ -294,9 +300,9 @@ def main(argv=None) -> int:
     around = [float(x) for x in args.around.split(",")]
     names = [n for n in args.traces.split(",") if n]
     chunkings = [c for c in args.chunkings.split(",") if c]
-    rows = measure(config, names, chunkings, around, args.duration, args.warmup,
-                   args.min_requests, args.workers, args.requests)
-    text = table(rows, config, args.duration, args.warmup, args.min_requests)
+    rows = measure(config, names, chunkings, around, args.warmup_requests, args.min_requests,
+                   args.drain, args.workers, args.requests)
+    text = table(rows, config, args.warmup_requests, args.min_requests, args.drain)
     print(text)
     for r in rows:
         print(
