@@ -267,7 +267,7 @@ def slo_rate(
     ``slo.ttft_s``, over the arrivals of ``duration_s`` seconds (at least ``prompts``) after
     a warm-up of ``warmup_s`` seconds' arrivals (at least ``warmup_prompts``): a queue near
     capacity builds up over minutes, so a short horizon (formerly one minute) calls rates
-    servable that a simulation of the same window overloads.
+    servable that a simulation of the same window overloads (at most `MAX_PROMPTS` measured).
     Decode: the running requests per GPU that Little's law gives at the rate
     (fixed point with the step time, capped by the KV capacity), TPOT against ``slo.tpot_s``.
     Estimated goodput = prefill share x (TPOT met); bisection over ``iterations`` halvings up
@@ -308,7 +308,7 @@ def slo_rate(
     def estimate(rate: float) -> dict[str, float]:
         per_unit = rate / unit_p.count
         skip = max(int(per_unit * warmup_s), warmup_prompts)  # the warm-up's arrivals
-        n = skip + max(prompts, int(np.ceil(per_unit * duration_s)))
+        n = skip + min(max(prompts, int(np.ceil(per_unit * duration_s))), MAX_PROMPTS)
         ttft = prefill_ttft(
             lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed, K=K, chunking=mode
         )
