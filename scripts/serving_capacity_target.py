@@ -12,17 +12,28 @@ capped at 131,072; never tuned on). For each:
   is ``min(prefill units x prefill requests/s, decode units x decode requests/s)``; beside it
   whether a saturated step meets the preset's SLO (prefill step <= TTFT SLO, decode TPOT <=
   TPOT SLO): if it does not, `steady_state` says no load near capacity meets the SLO.
-- simulator: `simulate` on the trace replayed (`rescale`, gaps scaled) at fractions of that
-  capacity for ``--duration`` simulated seconds, measured after ``--warmup``: goodput under
-  the preset's SLO and the prefill completion rate (requests/s whose prefill finished in the
-  window; a trace too short to fill the run at a rate is replaced by ``synthesize``
-  ``lengths_from`` it: its lengths, Poisson arrivals, no prefix sharing); the 90%-goodput
-  rate is interpolated between the rates simulated (or reported as below the lowest one);
-  the simulator's capacity is its completion rate at the highest rate.
+- the same requests for both: each trace's first ``--warmup-requests`` + ``--min-requests``
+  requests (a synthetic trace: i.i.d. anyway). `steady_state` and `slo_rate` take the length
+  mix of the measured ones (cache hits replayed from the trace's start, so the warm-up's
+  requests warm the prefix cache as they do in the simulation); `slo_rate` measures that
+  many arrivals after that many warm-up arrivals. (A replay measured over a fixed time
+  window sees a different slice of a real trace at every rate: Mooncake's requests 500-2,280
+  hold 16.6% prompts of >= 16k new tokens, the whole trace 13.2%.)
+- simulator: `simulate` on the trace replayed (`rescale`, gaps scaled: its burstiness
+  kept) at multiples of `slo_rate`'s answer (``--around``; of 5% of the capacity where
+  `slo_rate` finds no rate), measured over the arrivals of the same requests (the window
+  from the first measured arrival to the last), run ``--drain`` seconds past it so that late
+  arrivals get their first token; goodput under the preset's SLO. One more run at 1.25x the
+  steady-state capacity gives the simulator's capacity (prefill completions per second in
+  its window).
+- both chunkings: the preset's (``attention``: a prompt's chunks stay on its DP rank) and
+  ``context_parallel`` (pieces of a long prompt on ranks with spare work), each for both
+  estimates (``--chunkings``).
 
-Run: ``python scripts/serving_capacity_target.py [--config deepseek_day6] [--duration 600]
-[--warmup 120] [--fractions 0.1,0.5,1,1.5] [--workers 2] [--write-doc]``; ``--write-doc``
-puts the table into docs/serving-calibration.md ("Long prompts: capacity and goodput").
+Run: ``python scripts/serving_capacity_target.py [--config deepseek_day6]
+[--warmup-requests 500] [--min-requests 2000] [--around 0.5,0.75,1,1.25] [--workers 2]
+[--write-doc]``; ``--write-doc`` puts the table into docs/serving-calibration.md ("Long
+prompts: capacity and goodput").
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from pathlib import Path
 
 from eplb import runners
 from eplb.evaluation.serving import ClusterConfig, rescale, simulate, steady_state, workload
+from eplb.evaluation.serving.results.mix import LengthMix
 from eplb.evaluation.serving.results.steady import slo_rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +54,7 @@ DOC = ROOT / "docs" / "serving-calibration.md"
 BEGIN, END = "<!-- capacity-table:begin -->", "<!-- capacity-table:end -->"
 TARGET = 0.25  # the issue's target: simulator 90%-goodput rate within 25% of steady_state
 GOODPUT = 0.9
+CAPACITY_PROBE = 1.25  # the simulator's capacity: completions when offered 1.25x steady's
 
 
 def traces(requests: int) -> dict[str, workload.Workload]:
@@ -66,45 +79,61 @@ def traces(requests: int) -> dict[str, workload.Workload]:
     return out
 
 
-def steady(config: ClusterConfig, wl) -> dict:
-    """`steady_state` of both phases on the mix, the system capacity and the SLO check."""
-    p = steady_state(config, "prefill", mix=wl)
-    d = steady_state(config, "decode", mix=wl)
+def measured_mix(wl, config: ClusterConfig, warm: int, n: int) -> LengthMix:
+    """The length mix of ``wl``'s requests ``warm`` .. ``warm + n`` (cache hits replayed with
+    the config's store from the trace's first request)."""
+    head = workload.Workload(wl.requests.iloc[: warm + n].reset_index(drop=True), wl.block_size)
+    full = LengthMix.of(head, config.kv.store_capacity_blocks)
+    sl = slice(warm, warm + n)
+    return LengthMix(full.input_tokens[sl], full.cached_tokens[sl], full.output_tokens[sl])
+
+
+def steady(config: ClusterConfig, mix: LengthMix, warm: int, n: int) -> dict:
+    """`steady_state` of both phases on the mix, the system capacity, the SLO check and
+    `slo_rate` over ``n`` arrivals after ``warm``."""
+    p = steady_state(config, "prefill", mix=mix)
+    d = steady_state(config, "decode", mix=mix)
     cap_p = config.prefill.count * p["requests_per_s"]
     cap_d = config.decode.count * d["requests_per_s"]
-    slo = config.slo
-    est = slo_rate(config, wl, goodput=GOODPUT)
+    est = slo_rate(config, mix, goodput=GOODPUT, prompts=n, duration_s=1.0, warmup_s=0.0,
+                   warmup_prompts=warm)
     return {
         "slo_rate_rps": est["rate_rps"],
         "capacity_rps": min(cap_p, cap_d),
         "prefill_rps": cap_p,
         "decode_rps": cap_d,
-        "prefill_step_s": p["step_s"],
-        "prefill_dp_imbalance": p["dp_imbalance"],
-        "tpot_s": d["tpot_s"],
-        "meets_slo": p["step_s"] <= slo.ttft_s and d["tpot_s"] <= slo.tpot_s,
+        "mix_new_mean": float(mix.new_tokens.mean()),
+        "mix_cached_mean": float(mix.cached_tokens.mean()),
     }
 
 
 def _run(task: dict) -> dict:
-    """One simulation (a runner task): goodput and prefill completion rate in the window."""
-    wl, rate = task["trace"], task["rate"]
-    need = int(rate * task["duration"] * 1.05) + 2
-    if len(wl) < need:  # too short to fill the run at this rate: resample its lengths
-        wl = workload.synthesize(need, rate=rate, lengths_from=wl, seed=task["seed"])
-    else:
-        wl = rescale(wl, rate=rate)
-    res = simulate(task["config"], wl, duration_s=task["duration"], progress=False)
-    window = (task["warmup"], task["duration"])
-    s = res.summary(window=window)
+    """One simulation (a runner task): goodput over the measured requests' arrivals and the
+    prefill completion rate in that window."""
+    wl, rate, warm, n, drain = (task[k] for k in ("trace", "rate", "warm", "n", "drain"))
+    if len(wl) < warm + n + 2:
+        raise SystemExit(f"{task['key'][0]} has {len(wl)} requests; give fewer --min-requests")
+    # the trace at this rate, with as many requests after the window as the drain needs
+    extra = int(rate * drain * 1.2) + 2
+    wl = rescale(workload.Workload(wl.requests.iloc[: warm + n + extra].reset_index(drop=True),
+                                     wl.block_size),
+                 rate=rate)
+    arrival = wl.requests["arrival_s"].to_numpy()
+    start, end = float(arrival[warm]), float(arrival[warm + n])  # arrivals warm .. warm+n-1
+    res = simulate(task["config"], wl, duration_s=end + drain, progress=False)
+    s = res.summary(window=(start, end))
     req = res.requests
-    done = req["prefill_end_s"] if "prefill_end_s" in req else req["first_token_s"]
-    n_done = int(((done >= window[0]) & (done < window[1])).sum())
+    done = req["prefill_end_s"]
+    n_done = int(((done >= start) & (done < end)).sum())
+    arrived = req[(req["arrival_s"] >= start) & (req["arrival_s"] < end)]
     return {
-        "rate": task["rate"],
+        "rate": rate,
         "goodput": s["goodput"],
         "ttft_p50_s": s["ttft_p50_s"],
-        "completion_rps": n_done / (window[1] - window[0]),
+        "completion_rps": n_done / (end - start),
+        "requests": len(arrived),
+        "cached_mean": float(arrived["cached_tokens"].mean()),
+        "window": (start, end),
     }
 
 
@@ -123,37 +152,48 @@ def rate_at_goodput(points: list[dict], target: float = GOODPUT) -> float:
     return pts[-1]["rate"]
 
 
-def measure(config, names, fractions, duration, warmup, workers, requests) -> list[dict]:
+def measure(config, names, chunkings, around, warm, n, drain, workers, requests) -> list[dict]:
     rows = []
     all_traces = traces(requests)
     tasks, meta = [], []
     for name in names:
         wl = all_traces[name]
-        st = steady(config, wl)
-        meta.append((name, st))
-        for f in fractions:
-            tasks.append(
-                {
-                    "config": config,
-                    "trace": wl,
-                    "rate": f * st["capacity_rps"],
-                    "duration": duration,
-                    "warmup": warmup,
-                    "name": name,
-                    "seed": 0,
-                }
+        mix = measured_mix(wl, config, warm, n)
+        for mode in chunkings:
+            cfg = config.replace(
+                scheduler=dataclasses.replace(config.scheduler, prefill_chunking=mode)
             )
+            st = steady(cfg, mix, warm, n)
+            meta.append((name, mode, st))
+            base = st["slo_rate_rps"] or 0.05 * st["capacity_rps"]
+            rates = [f * base for f in around] + [CAPACITY_PROBE * st["capacity_rps"]]
+            for i, rate in enumerate(rates):
+                tasks.append(
+                    {
+                        "config": cfg,
+                        "trace": wl,
+                        "rate": rate,
+                        "warm": warm,
+                        "n": n,
+                        "drain": drain,
+                        "key": (name, mode),
+                        "probe": i == len(rates) - 1,
+                    }
+                )
     results = runners.run(_run, tasks, workers=workers)
-    for name, st in meta:
-        pts = [r for t, r in zip(tasks, results, strict=True) if t["name"] == name]
-        sim_rate = rate_at_goodput(pts)
-        sim_cap = max(p["completion_rps"] for p in pts)
+    for name, mode, st in meta:
+        mine = [(t, r) for t, r in zip(tasks, results, strict=True) if t["key"] == (name, mode)]
+        pts = [r for t, r in mine if not t["probe"]]
+        probe = next(r for t, r in mine if t["probe"])
+        sim_cap = probe["completion_rps"]
         rows.append(
             {
                 "trace": name,
+                "chunking": mode,
                 **st,
                 "points": pts,
-                "sim_rate_90": sim_rate,
+                "probe": probe,
+                "sim_rate_90": rate_at_goodput(pts),
                 "sim_capacity_rps": sim_cap,
                 "capacity_error": sim_cap / st["capacity_rps"] - 1,
             }
@@ -161,14 +201,15 @@ def measure(config, names, fractions, duration, warmup, workers, requests) -> li
     return rows
 
 
-def table(rows: list[dict], config: ClusterConfig, duration: float, warmup: float) -> str:
+def table(rows: list[dict], config: ClusterConfig, warm: int, n: int, drain: float) -> str:
     slo = config.slo
     lines = [
-        "| trace | steady_state capacity (req/s: prefill / decode) | steady_state saturated "
-        "step vs SLO | steady_state 90%-goodput rate (`slo_rate`) | simulator goodput at "
-        "rates simulated (req/s: goodput) | simulator 90%-goodput rate | target error | "
-        "simulator prefill completions at the highest rate | capacity error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| trace | chunking | steady_state capacity (req/s: prefill / decode) | steady_state "
+        "90%-goodput rate (`slo_rate`) | simulator goodput at rates simulated (req/s: "
+        "goodput) | simulator 90%-goodput rate | target error | mean new / cached tokens of "
+        "the measured requests (mix; simulated) | simulator capacity (prefill completions at "
+        "1.25x) | capacity error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         pts = ", ".join(f"{p['rate']:.2f}: {p['goodput']:.2f}" for p in r["points"])
@@ -177,29 +218,33 @@ def table(rows: list[dict], config: ClusterConfig, duration: float, warmup: floa
             low = min(p["rate"] for p in r["points"])
             rate_s = f"below {low:.2f} req/s (not reached)"
         elif math.isnan(rate):
-            rate_s = "above every rate simulated"
+            high = max(p["rate"] for p in r["points"])
+            rate_s = f"above {high:.2f} req/s (every rate simulated meets it)"
         else:
-            rate_s = f"{rate:.2f} req/s ({rate / r['capacity_rps'] - 1:+.0%} vs capacity)"
-        step = (
-            f"prefill step {r['prefill_step_s']:.2f} s (DP imbalance "
-            f"{r['prefill_dp_imbalance']:.2f}) vs TTFT {slo.ttft_s:g} s; TPOT "
-            f"{r['tpot_s'] * 1e3:.0f} ms vs {slo.tpot_s * 1e3:.0f} ms: "
-            + ("meets" if r["meets_slo"] else "misses")
-        )
+            rate_s = f"{rate:.2f} req/s"
         est = r["slo_rate_rps"]
         est_s = f"{est:.2f} req/s" if est > 0 else "0 (even 1% of capacity misses)"
-        lines.append(
-            f"| {r['trace']} | {r['capacity_rps']:.2f} ({r['prefill_rps']:.2f} / "
-            f"{r['decode_rps']:.2f}) | {step} | {est_s} | {pts} | {rate_s} | "
-            f"{_target(r)} | {r['sim_capacity_rps']:.2f} req/s | {r['capacity_error']:+.0%} |"
+        sim_cached = "-".join(
+            f"{x:,.0f}" for x in sorted({round(p["cached_mean"], -2) for p in r["points"]})
         )
+        cached = f"{r['mix_new_mean']:,.0f} / {r['mix_cached_mean']:,.0f}; {sim_cached} cached"
+        lines.append(
+            f"| {r['trace']} | {r['chunking']} | {r['capacity_rps']:.2f} "
+            f"({r['prefill_rps']:.2f} / {r['decode_rps']:.2f}) | {est_s} | {pts} | {rate_s} | "
+            f"{_target(r)} | {cached} | {r['sim_capacity_rps']:.2f} req/s | "
+            f"{r['capacity_error']:+.0%} |"
+        )
+    wins = [p["window"][1] - p["window"][0] for r in rows for p in r["points"]]
     lines += [
         "",
-        f"Preset `{config.name}`, SLO TTFT {slo.ttft_s:g} s / TPOT {slo.tpot_s * 1e3:.0f} ms; "
-        f"{duration:g} simulated seconds per rate, measured from {warmup:g} s; rates are "
-        "fractions of the steady-state capacity. Target error: simulator 90%-goodput rate over "
-        f"`slo_rate`'s - 1 (the issue's target: within {TARGET:.0%}). Capacity error: "
-        "simulator prefill completions at the highest rate over steady_state's capacity - 1.",
+        f"Preset `{config.name}`, SLO TTFT {slo.ttft_s:g} s / TPOT {slo.tpot_s * 1e3:.0f} ms. "
+        f"Both estimates on the same requests of each trace: {n:,} measured after {warm:,} "
+        f"warm-up requests. Simulated rates are multiples of `slo_rate`'s answer; each run is "
+        f"measured over its {n:,} requests' arrivals ({min(wins):,.0f}-{max(wins):,.0f} "
+        f"simulated s) and runs {drain:g} s past them. Target error: simulator 90%-goodput "
+        f"rate over `slo_rate`'s - 1 (the issue's target: within {TARGET:.0%}). Capacity "
+        f"error: the simulator's prefill completions per second at {CAPACITY_PROBE:g}x the "
+        "steady-state capacity over that capacity - 1.",
     ]
     return "\n".join(lines)
 
@@ -208,15 +253,17 @@ def _target(r: dict) -> str:
     """The issue's target: simulator 90%-goodput rate over steady_state's (`slo_rate`) - 1."""
     sim, est = r["sim_rate_90"], r["slo_rate_rps"]
     low = min(p["rate"] for p in r["points"])
+    high = max(p["rate"] for p in r["points"])
     if math.isnan(sim):
-        return "n/a (every simulated rate meets 90%)"
+        return f"simulator above {high:.2f} req/s: at least {high / est - 1:+.0%}" if est else "-"
     if sim == 0.0 and est == 0.0:
         return f"both 0: agree that no rate >= {low:.2f} req/s meets it (no number)"
     if sim == 0.0:
-        return f"simulator below {low:.2f} req/s: at most {low / est - 1:+.0%}"
+        return f"simulator below {low:.2f} req/s: at most {low / est - 1:+.0%} (missed)"
     if est == 0.0:
         return "steady_state 0: not comparable"
-    return f"{sim / est - 1:+.0%}"
+    err = sim / est - 1
+    return f"{err:+.0%} ({'met' if abs(err) <= TARGET else 'missed'})"
 
 
 def write_doc(text: str) -> None:
@@ -235,36 +282,36 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--traces", default="mooncake_conversation,azure_code_2023,synth_long_16k")
     ap.add_argument(
-        "--chunking",
-        choices=["attention", "tokens", "context_parallel"],
-        help="scheduler.prefill_chunking for both estimates (default: the preset's)",
+        "--chunkings",
+        default="attention,context_parallel",
+        help="scheduler.prefill_chunking values, each for both estimates",
     )
-    ap.add_argument("--fractions", default="0.1,0.5,1,1.5")
-    ap.add_argument("--duration", type=float, default=600.0)
-    ap.add_argument("--warmup", type=float, default=120.0)
-    ap.add_argument("--requests", type=int, default=4000, help="requests of the synthetic trace")
+    ap.add_argument("--around", default="0.5,0.75,1,1.25",
+                    help="simulated rates as multiples of slo_rate's answer")
+    ap.add_argument("--warmup-requests", type=int, default=500)
+    ap.add_argument("--min-requests", type=int, default=2000, help="measured requests")
+    ap.add_argument("--drain", type=float, default=60.0,
+                    help="simulated seconds run past the measured arrivals")
+    ap.add_argument("--requests", type=int, default=8000, help="requests of the synthetic trace")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args(argv)
     config = getattr(ClusterConfig, args.config)()
-    if args.chunking:
-        config = config.replace(
-            scheduler=dataclasses.replace(config.scheduler, prefill_chunking=args.chunking)
-        )
-    fractions = [float(x) for x in args.fractions.split(",")]
+    around = [float(x) for x in args.around.split(",")]
     names = [n for n in args.traces.split(",") if n]
-    rows = measure(
-        config, names, fractions, args.duration, args.warmup, args.workers, args.requests
-    )
-    text = table(rows, config, args.duration, args.warmup)
+    chunkings = [c for c in args.chunkings.split(",") if c]
+    rows = measure(config, names, chunkings, around, args.warmup_requests, args.min_requests,
+                   args.drain, args.workers, args.requests)
+    text = table(rows, config, args.warmup_requests, args.min_requests, args.drain)
     print(text)
     for r in rows:
         print(
-            f"{r['trace']}: steady_state 90%-goodput rate {r['slo_rate_rps']:.3f} req/s, "
+            f"{r['trace']} / {r['chunking']}: slo_rate {r['slo_rate_rps']:.3f} req/s, "
             f"capacity {r['capacity_rps']:.3f} req/s, simulator capacity "
             f"{r['sim_capacity_rps']:.3f} req/s ({r['capacity_error']:+.1%}), simulator "
-            f"90%-goodput rate {r['sim_rate_90']:.3f} req/s; goodput by rate "
-            + str([(round(p["rate"], 3), round(p["goodput"], 3)) for p in r["points"]])
+            f"90%-goodput rate {r['sim_rate_90']:.3f} req/s; (rate, goodput, requests, window) "
+            + str([(round(p["rate"], 3), round(p["goodput"], 3), p["requests"],
+                    tuple(round(x) for x in p["window"])) for p in r["points"]])
         )
     if args.write_doc:
         write_doc(text)

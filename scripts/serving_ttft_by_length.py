@@ -4,7 +4,7 @@ preset, per input-length band the requests, the TTFT p50, the share missing the 
 the prefill p50 (prefill start to end), with ``scheduler.prefill_chunking`` as given.
 
     python scripts/serving_ttft_by_length.py [--rate 0.4] [--duration 1000] [--warmup 100]
-        [--chunking attention|tokens] [--config deepseek_day6]
+        [--chunking attention|tokens|context_parallel] [--config deepseek_day6]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=0.4)
     ap.add_argument("--duration", type=float, default=1000.0)
     ap.add_argument("--warmup", type=float, default=100.0)
-    ap.add_argument("--chunking", default="attention", choices=["attention", "tokens"])
+    ap.add_argument(
+        "--chunking", default="attention", choices=["attention", "tokens", "context_parallel"]
+    )
     args = ap.parse_args(argv)
     cfg = getattr(ClusterConfig, args.config)()
     cfg = cfg.replace(scheduler=dataclasses.replace(cfg.scheduler, prefill_chunking=args.chunking))

@@ -91,3 +91,23 @@ def test_prefill_queue_at_a_trickle_is_each_prompts_own_step():
     # a heavier load only waits longer (same draws, arrivals closer together)
     busy = prefill_ttft(lengths, lambda b: sm.time(b).total_s, 32, 16384, 50.0, 60, seed=3)
     assert np.all(np.isfinite(busy)) and busy.mean() > ttft.mean()
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"duration_s": 0.0}, "duration_s"),
+        ({"duration_s": float("nan")}, "duration_s"),
+        ({"warmup_s": -1.0}, "warmup_s"),
+        ({"prompts": 0}, "prompts"),
+        ({"warmup_prompts": -5}, "warmup_prompts"),
+        ({"warmup_prompts": 2.5}, "warmup_prompts"),
+        ({"duration_s": 1e6}, "duration_s"),
+        ({"prompts": 10**7}, "prompts"),
+    ],
+)
+def test_slo_rate_horizon_is_checked(kw, field):
+    from eplb.evaluation.serving.results.steady import slo_rate
+
+    with pytest.raises(InputError, match=field):
+        slo_rate(CFG, workload([4096] * 4, [10] * 4), **kw)

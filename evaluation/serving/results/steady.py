@@ -243,6 +243,10 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
     return out
 
 
+MAX_HORIZON_S = 86_400.0  # slo_rate's arrivals span at most a day (bounded work)
+MAX_PROMPTS = 1_000_000  # slo_rate's measured + warm-up arrivals at most (bounded work)
+
+
 def slo_rate(
     config: ClusterConfig,
     mix,
@@ -251,19 +255,39 @@ def slo_rate(
     prompts: int = 400,
     seed: int = 0,
     iterations: int = 8,
+    duration_s: float = 600.0,
+    warmup_s: float = 120.0,
+    warmup_prompts: int = 0,
 ) -> dict[str, Any]:
     """The highest arrival rate (req/s, whole cluster) at which a steady-state estimate meets
     ``goodput`` of requests within the config's SLO on the length mix ``mix`` (a `Workload`).
 
     Prefill: `results.mix.prefill_ttft` (a step-level queue of one prefill unit, each unit
     taking ``1 / count`` of the arrivals); the share of ``prompts`` whose prefill ends within
-    ``slo.ttft_s`` (at least ``prompts`` and a minute of arrivals, the first quarter left out
-    as warm-up). Decode: the running requests per GPU that Little's law gives at the rate
+    ``slo.ttft_s``, over the arrivals of ``duration_s`` seconds (at least ``prompts``) after
+    a warm-up of ``warmup_s`` seconds' arrivals (at least ``warmup_prompts``): a queue near
+    capacity builds up over minutes, so a short horizon (formerly one minute) calls rates
+    servable that a simulation of the same window overloads (at most `MAX_PROMPTS` measured).
+    Decode: the running requests per GPU that Little's law gives at the rate
     (fixed point with the step time, capped by the KV capacity), TPOT against ``slo.tpot_s``.
     Estimated goodput = prefill share x (TPOT met); bisection over ``iterations`` halvings up
     to `steady_state`'s capacity. Returns ``rate_rps`` (0 when even 1% of capacity misses),
     ``capacity_rps`` and the estimate at the rate found.
     """
+    _positive("duration_s", duration_s, integer=False)
+    _positive("warmup_s", warmup_s, integer=False, zero=True)
+    _positive("prompts", prompts)
+    _positive("warmup_prompts", warmup_prompts, zero=True)
+    if prompts + warmup_prompts > MAX_PROMPTS:
+        raise InputError(
+            f"prompts + warmup_prompts = {prompts + warmup_prompts:g} is over the limit of "
+            f"{MAX_PROMPTS:g}; give fewer"
+        )
+    if duration_s + warmup_s > MAX_HORIZON_S:
+        raise InputError(
+            f"duration_s + warmup_s = {duration_s + warmup_s:g} s is over the limit of "
+            f"{MAX_HORIZON_S:g} s; give a horizon of hours at most"
+        )
     lengths = LengthMix.of(mix, config.kv.store_capacity_blocks)
     pre = steady_state(config, "prefill", mix=mix, seed=seed)
     dec = steady_state(config, "decode", mix=mix, seed=seed)
@@ -283,11 +307,12 @@ def slo_rate(
 
     def estimate(rate: float) -> dict[str, float]:
         per_unit = rate / unit_p.count
-        n = int(min(max(prompts, per_unit * 60.0), 20 * prompts))  # a minute of arrivals
+        skip = max(int(per_unit * warmup_s), warmup_prompts)  # the warm-up's arrivals
+        n = skip + min(max(prompts, int(np.ceil(per_unit * duration_s))), MAX_PROMPTS)
         ttft = prefill_ttft(
             lengths, step_s, unit_p.num_gpus, budget, per_unit, n, seed, K=K, chunking=mode
         )
-        ttft = ttft[n // 4 :]  # after warm-up
+        ttft = ttft[skip:]  # after warm-up
         share = float(np.mean(ttft <= config.slo.ttft_s))
         step = dec["step_s"]
         b = b_max
