@@ -108,3 +108,41 @@ def test_skipped_hierarchical_candidate_could_not_win(N, gpn, S, groups, kind, s
     kept = even_split.hierarchical_rows(load, topo, groups, best)
     skipped = np.setdiff1d(np.arange(6), kept)
     assert not better(hier[skipped], best[skipped]).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(N=st.sampled_from([1, 2]), gpn=st.integers(1, 4), S=st.integers(1, 4),
+       kind=_kinds, edge=st.sampled_from([0.9, 1.0, 1.0 + 1e-13, 1.0 + 2e-12, 1.1]),
+       seed=st.integers(0, 10_000))
+def test_skipped_global_candidate_could_not_win(N, gpn, S, kind, edge, seed):
+    """The layers `deepseek_candidates` leaves out (DeepSeek's global placement skipped by its
+    replica-count bound) are layers where that placement is not better than ``best``, also when
+    ``best`` sits within float noise of that placement's own max load (``edge``)."""
+    rng = np.random.default_rng(seed)
+    E = 12
+    topo = Topology(N, gpn, S)
+    if topo.num_slots < E:
+        return
+    load = _load(rng, 6, E, kind) + rng.random((6, E)) * 0.01
+    glob = max_load(load, placement_table(load, topo, None)[0], S)
+    best = glob * edge  # bounds to beat at and around the candidate's own value
+    kept = np.concatenate([r for r, _ in even_split.deepseek_candidates(load, topo, None, best)]
+                          or [np.zeros(0, dtype=np.int64)])
+    skipped = np.setdiff1d(np.arange(6), kept)
+    assert not better(glob[skipped], best[skipped]).any()
+
+
+def test_global_candidate_bound_has_float_slack():
+    """Three equal loads of 0.1 on three GPUs: the mean bound sums to 0.30000000000000004, so
+    it exceeds the candidate's own max load (0.1) by float noise; a ``best`` just above the
+    candidate must not be skipped on that bound."""
+    topo = Topology(1, 3, 1)
+    load = np.full((1, 3), 0.1)
+    val = max_load(load, placement_table(load, topo, None)[0], 1)[0]
+    raw = max(load.max(), load.sum() / 3)
+    assert raw > val  # the float noise this test is about
+    best = val / (1 - REL_TOL)
+    while not (better(val, best) and not better(raw, best)):
+        best = np.nextafter(best, np.inf)
+    kept = [r for r, _ in even_split.deepseek_candidates(load, topo, None, np.array([best]))]
+    assert kept and 0 in np.concatenate(kept)

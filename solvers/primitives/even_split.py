@@ -13,8 +13,8 @@ from eplb.solvers.primitives.layout import max_load
 from eplb.solvers.primitives.replication import waterfill
 from eplb.tolerance import better
 
-# relative slack on a summed bound (a node's load over its GPUs) before it may skip a candidate:
-# the GPU loads it bounds are summed in another order
+# relative slack on a bound before it may skip a candidate: the bounds (a row's or a node's load
+# over its GPUs) sum the loads in another order than the GPU loads they bound
 BOUND_SLACK = 1e-9
 
 
@@ -123,7 +123,7 @@ def deepseek_candidates(
             lb = pairing.pair_objective(load, counts)
         else:
             lb = np.maximum((load / counts).max(1), load.sum(1) / G)
-        rows = np.nonzero(better(lb, best))[0]
+        rows = np.nonzero(better(lb * (1 - BOUND_SLACK), best))[0]
     out = []
     if rows.size:
         out.append((rows, placement_table(load[rows], topology, None)[0]))
