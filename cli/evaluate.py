@@ -141,11 +141,16 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
     from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
+    from eplb.evaluation.traffic import trace_ranks
 
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
             "load": "expected (sources spread evenly)"}[report.mode]
+    ranks, gpus = trace_ranks(trace), placement.topology.num_gpus
+    if report.mode == "load" and ranks and gpus % ranks:  # per-rank data the model cannot use
+        mode += (f"; the trace's {ranks} source ranks do not divide the {gpus} GPUs, so its "
+                 f"per-rank counts are unused (evaluate on a multiple of {ranks} GPUs to use them)")
     bound = balance["max_over_bound_mean"]
     rows = [
         ("placement", f"{args.placement} ({topo.num_nodes} nodes x {topo.gpus_per_node} GPUs x "
