@@ -175,21 +175,45 @@ def split_budget(load: np.ndarray, curves: Curves, total_slots: int) -> dict:
 def balance_memory(phy2log: np.ndarray, slots_per_gpu: int) -> np.ndarray:
     """``int64[L, P]`` ``phy2log`` with each layer's GPUs permuted (their contents kept, so
     every layer's GPU loads are the same multiset) so that the used slots summed over the
-    layers spread evenly over the GPUs: layer by layer, the fullest GPU of the layer goes to
-    the GPU with the fewest used slots so far (ties by index). The largest per-GPU total is
-    the expert weight memory a GPU needs (`expert_slots_per_gpu`)."""
+    layers spread evenly over the GPUs. The largest per-GPU total is the expert weight memory
+    a GPU needs (`expert_slots_per_gpu`); it never exceeds the greedy start's and never goes
+    below ``ceil(used / G)``.
+
+    Greedy start, layers with the widest spread of used slots first: the fullest GPU of the
+    layer goes to the GPU with the fewest used slots so far (ties by index). Then swaps: while
+    some layer's slots on a fullest GPU can trade with another GPU's fewer ones and leave
+    both below the maximum, the best such trade is made (each trade lowers the sum of squared
+    totals, so the search ends)."""
     L, P = phy2log.shape
     S = slots_per_gpu
     G = P // S
     tables = phy2log.reshape(L, G, S)
-    out = np.empty_like(tables)
+    used = (tables >= 0).sum(2)  # [L, G] used slots of each layer's GPU as the packer left them
+    perm = np.empty((L, G), dtype=np.int64)  # perm[l, g]: the packer's GPU that lands on g
     total = np.zeros(G, dtype=np.int64)
-    for layer in range(L):
-        used = (tables[layer] >= 0).sum(1)
-        src = np.argsort(-used, kind="stable")
+    for layer in np.argsort(-(used.max(1) - used.min(1)), kind="stable"):
+        src = np.argsort(-used[layer], kind="stable")
         dst = np.argsort(total, kind="stable")
-        out[layer, dst] = tables[layer, src]
-        total[dst] += used[src]
+        perm[layer, dst] = src
+        total[dst] += used[layer, src]
+    placed = np.take_along_axis(used, perm, 1)  # [L, G] used slots on each final GPU
+    while True:
+        for g in np.flatnonzero(total == total.max()):  # a fullest GPU that can trade
+            gain = placed[:, g, None] - placed  # [L, G] slots moved off g by trading with h
+            after = np.maximum(total[g] - gain, total[None, :] + gain)  # new max of the pair
+            ok = (gain > 0) & (after < total[g])
+            if ok.any():
+                break
+        else:
+            break
+        layer, h = np.unravel_index(np.argmin(np.where(ok, after, np.iinfo(np.int64).max)),
+                                    ok.shape)
+        d = int(gain[layer, h])
+        total[g] -= d
+        total[h] += d
+        perm[layer, [g, h]] = perm[layer, [h, g]]
+        placed[layer, [g, h]] = placed[layer, [h, g]]
+    out = np.take_along_axis(tables, perm[:, :, None], 1)
     return out.reshape(L, P)
 
 
