@@ -5,16 +5,12 @@ with no redundant slot it reaches the uniform layout's memory (advise's craft N=
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb.solvers.primitives.replica_budget import balance_memory, expert_slots_per_gpu
-
-DUMP = Path(__file__).resolve().parents[2] / "shared/traces/deepseek-v3-sglang/prefill_in1024.json"
 
 
 def _used(phy2log: np.ndarray, S: int) -> np.ndarray:
@@ -44,12 +40,12 @@ def test_permutes_gpus_and_is_locally_optimal(L, G, S, seed):
         assert not ((gain > 0) & (np.maximum(total[g] - gain, total + gain) < total[g])).any()
 
 
-@pytest.mark.skipif(not DUMP.is_file(), reason="needs ../shared/traces (SGLang's dumps)")
-def test_craft_at_no_redundant_slot_fits_uniform_memory():
+def test_craft_at_no_redundant_slot_fits_uniform_memory(shared_traces):
     from eplb import Topology
     from eplb.solvers.policies.craft import replica_plan
 
-    load = np.asarray(json.loads(DUMP.read_text())["logical_count"], dtype=float)
+    dump = shared_traces / "deepseek-v3-sglang" / "prefill_in1024.json"
+    load = np.asarray(json.loads(dump.read_text())["logical_count"], dtype=float)
     load = load[load.sum(1) > 0]
     L, E = load.shape
     topo = Topology(4, 8, 9)
