@@ -35,15 +35,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from eplb import Placement, Topology, solvers, traces  # noqa: E402
-from eplb.atomic import atomic_write_text  # noqa: E402
 from eplb.solvers.primitives.layout import max_load  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "scripts"))
+from docblock import update_doc  # noqa: E402
 from peers import sglang_deepseek, sglang_deepseek_vec, vllm_default  # noqa: E402
 
 DOC = REPO / "docs" / "solvers.md"
-BEGIN, END = "<!-- bench_peers:begin -->", "<!-- bench_peers:end -->"
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
 CONFIGS = [("4x8:288", Topology(4, 8, 9)), ("18x8:288", Topology(18, 8, 2)),
@@ -140,9 +140,8 @@ def main() -> None:
         print("checks against eplb deepseek:")
         print("\n".join(notes))
     if args.write_doc:
-        text = DOC.read_text()
-        i, j = text.index(BEGIN) + len(BEGIN), text.index(END)
-        atomic_write_text(DOC, text[:i] + "\n" + "\n".join(md) + "\n" + text[j:])
+        update_doc(DOC, {"bench_peers": "\n".join(md)}, check=False,
+                   script="../benchmarks/bench_peers.py --write-doc")
         print(f"\nwrote the tables into {DOC.relative_to(REPO)}")
 
 

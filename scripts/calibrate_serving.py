@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from docblock import update_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,8 +44,6 @@ PREDICTION_TOL = 0.25  # bound on the prediction rows (published figures nobody 
 FIT_DRIFT_TOL = 0.01  # stored constants vs a fresh fit
 DOC = ROOT / "docs" / "serving-calibration.md"
 COUNTS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
-BEGIN, END = "<!-- calibration-table:begin -->", "<!-- calibration-table:end -->"
-CBEGIN, CEND = "<!-- constants-table:begin -->", "<!-- constants-table:end -->"
 
 SGLANG = "SGLang blog 2025-05-05 (lm-sys.github.io @2db4e40)"
 DEEPSEEK = "DeepSeek profile-data, as derived in the SGLang blog"
@@ -607,24 +606,19 @@ def check_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# table -> its block in DOC (`<!-- KEY:begin -->` ... `<!-- KEY:end -->`)
 BLOCKS = {
-    "fitted": ("<!-- fitted-table:begin -->", "<!-- fitted-table:end -->"),
-    "other": ("<!-- other-table:begin -->", "<!-- other-table:end -->"),
-    "checks": ("<!-- checks-table:begin -->", "<!-- checks-table:end -->"),
-    "constants": (CBEGIN, CEND),
+    "fitted": "fitted-table",
+    "other": "other-table",
+    "checks": "checks-table",
+    "constants": "constants-table",
 }
 
 
 def write_doc(bodies: dict[str, str]) -> None:
-    doc = DOC.read_text(encoding="utf-8")
-    for key, body in bodies.items():
-        begin, end = BLOCKS[key]
-        if begin not in doc or end not in doc:
-            raise SystemExit(f"{DOC} has no {begin} ... {end} block")
-        head, rest = doc.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        doc = f"{head}{begin}\n{body}\n{end}{tail}"
-    DOC.write_text(doc, encoding="utf-8")
+    """Put each table of ``bodies`` (keys of `BLOCKS`) into its block of `DOC`."""
+    update_doc(DOC, {BLOCKS[k]: body for k, body in bodies.items()}, check=False,
+               script="calibrate_serving.py --write-doc")
 
 
 def failures(fresh: KernelFit | None, loo: list[dict], other: list[dict]) -> list[str]:

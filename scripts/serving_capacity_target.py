@@ -43,6 +43,8 @@ import dataclasses
 import math
 from pathlib import Path
 
+from docblock import update_doc
+
 from eplb import runners
 from eplb.evaluation.serving import ClusterConfig, rescale, simulate, steady_state, workload
 from eplb.evaluation.serving.results.mix import LengthMix
@@ -51,7 +53,6 @@ from eplb.evaluation.serving.results.steady import slo_rate
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "requests"
 DOC = ROOT / "docs" / "serving-calibration.md"
-BEGIN, END = "<!-- capacity-table:begin -->", "<!-- capacity-table:end -->"
 TARGET = 0.25  # the target: simulator 90%-goodput rate within 25% of steady_state
 GOODPUT = 0.9
 CAPACITY_PROBE = 1.25  # the simulator's capacity: completions when offered 1.25x steady's
@@ -266,15 +267,6 @@ def _target(r: dict) -> str:
     return f"{err:+.0%} ({'met' if abs(err) <= TARGET else 'missed'})"
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text(encoding="utf-8")
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -314,7 +306,8 @@ def main(argv=None) -> int:
                     tuple(round(x) for x in p["window"])) for p in r["points"]])
         )
     if args.write_doc:
-        write_doc(text)
+        update_doc(DOC, {"capacity-table": text}, check=False,
+                   script="serving_capacity_target.py --write-doc")
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

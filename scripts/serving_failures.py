@@ -19,12 +19,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from docblock import update_doc
+
 from eplb import runners
 from eplb.evaluation import serving
 from eplb.evaluation.serving.workload import day6
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
-BEGIN, END = "<!-- sim-failures:begin -->", "<!-- sim-failures:end -->"
 MODES = ("resolve", "patch", "repair")
 
 
@@ -116,12 +117,6 @@ def table(results: list[dict], rate: float, fail_at: float, wall: float) -> str:
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    doc = DOC.read_text(encoding="utf-8")
-    i, j = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    DOC.write_text(doc[:i] + "\n" + text + "\n" + doc[j:], encoding="utf-8")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=40.0, help="req/s (default 40)")
@@ -136,7 +131,8 @@ def main() -> None:
     text = table(results, args.rate, args.fail_at, time.perf_counter() - start)
     print(text)
     if args.write_docs:
-        write_docs(text)
+        update_doc(DOC, {"sim-failures": text}, check=False,
+                   script="serving_failures.py --write-docs")
 
 
 if __name__ == "__main__":

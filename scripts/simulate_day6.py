@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from docblock import update_doc
 
 from eplb.evaluation import serving
 from eplb.evaluation.serving import workload as W
@@ -28,11 +29,8 @@ from eplb.evaluation.serving.config import EplbConfig, RoutingConfig, UnitConfig
 from eplb.evaluation.serving.workload import day6
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
-BLOCKS = {
-    "calibrate": ("<!-- sim-day6:begin -->", "<!-- sim-day6:end -->"),
-    "worth": ("<!-- sim-worth:begin -->", "<!-- sim-worth:end -->"),
-    "sglang": ("<!-- sim-sglang:begin -->", "<!-- sim-sglang:end -->"),
-}
+# section -> its block in DOC (`<!-- KEY:begin -->` ... `<!-- KEY:end -->`)
+BLOCKS = {"calibrate": "sim-day6", "worth": "sim-worth", "sglang": "sim-sglang"}
 DRIFT = 0.003  # expected share of a layer's experts changing popularity per minute (assumed)
 
 
@@ -307,17 +305,9 @@ def sglang(minutes: float) -> str:
 
 # ------------------------------------------------------------------ docs
 def write_docs(parts: dict[str, str]) -> None:
-    doc = DOC.read_text(encoding="utf-8")
-    for key, body in parts.items():
-        begin, end = BLOCKS[key]
-        if begin not in doc or end not in doc:
-            raise SystemExit(f"{DOC} has no {begin} ... {end} block")
-        head, rest = doc.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        doc = f"{head}{begin}\n{body}\n{end}{tail}"
-    from eplb.atomic import atomic_write_text
-
-    atomic_write_text(DOC, doc)
+    """Put each section's body (``parts``, keys of `BLOCKS`) into its block of `DOC`."""
+    update_doc(DOC, {BLOCKS[k]: body for k, body in parts.items()}, check=False,
+               script="simulate_day6.py all --write-docs")
     print(f"wrote {DOC}")
 
 

@@ -18,19 +18,10 @@ import pytest
 from eplb import traces
 from eplb.cli import main
 from eplb.io import read_placement
+from tests._cli import run_cli
 from tests.conftest import BUNDLED, REPO
 
 SAMPLE = BUNDLED / "zipf-58x256.npz"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse rejected an argument
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def one_error(rc: int, err: str, *fragments: str) -> None:
@@ -76,30 +67,30 @@ SAME = [
 
 @pytest.mark.parametrize("spelling", ["same", "relative", "symlink", "hardlink"])
 @pytest.mark.parametrize(("name", "argv", "victim"), SAME, ids=[s[0] for s in SAME])
-def test_output_that_is_an_input_is_refused(work, capsys, name, argv, victim, spelling):
+def test_output_that_is_an_input_is_refused(work, name, argv, victim, spelling):
     before = (work / victim).read_bytes()
     target = {"same": victim, "relative": f"./sub/../{victim}",
               "symlink": "link", "hardlink": "hard"}[spelling]
     (work / "sub").mkdir()
     os.symlink(work / victim, work / "link")
     os.link(work / victim, work / "hard")
-    rc, _, err = run(capsys, *[a.replace("{in}", target) for a in argv])
+    rc, _, err = run_cli(*[a.replace("{in}", target) for a in argv])
     one_error(rc, err, "is the input", "destroy")
     assert (work / victim).read_bytes() == before
     assert not [p for p in work.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_outputs_that_are_each_other_are_refused(work, capsys):
-    rc, _, err = run(capsys, "evaluate", "p.json", "t.npz", "-o", "x.csv", "--plot", "./x.csv")
+def test_outputs_that_are_each_other_are_refused(work):
+    rc, _, err = run_cli("evaluate", "p.json", "t.npz", "-o", "x.csv", "--plot", "./x.csv")
     one_error(rc, err, "same file as -o")
     assert not (work / "x.csv").exists()
 
 
-def test_output_inside_an_input_directory_is_refused(work, capsys):
+def test_output_inside_an_input_directory_is_refused(work):
     d = work / "dir"
     d.mkdir()
     (d / "0").mkdir()
-    rc, _, err = run(capsys, "trace", "convert", d, d / "0" / "moe_layer-3.csv")
+    rc, _, err = run_cli("trace", "convert", d, d / "0" / "moe_layer-3.csv")
     one_error(rc, err, "is the input")
 
 
@@ -108,12 +99,12 @@ def test_output_inside_an_input_directory_is_refused(work, capsys):
     ["trace", "convert", "t.npz"],
     ["evaluate", "p.json", "t.npz"],
 ])
-def test_empty_and_directory_outputs(work, capsys, verb):
+def test_empty_and_directory_outputs(work, verb):
     out = [] if verb[1] == "convert" else ["-o"]
-    rc, _, err = run(capsys, *verb, *out, "")
+    rc, _, err = run_cli(*verb, *out, "")
     one_error(rc, err, "empty")
     (work / "adir").mkdir()
-    rc, _, err = run(capsys, *verb, *out, "adir")
+    rc, _, err = run_cli(*verb, *out, "adir")
     one_error(rc, err, "existing directory")
 
 
@@ -219,24 +210,24 @@ def _write(path, text):
     return path
 
 
-def test_hostile_json_and_csv(work, capsys):
+def test_hostile_json_and_csv(work):
     solve = ["solve", "--topology", "1x2", "--slots", "2"]
     big = _write(work / "big.json", '{"logical_count": [[1' + "0" * 400 + ", 1]]}")
-    one_error(*run(capsys, solve[0], big, *solve[1:])[::2], "big.json", "beyond 2**53")
+    one_error(*run_cli(solve[0], big, *solve[1:])[::2], "big.json", "beyond 2**53")
     deep = _write(work / "deep.json", "[" * 5000 + "]" * 5000)
-    one_error(*run(capsys, solve[0], deep, *solve[1:])[::2], "deep.json", "nested too deeply")
+    one_error(*run_cli(solve[0], deep, *solve[1:])[::2], "deep.json", "nested too deeply")
     ovf = _write(work / "ovf.csv", "window,layer,expert,count\n0,0,0,9223372036854775807\n"
                  "0,0,1,9223372036854775807\n")
-    one_error(*run(capsys, solve[0], ovf, *solve[1:])[::2], "ovf.csv", "2**53")
+    one_error(*run_cli(solve[0], ovf, *solve[1:])[::2], "ovf.csv", "2**53")
     huge = _write(work / "huge.csv", "window,layer,expert,count\n0,0,0,1" + "0" * 400 + "\n")
-    one_error(*run(capsys, solve[0], huge, *solve[1:])[::2], "huge.csv", "count on row 1")
+    one_error(*run_cli(solve[0], huge, *solve[1:])[::2], "huge.csv", "count on row 1")
     ids = _write(work / "ids.csv", "window,layer,expert,count\n0,0,9223372036854775807,1\n")
-    one_error(*run(capsys, solve[0], ids, *solve[1:])[::2], "expert on row 1", "2**31")
+    one_error(*run_cli(solve[0], ids, *solve[1:])[::2], "expert on row 1", "2**31")
 
 
-def test_hostile_numpy_files(work, capsys, monkeypatch):
+def test_hostile_numpy_files(work, monkeypatch):
     np.save(work / "c.npy", np.ones((2, 4)) * (1 + 1j))
-    one_error(*run(capsys, "trace", "info", "c.npy")[::2], "complex")
+    one_error(*run_cli("trace", "info", "c.npy")[::2], "complex")
     # a header claiming 80 GB with a few bytes of data: refused before allocating
     head = {"descr": "<f8", "fortran_order": False, "shape": (100000, 100000)}
     import io
@@ -245,27 +236,27 @@ def test_hostile_numpy_files(work, capsys, monkeypatch):
     np.lib.format.write_array_header_1_0(buf, head)
     with zipfile.ZipFile(work / "lie.npz", "w") as z:
         z.writestr("counts.npy", buf.getvalue() + b"\0" * 64)
-    one_error(*run(capsys, "trace", "info", "lie.npz")[::2], "74.5 GiB", "over the limit")
+    one_error(*run_cli("trace", "info", "lie.npz")[::2], "74.5 GiB", "over the limit")
     # a real array that decompresses past the limit (the limit lowered for the test)
     np.savez_compressed(work / "bomb.npz", counts=np.zeros((64, 64, 64)))
     monkeypatch.setenv("EPLB_MAX_BYTES", "100000")
-    one_error(*run(capsys, "trace", "info", "bomb.npz")[::2], "over the limit", "97.7 KiB")
+    one_error(*run_cli("trace", "info", "bomb.npz")[::2], "over the limit", "97.7 KiB")
     monkeypatch.delenv("EPLB_MAX_BYTES")
     # content that does not match a forced format is named, not called "pickled"
     csv = _write(work / "x.csv", "window,layer,expert,count\n0,0,0,1\n")
-    rc, _, err = run(capsys, "trace", "info", csv, "--format", "npy")
+    rc, _, err = run_cli("trace", "info", csv, "--format", "npy")
     one_error(rc, err, "is not a npy file", "looks like csv")
     assert "pickle" not in err
     _write(work / "fake.npz", json.dumps({"format": "eplb.placement"}))
-    rc, _, err = run(capsys, "evaluate", "fake.npz", "t.npz")
+    rc, _, err = run_cli("evaluate", "fake.npz", "t.npz")
     one_error(rc, err, "not an .npz file", "looks like text")
     assert "pickle" not in err
 
 
-def test_fifo_input_is_refused_without_hanging(work, capsys):
+def test_fifo_input_is_refused_without_hanging(work):
     os.mkfifo(work / "pipe.json")
-    one_error(*run(capsys, "trace", "info", "pipe.json")[::2], "not a regular file")
-    one_error(*run(capsys, "evaluate", "pipe.json", "t.npz")[::2], "not a regular file")
+    one_error(*run_cli("trace", "info", "pipe.json")[::2], "not a regular file")
+    one_error(*run_cli("evaluate", "pipe.json", "t.npz")[::2], "not a regular file")
 
 
 @pytest.mark.parametrize(("argv", "fragments"), [
@@ -300,8 +291,8 @@ def test_fifo_input_is_refused_without_hanging(work, capsys):
     (["solve", "t.npz", "--topology", "2x2", "--slots", "20", "--time-limit", "inf"],
      ["finite number of seconds"]),
 ])
-def test_absurd_and_inconsistent_options(work, capsys, argv, fragments):
-    one_error(*run(capsys, *argv)[::2], *fragments)
+def test_absurd_and_inconsistent_options(work, argv, fragments):
+    one_error(*run_cli(*argv)[::2], *fragments)
     assert not (work / "w.npz").exists()
 
 
@@ -316,19 +307,19 @@ def test_absurd_and_inconsistent_options(work, capsys, argv, fragments):
     ("compare", "greedy.budget=abc", ["greedy: option budget must be an integer"]),
     ("compare", "time_limit=5", ["use --time-limit"]),
 ])
-def test_bad_solver_options(work, capsys, verb, option, fragments):
+def test_bad_solver_options(work, verb, option, fragments):
     common = {"solve": ["solve", "t.npz", "--topology", "2x2", "--slots", "20"],
               "compare": ["compare", "t.npz", "--topologies", "2x2:20", "--quiet"]}[verb]
-    one_error(*run(capsys, *common, "--solver" if verb == "solve" else "--solvers", "greedy",
-                   "--option", option)[::2], *fragments)
+    one_error(*run_cli(*common, "--solver" if verb == "solve" else "--solvers", "greedy",
+                       "--option", option)[::2], *fragments)
 
 
-def test_solver_option_beyond_its_range_is_one_line(work, capsys):
+def test_solver_option_beyond_its_range_is_one_line(work):
     """An option value a solver's backend cannot take (CP-SAT's 32-bit thread count) is refused
     by the option checks at `solvers.solve`, naming the option and its range; the CLI does not
     translate stray TypeErrors any more (issue 19)."""
-    rc, _, err = run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",
-                     "--solver", "ilp", "--option", "threads=2147483648")
+    rc, _, err = run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
+                         "--solver", "ilp", "--option", "threads=2147483648")
     one_error(rc, err, "ilp: option threads must be an integer >= 1 and <= 2147483647",
               "2147483648")
 
@@ -357,13 +348,13 @@ def test_trace_info_help_has_no_doubled_percent(capsys):
 
 
 # ----------------------------------------------------------------- §7 solve and execute
-def test_solve_windows_and_ema(work, capsys):
-    rc, out, err = run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",
-                       "--windows", "1", "-o", "w1.json")
+def test_solve_windows_and_ema(work):
+    rc, out, err = run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
+                           "--windows", "1", "-o", "w1.json")
     assert rc == 0, err
     assert "window 1 of 3" in out
-    rc, out, err = run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",
-                       "--ema", "0.5", "-o", "ema.json")
+    rc, out, err = run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
+                           "--ema", "0.5", "-o", "ema.json")
     assert rc == 0, err
     assert "EMA alpha=0.5 over all 3 windows" in out
     trace = traces.read(work / "t.npz")
@@ -373,34 +364,34 @@ def test_solve_windows_and_ema(work, capsys):
     from eplb import solvers
     ref = solvers.solve("deepseek", trace.load([1]), w1.topology)
     assert np.array_equal(ref.phy2log, w1.phy2log)
-    one_error(*run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",
-                   "--windows", "7")[::2], "windows")
+    one_error(*run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
+                       "--windows", "7")[::2], "windows")
 
 
-def test_solve_summary_says_what_it_runs_over(work, capsys):
-    rc, out, _ = run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20")
+def test_solve_summary_says_what_it_runs_over(work):
+    rc, out, _ = run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20")
     assert rc == 0
     assert "max GPU load / lower bound" in out and "over 4 layers" in out
     assert "mean" in out and "min" in out
 
 
-def test_execute_takes_model_layer_ids_and_defaults_to_the_first_moe_layer(work, capsys):
+def test_execute_takes_model_layer_ids_and_defaults_to_the_first_moe_layer(work):
     """An SGLang export has rows for the dense layers 0..2 (default map); --layer is a model
     layer id and the default is the first MoE layer, 3."""
-    rc, _, err = run(capsys, "solve", "t.npz", "--topology", "2x2", "--slots", "20",
-                     "--format", "sglang", "-o", "sg.json")
+    rc, _, err = run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
+                         "--format", "sglang", "-o", "sg.json")
     assert rc == 0, err
     common = ["execute", "sg.json", "--topology", "2x2", "--slots", "20", "--experts", "16",
               "--tokens", "64", "--hidden", "8"]
-    rc, out, err = run(capsys, *common)
+    rc, out, err = run_cli(*common)
     assert rc == 0, err
     assert "model layer 3 (row 3)" in out
-    rc, out, err = run(capsys, *common, "--layer", "5", "--trace", "t.npz")
+    rc, out, err = run_cli(*common, "--layer", "5", "--trace", "t.npz")
     assert rc == 0, err
     assert "model layer 5 (row 5)" in out
-    rc, out, err = run(capsys, *common, "--trace", "t.npz")
+    rc, out, err = run_cli(*common, "--trace", "t.npz")
     assert rc == 0 and "model layer 3" in out
-    one_error(*run(capsys, *common, "--layer", "9")[::2], "--layer 9 is not a layer")
+    one_error(*run_cli(*common, "--layer", "9")[::2], "--layer 9 is not a layer")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "fast"])
@@ -412,10 +403,10 @@ def test_execute_takes_model_layer_ids_and_defaults_to_the_first_moe_layer(work,
     ["compare", "t.npz", "--solvers", "deepseek", "--topology", "2x2", "--slots", "20"],
 ], ids=lambda v: v[0] if isinstance(v, list) else v)
 @pytest.mark.parametrize("flag", ["--nvlink-gbps", "--rdma-gbps"])
-def test_bandwidths_are_finite_and_positive_everywhere(work, capsys, verb, flag, value):
+def test_bandwidths_are_finite_and_positive_everywhere(work, verb, flag, value):
     """Every verb that takes a bandwidth refuses one that is not a finite number > 0 GB/s,
     also where the topology comes from a placement file (the corpus found `execute` taking
     nan there)."""
-    rc, _, err = run(capsys, *verb, flag, value)
+    rc, _, err = run_cli(*verb, flag, value)
     one_error(rc, err, flag)
     assert not (work / "q.json").exists()

@@ -5,16 +5,13 @@ refused before any run with one error naming the phase, the unit and the fix."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import pytest
 
-from eplb.cli import main
 from eplb.errors import EplbError, InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving.advise import advise
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
+from tests._cli import run_cli
 
 DUMP = "../shared/traces/deepseek-v3-sglang/decode_in1000out1000.json"
 UNITS = ("--set", "prefill.nodes=3", "--set", "prefill.gpus_per_node=4",
@@ -34,10 +31,8 @@ def _untuned(**kw) -> serving.ClusterConfig:
 
 
 def _cli(*args) -> tuple[int, list[str]]:
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return code, err.getvalue().strip().splitlines()
+    code, _, err = run_cli(*args)
+    return code, err.strip().splitlines()
 
 
 def test_lp_waterfill_and_duplication_run_on_untuned_units():

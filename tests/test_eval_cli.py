@@ -10,6 +10,7 @@ import pytest
 
 from eplb.cli import main
 from eplb.traces import Trace, synth, write_npz
+from tests._cli import run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -39,16 +40,8 @@ def files(tmp_path):
     return tmp_path
 
 
-def exit_code(argv) -> int:
-    """``main(argv)``'s code, or argparse's exit code for an option its type refused."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
+def error_line(err: str) -> str:
+    err = err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("eplb: error: ")
     return err[0]
@@ -82,7 +75,7 @@ def test_evaluate_token_level_exact(files, capsys):
 
 
 @pytest.mark.parametrize("case", ["experts", "layers", "empty", "dispatch", "bandwidth"])
-def test_evaluate_bad_input_one_line(files, capsys, case):
+def test_evaluate_bad_input_one_line(files, case):
     trace = {"experts": "other.npz", "layers": "multi.npz", "empty": "empty.npz"}.get(case,
                                                                                       "multi.npz")
     argv = ["evaluate", str(files / "p.json"), str(files / trace)]
@@ -95,9 +88,9 @@ def test_evaluate_bad_input_one_line(files, capsys, case):
         argv += ["--dispatch", "fastest"]
     if case == "bandwidth":
         argv += ["--rdma-gbps", "0"]
-    capsys.readouterr()
-    assert exit_code(argv) == 2
-    line = error_line(capsys)
+    rc, _, err = run_cli(*argv)
+    assert rc == 2
+    line = error_line(err)
     expect = {"experts": "16 experts per layer but the trace has 12",
               "layers": "no rows for trace layers 3, 4, 5, 6",
               "empty": "needs >= 1 window", "dispatch": "unknown dispatch policy 'fastest'",
@@ -130,10 +123,10 @@ def test_compare_cli(files, capsys):
     (["--solvers", "nope"], "unknown solver 'nope'"),
     (["--topologies", "2x2:8"], "every run failed; first: InfeasibleError"),
 ])
-def test_compare_bad_input(files, capsys, argv, expect):
-    capsys.readouterr()
-    assert exit_code(["compare", str(files / "multi.npz"), "--quiet", *argv]) == 2
-    assert expect in error_line(capsys)
+def test_compare_bad_input(files, argv, expect):
+    rc, _, err = run_cli("compare", str(files / "multi.npz"), "--quiet", *argv)
+    assert rc == 2
+    assert expect in error_line(err)
 
 
 def test_replay_cli(files, capsys):
@@ -148,13 +141,13 @@ def test_replay_cli(files, capsys):
     assert df["rebalanced"].tolist() == [False, False, True, False]
     assert (files / "replay.png").read_bytes().startswith(PNG)
     assert main(["replay", str(files / "one.npz"), "--solver", "deepseek", "--quiet"]) == 2
-    assert "needs at least 2" in error_line(capsys)
+    assert "needs at least 2" in error_line(capsys.readouterr().err)
     assert main(["replay", str(files / "multi.npz"), "--solver", "deepseek", "--quiet",
                  "--interval", "0"]) == 2
-    assert "interval must be a positive integer" in error_line(capsys)
+    assert "interval must be a positive integer" in error_line(capsys.readouterr().err)
 
 
-def test_compare_real_deepseek_file(deepseek_jsons, tmp_path, capsys):
+def test_compare_real_deepseek_file(deepseek_jsons, tmp_path):
     path = deepseek_jsons[0]
     assert main(["compare", str(path), "--solvers", "deepseek", "--topologies", "4x8:288",
                  "--groups", "8", "--quiet", "-o", str(tmp_path / "r.csv")]) == 0

@@ -34,19 +34,10 @@ from eplb.errors import EplbError, InputError
 from eplb.format import json_text
 from eplb.io import read_placement, write_placement
 from eplb.safeload import json_loads, max_bytes, yaml_load
+from tests._cli import run_cli
 from tests.conftest import BUNDLED
 
 SAMPLE = BUNDLED / "zipf-58x256.npz"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def one_error(rc: int, err: str, *fragments: str) -> str:
@@ -59,14 +50,14 @@ def one_error(rc: int, err: str, *fragments: str) -> str:
 
 
 @pytest.fixture()
-def small(tmp_path, capsys):
+def small(tmp_path):
     """A tiny trace, placement and workload in ``tmp_path`` (cwd)."""
     os.chdir(tmp_path)
-    assert run(capsys, "trace", "synth", "zipf", "-o", "t.npz", "--layers", "2", "--experts",
-               "16", "--windows", "3")[0] == 0
-    assert run(capsys, "solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o",
-               "p.json")[0] == 0
-    assert run(capsys, "workload", "synth", "-n", "20", "--rate", "20", "-o", "w.jsonl")[0] == 0
+    assert run_cli("trace", "synth", "zipf", "-o", "t.npz", "--layers", "2", "--experts",
+                   "16", "--windows", "3")[0] == 0
+    assert run_cli("solve", "t.npz", "--topology", "2x4", "--slots", "32", "-o",
+                   "p.json")[0] == 0
+    assert run_cli("workload", "synth", "-n", "20", "--rate", "20", "-o", "w.jsonl")[0] == 0
     return tmp_path
 
 
@@ -76,7 +67,7 @@ def _digest(path: Path) -> bytes:
 
 # ------------------------------------------------------------------ 1. data loss
 @pytest.mark.parametrize("inside", ["workload", "config"])
-def test_simulate_force_refuses_inputs_inside_the_output(small, capsys, inside):
+def test_simulate_force_refuses_inputs_inside_the_output(small, inside):
     out = small / "out"
     out.mkdir()
     shutil.copy(small / "w.jsonl", out / "w.jsonl")
@@ -86,7 +77,7 @@ def test_simulate_force_refuses_inputs_inside_the_output(small, capsys, inside):
         argv = ["simulate", "deepseek_day6", "--workload", out / "w.jsonl"]
     else:
         argv = ["simulate", out / "c.toml", "--workload", "w.jsonl"]
-    rc, _, err = run(capsys, *argv, "-o", out, "--force", "--no-plots", "--no-progress")
+    rc, _, err = run_cli(*argv, "-o", out, "--force", "--no-plots", "--no-progress")
     one_error(rc, err, "holds the input")
     assert {p.name: _digest(p) for p in out.iterdir()} == before
 
@@ -97,20 +88,20 @@ def test_output_folder_refuses_empty_and_current(small, spelling):
         check_output_dir(spelling, force=True)
 
 
-def test_synth_lengths_from_is_not_overwritten(small, capsys):
+def test_synth_lengths_from_is_not_overwritten(small):
     before = _digest(small / "w.jsonl")
-    rc, _, err = run(capsys, "workload", "synth", "-n", "5", "--lengths-from", "w.jsonl", "-o",
-                     "./w.jsonl")
+    rc, _, err = run_cli("workload", "synth", "-n", "5", "--lengths-from", "w.jsonl", "-o",
+                         "./w.jsonl")
     one_error(rc, err, "is the input --lengths-from")
     assert _digest(small / "w.jsonl") == before
 
 
-def test_compare_plot_folder_holding_an_input(small, capsys):
+def test_compare_plot_folder_holding_an_input(small):
     (small / "plots").mkdir()
     shutil.copy(small / "t.npz", small / "plots" / "pareto.csv")
     before = _digest(small / "plots" / "pareto.csv")
-    rc, _, err = run(capsys, "compare", "plots/pareto.csv", "--solvers", "greedy",
-                     "--topologies", "2x4:32", "--plot", "plots", "--quiet")
+    rc, _, err = run_cli("compare", "plots/pareto.csv", "--solvers", "greedy",
+                         "--topologies", "2x4:32", "--plot", "plots", "--quiet")
     one_error(rc, err, "--plot plots holds")
     assert _digest(small / "plots" / "pareto.csv") == before
 
@@ -350,13 +341,13 @@ def test_hostile_files_raise_eplb_errors_only(tmp_path_factory, case):
             pass
 
 
-def test_long_names_and_full_disks_name_the_path(tmp_path, small, capsys):
+def test_long_names_and_full_disks_name_the_path(tmp_path, small):
     with pytest.raises(EplbError, match="File name too long|longer than"):
         traces.read(tmp_path / ("x" * 300 + ".npz"))
     placement = read_placement(small / "p.json")
     with pytest.raises(EplbError, match="/dev/full"):
         write_placement(placement, "/dev/full", format="native")
-    one_error(*run(capsys, "trace", "convert", "t.npz", "/dev/full", "--format", "npz")[::2],
+    one_error(*run_cli("trace", "convert", "t.npz", "/dev/full", "--format", "npz")[::2],
               "/dev/full")
 
 
@@ -432,7 +423,7 @@ def test_trace_meta_routing_fields(top_k):
         traces.Trace(np.ones((1, 2, 16)), meta={"top_k": top_k})
 
 
-def test_wrong_answers_are_errors(small, capsys):
+def test_wrong_answers_are_errors(small):
     from eplb.evaluation.compare import compare
     from eplb.evaluation.replay import replay
     from eplb.evaluation.serving import ClusterConfig
@@ -453,12 +444,12 @@ def test_wrong_answers_are_errors(small, capsys):
     with pytest.raises(InputError, match="bogus"):
         compare(["t.npz"], solvers=["greedy"], topologies="2x4:32", progress=False,
                 traffic={"bogus": 1})
-    one_error(*run(capsys, "execute", "p.json", "--trace", "t.npz", "--combine-bytes",
-                   "0")[::2], "combine_bytes")
-    one_error(*run(capsys, "replay", "t.npz", "--topology", "2x4", "--slots", "32",
-                   "--topk-groups", "2", "--quiet")[::2], "--topk-groups")
-    one_error(*run(capsys, "solve", "t.npz", "--topology", "2x4x4", "--rdma-gbps",
-                   "1e-320")[::2],
+    one_error(*run_cli("execute", "p.json", "--trace", "t.npz", "--combine-bytes",
+                       "0")[::2], "combine_bytes")
+    one_error(*run_cli("replay", "t.npz", "--topology", "2x4", "--slots", "32",
+                       "--topk-groups", "2", "--quiet")[::2], "--topk-groups")
+    one_error(*run_cli("solve", "t.npz", "--topology", "2x4x4", "--rdma-gbps",
+                       "1e-320")[::2],
               "rdma_gbps")
 
 
@@ -519,14 +510,14 @@ def test_workload_read_refuses_what_is_not_a_path(junk):
         W.read(junk)
 
 
-def test_lengths_sigma_is_bounded(small, capsys):
+def test_lengths_sigma_is_bounded(small):
     from eplb.evaluation.serving import workload as W
 
     for key in ("input_sigma", "output_sigma"):
         with pytest.raises(InputError, match=f"{key} must be <= 10"):
             W.synthesize(5, **{key: 1e300})
-    one_error(*run(capsys, "workload", "synth", "-n", "5", "--output-sigma", "1e300", "-o",
-                   "s.jsonl")[::2], "output_sigma")
+    one_error(*run_cli("workload", "synth", "-n", "5", "--output-sigma", "1e300", "-o",
+                       "s.jsonl")[::2], "output_sigma")
     assert not (small / "s.jsonl").exists()
     assert len(W.synthesize(5, input_sigma=10, output_sigma=0)) == 5
 
@@ -534,18 +525,18 @@ def test_lengths_sigma_is_bounded(small, capsys):
 @pytest.mark.parametrize("flag,value", [("--goodput", "nan"), ("--goodput", "0"),
                                         ("--goodput", "1.5"), ("--rel-tol", "nan"),
                                         ("--rel-tol", "1"), ("--rel-tol", "-0.1")])
-def test_simulate_fractions_are_checked_without_capacity(small, capsys, flag, value):
-    one_error(*run(capsys, "simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-plots",
-                   "--no-progress", "-o", "o", flag, value)[::2], flag, "fraction")
+def test_simulate_fractions_are_checked_without_capacity(small, flag, value):
+    one_error(*run_cli("simulate", "deepseek_day6", "--workload", "w.jsonl", "--no-plots",
+                       "--no-progress", "-o", "o", flag, value)[::2], flag, "fraction")
     assert not (small / "o").exists()
 
 
-def test_topology_flags_must_agree_with_a_native_placement(small, capsys):
+def test_topology_flags_must_agree_with_a_native_placement(small):
     for verb in (["evaluate", "p.json", "t.npz"], ["execute", "p.json", "--trace", "t.npz"]):
-        one_error(*run(capsys, *verb, "--topology", "2x4x3")[::2], "--topology 2x4x3",
+        one_error(*run_cli(*verb, "--topology", "2x4x3")[::2], "--topology 2x4x3",
                   "stores 2x4x4")
-    assert run(capsys, "evaluate", "p.json", "t.npz", "--topology", "2x4", "--slots",
-               "32")[0] == 0
+    assert run_cli("evaluate", "p.json", "t.npz", "--topology", "2x4", "--slots",
+                   "32")[0] == 0
 
 
 def test_python_m_eplb_cli_runs_the_verb_only_as_main(capsys):

@@ -18,39 +18,40 @@ from eplb import traces
 from eplb.atomic import MANIFEST, atomic_directory, atomic_write_text, check_output_dir
 from eplb.errors import EplbError, InputError
 from eplb.io import read_placement, write_placement
-from tests.test_hostile import one_error, run, small  # noqa: F401 - the fixture
+from tests._cli import run_cli
+from tests.test_hostile import one_error, small  # noqa: F401 - the fixture
 
 FULL = Path("/dev/full")
 
 
 # ------------------------------------------------------------------ --force
-def test_force_refuses_a_folder_holding_a_users_file(small, capsys):  # noqa: F811
+def test_force_refuses_a_folder_holding_a_users_file(small):  # noqa: F811
     out = small / "out"
     out.mkdir()
     (out / "notes.txt").write_text("the user's")
     sim = ["--workload", "w.jsonl", "--no-plots", "--no-progress"]
     for cmd in (["simulate", "deepseek_day6", *sim],  # a single run
                 ["simulate", "deepseek_day6", "deepseek_day6", "--seeds", "0", *sim]):
-        rc, _, err = run(capsys, *cmd, "-o", out, "--force")
+        rc, _, err = run_cli(*cmd, "-o", out, "--force")
         one_error(rc, err, "notes.txt", "no eplb run wrote")
         assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     # a folder a run wrote is replaced by --force; a file added to it afterwards refuses again
     out2 = small / "out2"
-    assert run(capsys, "simulate", "deepseek_day6", *sim, "-o", out2)[0] == 0
+    assert run_cli("simulate", "deepseek_day6", *sim, "-o", out2)[0] == 0
     assert (out2 / MANIFEST).is_file()
-    assert run(capsys, "simulate", "deepseek_day6", *sim, "-o", out2, "--force")[0] == 0
+    assert run_cli("simulate", "deepseek_day6", *sim, "-o", out2, "--force")[0] == 0
     (out2 / "plots").mkdir(exist_ok=True)
     (out2 / "plots" / "mine.png").write_bytes(b"png")
     with pytest.raises(InputError, match="plots/mine.png"):  # files are named before folders
         check_output_dir(out2, force=True)
 
 
-def test_compare_plot_keeps_files_it_does_not_write(small, capsys):  # noqa: F811
+def test_compare_plot_keeps_files_it_does_not_write(small):  # noqa: F811
     plots = small / "plots"
     plots.mkdir()
     (plots / "notes.txt").write_text("the user's")
-    rc, _, err = run(capsys, "compare", "t.npz", "--solvers", "greedy", "--topologies",
-                     "2x4:32", "--plot", plots, "--quiet")
+    rc, _, err = run_cli("compare", "t.npz", "--solvers", "greedy", "--topologies",
+                         "2x4:32", "--plot", plots, "--quiet")
     assert rc == 0, err
     assert (plots / "notes.txt").read_text() == "the user's"
     assert len(list(plots.iterdir())) > 1
@@ -238,13 +239,13 @@ def test_cluster_config_load_refuses_junk_by_name(junk):
 
 
 # ------------------------------------------------------------------ third pass (full corpus run)
-def test_a_read_only_file_is_refused_before_any_work(small, capsys):  # noqa: F811
+def test_a_read_only_file_is_refused_before_any_work(small):  # noqa: F811
     ro = small / "ro.csv"
     ro.write_text("the user's")
     ro.chmod(0o444)  # refused by its mode bits, so also for root
     cmp = ["compare", "t.npz", "--solvers", "greedy", "--topologies", "2x4:32", "--quiet"]
     for argv in (cmp + ["-o", ro], ["evaluate", "p.json", "t.npz", "-o", ro]):
-        one_error(*run(capsys, *argv)[::2], "ro.csv", "read-only")
+        one_error(*run_cli(*argv)[::2], "ro.csv", "read-only")
         assert ro.read_text() == "the user's" and (ro.stat().st_mode & 0o777) == 0o444
 
 
@@ -268,8 +269,8 @@ def test_a_staged_commit_moves_every_file_or_none(tmp_path):
 @pytest.mark.parametrize("verb", [["trace", "info", "t.npz"], ["evaluate", "p.json", "t.npz"],
                                   ["replay", "t.npz", "--topology", "2x4", "--slots", "32",
                                    "--quiet"]])
-def test_a_plot_name_matplotlib_cannot_write_is_refused_before_work(small, capsys, verb):  # noqa: F811
-    one_error(*run(capsys, *verb, "--plot", "x.npz")[::2], "--plot x.npz", "Format 'npz'")
+def test_a_plot_name_matplotlib_cannot_write_is_refused_before_work(small, verb):  # noqa: F811
+    one_error(*run_cli(*verb, "--plot", "x.npz")[::2], "--plot x.npz", "Format 'npz'")
     assert not (small / "x.npz").exists()
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -13,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from eplb.cli import main
 from eplb.evaluation import serving
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
+from tests._cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTH = "synth:n=60,rate=6,input_mean=1200,output_mean=40,hit_rate=0.4,open_sessions=16,seed=3"
@@ -43,10 +41,7 @@ def eplb(*args, cwd=None, subprocess_run: bool = False) -> subprocess.CompletedP
             cwd=cwd,
             timeout=600,
         )
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(args, *run_cli(*args))
 
 
 def test_simulate_writes_every_output(tmp_path):

@@ -18,12 +18,16 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "calibrate_serving.py
 
 @pytest.fixture(scope="module")
 def calib():
+    sys.path.insert(0, str(SCRIPT.parent))  # as running the script does (its `docblock`)
     spec = importlib.util.spec_from_file_location("calibrate_serving", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules["calibrate_serving"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("calibrate_serving", None)
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("calibrate_serving", None)
+        sys.path.remove(str(SCRIPT.parent))
 
 
 @pytest.fixture(scope="module")

@@ -8,23 +8,18 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from eplb.cli.main import main
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import sweep
 from eplb.evaluation.serving.config import overrides
+from tests._cli import run_cli
 from tests.test_serving_capacity import tiny
 
 
 def eplb(*args) -> SimpleNamespace:
     """The CLI in this process (its subprocess start-up is tested in test_serving_sim_cli)."""
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+    code, out, err = run_cli(*args)
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 SYNTH = "synth:n=40,rate=8,input_mean=1500,output_mean=12,hit_rate=0.3,open_sessions=16,seed=3"

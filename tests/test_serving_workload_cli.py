@@ -10,20 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from eplb.cli import main
 from eplb.evaluation.serving import workload as W
+from tests._cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _error(capsys, *argv, frags=()):
-    code, out, err = _run(capsys, *argv)
+def _error(*argv, frags=()):
+    code, out, err = run_cli(*argv)
     assert code == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("eplb: error: "), err
@@ -32,10 +26,9 @@ def _error(capsys, *argv, frags=()):
     return err
 
 
-def test_synth_then_info(capsys, tmp_path):
+def test_synth_then_info(tmp_path):
     out_file = tmp_path / "w.parquet"
-    code, out, err = _run(
-        capsys,
+    code, out, err = run_cli(
         "workload",
         "synth",
         "-n",
@@ -55,20 +48,19 @@ def test_synth_then_info(capsys, tmp_path):
     assert "wrote" in out and "(target 0.5)" in out
     w = W.read(out_file)
     assert len(w) == 2000 and abs(w.summary()["prefix_hit_rate"] - 0.5) <= 0.01
-    code, out, err = _run(capsys, "workload", "info", out_file)
+    code, out, err = run_cli("workload", "info", out_file)
     assert code == 0, err
     assert "2,000" in out and "prefix-hit rate" in out and "session continuation" in out
     assert out.count("input") >= 2 and "p99" in out
-    code, out, _ = _run(capsys, "workload", "info", out_file, "--json")
+    code, out, _ = run_cli("workload", "info", out_file, "--json")
     doc = json.loads(out)
     assert doc["count"] == 2000 and doc["prefix_hit_rate"] == w.summary()["prefix_hit_rate"]
 
 
-def test_synth_is_deterministic_and_gamma(capsys, tmp_path):
+def test_synth_is_deterministic_and_gamma(tmp_path):
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     for p in (a, b):
-        code, _, err = _run(
-            capsys,
+        code, _, err = run_cli(
             "workload",
             "synth",
             "-n",
@@ -84,26 +76,25 @@ def test_synth_is_deterministic_and_gamma(capsys, tmp_path):
         )
         assert code == 0, err
     assert a.read_bytes() == b.read_bytes()
-    code, _, _ = _run(capsys, "workload", "synth", "-n", 300, "--seed", 6, "-o", tmp_path / "c.csv")
+    code, _, _ = run_cli("workload", "synth", "-n", 300, "--seed", 6, "-o", tmp_path / "c.csv")
     assert (tmp_path / "c.csv").read_bytes() != a.read_bytes()
 
 
-def test_convert_round_trip_rescale_and_head(capsys, tmp_path):
+def test_convert_round_trip_rescale_and_head(tmp_path):
     src = tmp_path / "w.parquet"
     W.write(W.synthesize(400, rate=2, hit_rate=0.4, seed=1), src)
-    code, out, err = _run(capsys, "workload", "convert", src, tmp_path / "w.csv")
+    code, out, err = run_cli("workload", "convert", src, tmp_path / "w.csv")
     assert code == 0, err
     assert W.read(tmp_path / "w.csv").equals(W.read(src))
     assert "meta" in out  # CSV drops meta, and says so
-    code, out, err = _run(
-        capsys, "workload", "convert", src, tmp_path / "f.jsonl", "--rate", 10, "--head", 100
+    code, out, err = run_cli(
+        "workload", "convert", src, tmp_path / "f.jsonl", "--rate", 10, "--head", 100
     )
     assert code == 0, err
     f = W.read(tmp_path / "f.jsonl")
     assert len(f) == 100 and f.summary()["rate_rps"] == pytest.approx(10, rel=1e-6)
     assert "note: arrivals rescaled" in out and "session" in out
-    code, _, err = _run(
-        capsys,
+    code, _, err = run_cli(
         "workload",
         "convert",
         src,
@@ -118,17 +109,16 @@ def test_convert_round_trip_rescale_and_head(capsys, tmp_path):
     assert any("Poisson" in n for n in W.read(tmp_path / "p.parquet").meta["notes"])
 
 
-def test_real_files(capsys, tmp_path, shared_requests):
-    code, out, err = _run(
-        capsys, "workload", "info", shared_requests / "mooncake_conversation.jsonl"
+def test_real_files(tmp_path, shared_requests):
+    code, out, err = run_cli(
+        "workload", "info", shared_requests / "mooncake_conversation.jsonl"
     )
     assert code == 0, err
     assert "12,031" in out and "(mooncake)" in out
-    code, out, err = _run(capsys, "workload", "info", shared_requests / "azure_code_2023.csv")
+    code, out, err = run_cli("workload", "info", shared_requests / "azure_code_2023.csv")
     assert code == 0, err
     assert "8,819" in out and "no block hashes" in out
-    code, out, err = _run(
-        capsys,
+    code, out, err = run_cli(
         "workload",
         "convert",
         shared_requests / "azure_code_2023.csv",
@@ -140,23 +130,22 @@ def test_real_files(capsys, tmp_path, shared_requests):
     assert len(W.read(tmp_path / "a.parquet")) == 8819
 
 
-def test_bad_input_is_one_line_exit_2_and_no_file(capsys, tmp_path):
+def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path):
     src = tmp_path / "w.csv"
     W.write(W.synthesize(20, seed=0), src)
     before = src.read_bytes()
-    _error(capsys, "workload", "convert", src, src, frags=["is the input IN"])
-    _error(capsys, "workload", "convert", src, tmp_path / "." / "w.csv", frags=["input file"])
+    _error("workload", "convert", src, src, frags=["is the input IN"])
+    _error("workload", "convert", src, tmp_path / "." / "w.csv", frags=["input file"])
     assert src.read_bytes() == before
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": -1, "output_length": 3}\n')
     out = tmp_path / "out.parquet"
-    _error(capsys, "workload", "convert", bad, out, frags=["input_length", ">= 1"])
+    _error("workload", "convert", bad, out, frags=["input_length", ">= 1"])
     assert not out.exists() and not list(tmp_path.glob(".out.parquet*"))
-    _error(capsys, "workload", "info", tmp_path, frags=["directory"])
-    _error(capsys, "workload", "info", tmp_path / "missing.jsonl", frags=["does not exist"])
-    _error(capsys, "workload", "synth", "-n", 10, "-o", tmp_path / "x.txt", frags=["suffix"])
+    _error("workload", "info", tmp_path, frags=["directory"])
+    _error("workload", "info", tmp_path / "missing.jsonl", frags=["does not exist"])
+    _error("workload", "synth", "-n", 10, "-o", tmp_path / "x.txt", frags=["suffix"])
     _error(
-        capsys,
         "workload",
         "synth",
         "-n",
@@ -167,9 +156,8 @@ def test_bad_input_is_one_line_exit_2_and_no_file(capsys, tmp_path):
         tmp_path / "x.csv",
         frags=["hit_rate"],
     )
-    _error(capsys, "workload", "synth", "-n", 0, "-o", tmp_path / "x.csv", frags=["num_requests"])
+    _error("workload", "synth", "-n", 0, "-o", tmp_path / "x.csv", frags=["num_requests"])
     _error(
-        capsys,
         "workload",
         "synth",
         "-n",
@@ -179,7 +167,6 @@ def test_bad_input_is_one_line_exit_2_and_no_file(capsys, tmp_path):
         frags=["does not exist"],
     )
     _error(
-        capsys,
         "workload",
         "convert",
         src,

@@ -19,6 +19,7 @@ from eplb.errors import InfeasibleError, PlacementError, TopologyError
 from eplb.io import read_placement, write_placement
 from eplb.solvers.analysis.bounds import lower_bound
 from eplb.solvers.analysis.failures import surviving
+from eplb.solvers.primitives.orphans import rehome_orphans
 from eplb.testing.check import contract_feasible
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +87,24 @@ def test_previous_from_before_the_failure():
             old = Counter(before.phy2log[layer, g * 10 : (g + 1) * 10].tolist())
             moved += sum((new - old).values())
     assert after.meta["solver"]["replicas_moved_total"] == moved
+
+
+def test_rehome_orphans_takes_the_slot_leaving_the_lowest_peak():
+    """The one re-homing rule (`solvers.primitives.orphans`): expert 2 lost its replicas; the
+    slot whose loss leaves the max GPU load lowest is taken (slot 0: GPU 0 ends at 3 + 1, where
+    taking one of expert 1's three replicas leaves a GPU at 5 or more), nothing else moves; a
+    layer with no expert holding two replicas is refused."""
+    phy2log = np.array([[0, 0, 1, 1, 1, -1]])  # 3 GPUs x 2 slots, slot 5 empty
+    load = np.array([[1.0, 5.0, 3.0]])
+    out, share = rehome_orphans(phy2log, 3, load, 2)
+    assert out.tolist() == [[2, 0, 1, 1, 1, -1]] and share is None
+    assert phy2log.tolist() == [[0, 0, 1, 1, 1, -1]]  # the input is not changed
+    shares = np.array([[0.25, 0.75, 0.5, 0.25, 0.25, 0.0]])
+    out, share = rehome_orphans(phy2log, 3, load, 2, shares)
+    assert out.tolist() == [[2, 0, 1, 1, 1, -1]]
+    np.testing.assert_allclose(share, [[1.0, 1.0, 0.5, 0.25, 0.25, 0.0]])
+    with pytest.raises(InfeasibleError, match="no slot left for expert 2"):
+        rehome_orphans(np.array([[0, 1, -1, -1]]), 3, load, 2)
 
 
 def test_surviving_topology():

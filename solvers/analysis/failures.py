@@ -13,6 +13,7 @@ import numpy as np
 from eplb.errors import InfeasibleError
 from eplb.placement import Placement
 from eplb.solvers.primitives.group_placement import place_uneven_nodes
+from eplb.solvers.primitives.orphans import rehome_orphans
 from eplb.solvers.primitives.shares import optimal_shares
 from eplb.topology import Topology
 
@@ -77,27 +78,10 @@ def solve_surviving(
         old = previous.phy2log[:, slots]
         if (old < 0).any():  # a GPU failed since: keep what survives
             old = np.where(old < 0, 0, old)
-        old = rehome_orphans(old, previous.num_experts)
+        rows = load if load.ndim == 2 else load.mean(0)
+        old = rehome_orphans(old, previous.num_experts, rows, small.slots_per_gpu)[0]
         prev = Placement(old, previous.num_experts, small, None, previous.meta, previous.layer_ids)
     return run(load, small, prev), prev, small, slots
-
-
-def rehome_orphans(phy2log: np.ndarray, num_experts: int) -> np.ndarray:
-    """``int64[L, P']``: the surviving slots of a live placement (``phy2log``) with every
-    expert that lost all its replicas given one slot back, one move per orphan: the slot
-    comes from the expert holding the most replicas there (highest such slot). Needs
-    ``P' >= num_experts`` (then an expert with two replicas exists while one is missing)."""
-    out = np.array(phy2log, dtype=np.int64, copy=True)
-    for layer in range(out.shape[0]):
-        row = out[layer]
-        counts = np.bincount(row, minlength=num_experts)
-        for e in np.nonzero(counts == 0)[0]:
-            donor = int(np.argmax(counts))
-            slot = int(np.nonzero(row == donor)[0][-1])
-            row[slot] = e
-            counts[donor] -= 1
-            counts[e] = 1
-    return out
 
 
 def survivor_nodes(topology: Topology, slots: np.ndarray) -> np.ndarray:

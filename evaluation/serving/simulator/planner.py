@@ -18,6 +18,7 @@ from eplb.errors import InfeasibleError
 from eplb.evaluation.serving.config import EplbConfig
 from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.placement import Placement
+from eplb.solvers.primitives.orphans import rehome_orphans
 from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
 from eplb.topology import Topology
 
@@ -58,54 +59,23 @@ def patch_orphans(degraded: Placement, load: np.ndarray) -> Placement:
     that lost all of its (``logcnt == 0``): the fewest moves there are, one new replica per
     orphaned (layer, expert); every other slot keeps its expert.
 
-    Per layer, orphans heaviest first (``load: float[L, E]``), each takes the slot of a replica
-    whose expert keeps at least one other, the slot that leaves the layer's max GPU load
-    lowest (ties: the lowest slot). The donor's other replicas take its share (renormalised
-    when the placement has ``replica_share``). `InfeasibleError` when the surviving GPUs hold
-    fewer slots than experts."""
+    The slots are chosen from ``load: float[L, E]`` by `solvers.primitives.orphans.
+    rehome_orphans` (heaviest orphan first, the slot leaving the layer's max GPU load lowest;
+    shares renormalised when the placement has ``replica_share``). `InfeasibleError` when the
+    surviving GPUs hold fewer slots than experts."""
     topo = degraded.topology
     E = degraded.num_experts
-    G, S = topo.num_gpus, topo.slots_per_gpu
     if int(topo.slot_alive.sum()) < E:
         raise InfeasibleError(
             f"the surviving GPUs hold {int(topo.slot_alive.sum())} slots, fewer than the {E} "
             "experts; every expert needs a slot"
         )
-    load = np.asarray(load, dtype=np.float64)
-    phy2log = degraded.phy2log.copy()
-    share = np.array(degraded.share, dtype=np.float64)  # [L, P]
-    cnt = degraded.logcnt.copy()  # [L, E]
-    for layer in np.flatnonzero((cnt == 0).any(1)):
-        ph, sh, c, w = phy2log[layer], share[layer], cnt[layer], load[layer]
-        orphans = np.flatnonzero(c == 0)
-        for o in orphans[np.argsort(-w[orphans], kind="stable")]:
-            slot_load = np.where(ph >= 0, w[np.maximum(ph, 0)] * sh, 0.0)
-            gpu = slot_load.reshape(G, S).sum(1)
-            cand = np.flatnonzero((ph >= 0) & (c[np.maximum(ph, 0)] >= 2))  # [C]
-            d = ph[cand]
-            sigma = sh[cand]
-            rest = 1.0 - sigma
-            # the donor's other replicas: share / (1 - sigma), or even when sigma was all of it
-            same = (ph[None, :] == d[:, None]) & (np.arange(ph.size)[None, :] != cand[:, None])
-            even = rest <= 1e-12
-            new_share = np.where(
-                even[:, None], 1.0 / np.maximum(c[d] - 1, 1)[:, None],
-                sh[None, :] / np.where(even, 1.0, rest)[:, None],
-            )
-            delta = np.where(same, w[d][:, None] * new_share - slot_load[None, :], 0.0)
-            delta[np.arange(cand.size), cand] = w[o] - slot_load[cand]
-            peak = (gpu[None, :] + delta.reshape(-1, G, S).sum(2)).max(1)
-            k = int(np.argmin(peak))
-            s_k, d_k = int(cand[k]), int(d[k])
-            others = same[k]
-            sh[others] = new_share[k, others]
-            ph[s_k], sh[s_k] = o, 1.0
-            c[d_k] -= 1
-            c[o] = 1
-    out_share = None if degraded.replica_share is None else share
+    phy2log, share = rehome_orphans(
+        degraded.phy2log, E, load, topo.slots_per_gpu, degraded.replica_share
+    )
     orphans = int((degraded.logcnt == 0).sum())
     meta = {**degraded.meta, "solver": {"name": "patch", "orphans": orphans}}
-    return Placement(phy2log, E, topo, out_share, meta, degraded.layer_ids).validate()
+    return Placement(phy2log, E, topo, share, meta, degraded.layer_ids).validate()
 
 
 def migration_bytes(old: Placement, new: Placement, expert_bytes: float) -> np.ndarray:
