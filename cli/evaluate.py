@@ -23,6 +23,8 @@ from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
+DEFAULT_HIDDEN = 7168  # DeepSeek-V3's hidden size, elements per token vector
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -57,8 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "group-limited routing), default: the trace's")
     p.add_argument("--topk-groups", type=int, metavar="T",
                    help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
-    p.add_argument("--hidden", type=int, default=7168,
-                   help="hidden size in elements per token vector (default 7168)")
+    p.add_argument("--hidden", type=int, metavar="H",
+                   help=f"hidden size in elements per token vector (default {DEFAULT_HIDDEN}, "
+                   "DeepSeek-V3's; the output says when it is assumed)")
     p.add_argument("--dispatch-bytes", type=float, default=1,
                    help="bytes per element dispatched (default 1, FP8)")
     p.add_argument("--combine-bytes", type=float, default=2,
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
+    hidden = DEFAULT_HIDDEN if args.hidden is None else args.hidden
     for flag, value in (("--hidden", args.hidden), ("--top-k", args.top_k)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
@@ -117,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if args.source == "tokens" and windows is not None:
         raise InputError("--windows applies to counts; token-level traffic uses every token")
     ev = evaluate(placement, trace, policy=args.dispatch, source=args.source, windows=windows,
-                  num_groups=args.groups, topk_groups=args.topk_groups, hidden=args.hidden,
+                  num_groups=args.groups, topk_groups=args.topk_groups, hidden=hidden,
                   dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
                   top_k=args.top_k, seed=args.seed, progress=not args.quiet)
     placement, report, balance = ev.placement, ev.traffic, ev.balance
@@ -136,8 +140,13 @@ def run(args: argparse.Namespace) -> int:
                     title=f"{Path(args.placement).name} on {Path(args.trace).name}, "
                     f"{args.dispatch} dispatch",
                     gpus_per_node=placement.topology.gpus_per_node)
+    # figures the run assumed rather than read from the trace or the flags
+    assumed = {**({"top_k": report.meta["top_k"]} if report.mode != "tokens"
+                  and args.top_k is None and trace.meta.get("top_k") is None else {}),
+               **({"hidden": hidden} if args.hidden is None else {})}
     if args.json:
-        doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
+        doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict(),
+               "assumed": assumed}
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
     from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
@@ -156,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
                  f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"
                  + (" (assumed: the trace records no top_k; pass --top-k K)"
-                    if report.mode != "tokens" and args.top_k is None
-                    and trace.meta.get("top_k") is None else "")),
+                    if "top_k" in assumed else "")),
         ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
          f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "
@@ -181,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
                        if report.meta.get("groups") else "")
-                    + f", {args.hidden} x {args.dispatch_bytes:g} B dispatch / "
-                      f"{args.combine_bytes:g} B combine per element"),
+                    + f", {hidden} x {args.dispatch_bytes:g} B dispatch / "
+                      f"{args.combine_bytes:g} B combine per element"
+                    + (f" (hidden {hidden} assumed: DeepSeek-V3's; pass --hidden H for "
+                       "another model)" if "hidden" in assumed else "")),
         ("GPU picks as dispatched", f"step max/mean {ev.dispatched_max_over_mean:.4f} "
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),
