@@ -23,8 +23,6 @@ from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-DEFAULT_HIDDEN = 7168  # DeepSeek-V3's hidden size, elements per token vector
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -60,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topk-groups", type=int, metavar="T",
                    help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
     p.add_argument("--hidden", type=int, metavar="H",
-                   help=f"hidden size in elements per token vector (default {DEFAULT_HIDDEN}, "
+                   help="hidden size in elements per token vector (default 7168, "
                    "DeepSeek-V3's; the output says when it is assumed)")
     p.add_argument("--dispatch-bytes", type=float, default=1,
                    help="bytes per element dispatched (default 1, FP8)")
@@ -90,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
-    hidden = DEFAULT_HIDDEN if args.hidden is None else args.hidden
     for flag, value in (("--hidden", args.hidden), ("--top-k", args.top_k)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
@@ -121,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.source == "tokens" and windows is not None:
         raise InputError("--windows applies to counts; token-level traffic uses every token")
     ev = evaluate(placement, trace, policy=args.dispatch, source=args.source, windows=windows,
-                  num_groups=args.groups, topk_groups=args.topk_groups, hidden=hidden,
+                  num_groups=args.groups, topk_groups=args.topk_groups, hidden=args.hidden,
                   dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
                   top_k=args.top_k, seed=args.seed, progress=not args.quiet)
     placement, report, balance = ev.placement, ev.traffic, ev.balance
@@ -140,13 +137,9 @@ def run(args: argparse.Namespace) -> int:
                     title=f"{Path(args.placement).name} on {Path(args.trace).name}, "
                     f"{args.dispatch} dispatch",
                     gpus_per_node=placement.topology.gpus_per_node)
-    # figures the run assumed rather than read from the trace or the flags
-    assumed = {**({"top_k": report.meta["top_k"]} if report.mode != "tokens"
-                  and args.top_k is None and trace.meta.get("top_k") is None else {}),
-               **({"hidden": hidden} if args.hidden is None else {})}
+    assumed, hidden = ev.assumed, int(report.meta["hidden"])
     if args.json:
-        doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict(),
-               "assumed": assumed}
+        doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
     from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast

@@ -270,3 +270,11 @@ def test_evaluate_says_when_the_hidden_size_is_assumed(files, capsys):
     write_npz(Trace(bare.counts, layer_ids=[3, 4, 5, 6]), files / "bare.npz")
     assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["assumed"] == {"top_k": 8, "hidden": 7168}
+    # the library records it (the CLI prints Evaluation.assumed)
+    from eplb import traces
+    from eplb.evaluation.evaluate import evaluate
+    from eplb.io import read_placement
+
+    p, t = read_placement(files / "p.json"), traces.read(files / "multi.npz")
+    assert evaluate(p, t).assumed == {"hidden": 7168}
+    assert evaluate(p, t, hidden=7168).assumed == {}
