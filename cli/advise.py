@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from eplb.cli.common import check_outputs, seconds_or_zero_arg, seed_arg
+from eplb.cli.common import (
+    check_outputs,
+    check_solver_options,
+    parse_options,
+    seconds_or_zero_arg,
+    seed_arg,
+)
 from eplb.errors import InputError
 
 
@@ -65,7 +71,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="levers to run (default all: today, rebalance, redundant, craft, "
                    "dispatch_lp, waterfill, dispatch_duplicate, bound; today always runs)")
     p.add_argument("--solver", default="deepseek", metavar="NAME",
-                   help="placement solver of the rebalance and redundant rows (default deepseek)")
+                   help="placement solver of every row that solves: rebalance, redundant and "
+                   "the rebalanced rows of dispatch_lp, waterfill and dispatch_duplicate "
+                   "(default deepseek; eplb solve --help lists the solvers and each one's "
+                   "--option keys)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="option of --solver, repeatable (value parsed as JSON if it can be, "
+                   "e.g. --solver lplb --option graph=torus); as eplb solve's --option")
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
                    help="decode: context per request, tokens (default 4096)")
     p.add_argument("--input-tokens", type=int, default=4096, metavar="N",
@@ -96,13 +108,16 @@ def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
+    options = parse_options(args.option)
+    check_solver_options(args.solver, options)  # as eplb solve: before reading the dump
     result = advise(
         args.dump if len(args.dump) > 1 else args.dump[0], args.topology, args.slots,
         phase=args.phase,
         tokens_per_rank=args.tokens_per_rank, hardware=args.hardware, model=args.model,
         previous=args.previous, redundant=_ints(args.redundant, "--redundant"),
         levers=None if args.levers is None else _names(args.levers, "--levers"),
-        solver=args.solver, kv_tokens=args.kv_tokens, input_tokens=args.input_tokens,
+        solver=args.solver, solver_options=options, kv_tokens=args.kv_tokens,
+        input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
         lp_overhead_s=LP_OVERHEAD_S if args.lp_overhead is None else args.lp_overhead,

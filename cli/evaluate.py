@@ -57,8 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "group-limited routing), default: the trace's")
     p.add_argument("--topk-groups", type=int, metavar="T",
                    help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
-    p.add_argument("--hidden", type=int, default=7168,
-                   help="hidden size in elements per token vector (default 7168)")
+    p.add_argument("--hidden", type=int, metavar="H",
+                   help="hidden size in elements per token vector (default 7168, "
+                   "DeepSeek-V3's; the output says when it is assumed)")
     p.add_argument("--dispatch-bytes", type=float, default=1,
                    help="bytes per element dispatched (default 1, FP8)")
     p.add_argument("--combine-bytes", type=float, default=2,
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
                     title=f"{Path(args.placement).name} on {Path(args.trace).name}, "
                     f"{args.dispatch} dispatch",
                     gpus_per_node=placement.topology.gpus_per_node)
+    assumed, hidden = ev.assumed, int(report.meta["hidden"])
     if args.json:
         doc = {"placement": str(args.placement), "trace": str(args.trace), **ev.to_dict()}
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
@@ -161,8 +163,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{layer_tokens.mean():,.0f} tokens per layer (mean over "
                  f"{len(layer_tokens)} layers), top-{report.meta['top_k']}"
                  + (" (assumed: the trace records no top_k; pass --top-k K)"
-                    if report.mode != "tokens" and args.top_k is None
-                    and trace.meta.get("top_k") is None else "")),
+                    if "top_k" in assumed else "")),
         ("max GPU load / lower bound", "n/a (solvers.analysis.bounds not available)"
          if np.isnan(bound) else f"mean {bound:.4f}  worst "
          f"{balance['max_over_bound_worst']:.4f} over layers (1 = provably optimal; "
@@ -186,8 +187,10 @@ def run(args: argparse.Namespace) -> int:
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
                        if report.meta.get("groups") else "")
-                    + f", {args.hidden} x {args.dispatch_bytes:g} B dispatch / "
-                      f"{args.combine_bytes:g} B combine per element"),
+                    + f", {hidden} x {args.dispatch_bytes:g} B dispatch / "
+                      f"{args.combine_bytes:g} B combine per element"
+                    + (f" (hidden {hidden} assumed: DeepSeek-V3's; pass --hidden H for "
+                       "another model)" if "hidden" in assumed else "")),
         ("GPU picks as dispatched", f"step max/mean {ev.dispatched_max_over_mean:.4f} "
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),

@@ -7,7 +7,7 @@ the per-token figures and the GPU picks as the dispatch policy routes them. See 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from eplb.placement import Placement
 from eplb.traces.model import Trace
 
 SOURCES = ("auto", "tokens", "source_counts", "load")
+DEFAULT_HIDDEN = 7168  # DeepSeek-V3's hidden size, elements per token vector
 
 
 def dispatched_max_over_mean(gpu_tokens: np.ndarray) -> float:
@@ -42,6 +43,9 @@ class Evaluation:
     - ``balance``: `metrics.summarize` of the balance columns (the placement's even split).
     - ``traffic``: the `TrafficReport` (``gpu_tokens: float[L, G]`` as dispatched).
     - ``windows``: the window selection scored (``None``: all windows).
+    - ``assumed``: figures the traffic used that neither the trace nor the caller gave:
+      ``top_k`` (a counts trace without one: ``min(8, E)``), ``hidden`` (none given:
+      DeepSeek-V3's 7168); empty when nothing was assumed.
     """
 
     placement: Placement
@@ -49,6 +53,7 @@ class Evaluation:
     balance: pd.Series
     traffic: TrafficReport
     windows: Any = None
+    assumed: dict[str, int] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -86,7 +91,7 @@ class Evaluation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready ``topology``, ``balance`` (NaN as ``None``), ``traffic`` (totals, the
-        report's meta and the per-token figures) and ``layers`` (records)."""
+        report's meta and the per-token figures), ``layers`` (records) and ``assumed``."""
         per = self.per_token_layer
         return {
             "topology": self.placement.topology.to_dict(),
@@ -97,6 +102,7 @@ class Evaluation:
                         "rdma_bytes_per_token_per_layer": per["rdma_bytes"],
                         "alltoall_seconds_per_token_per_layer": per["alltoall_seconds"]},
             "layers": json.loads(self.layers.to_json(orient="records")),
+            "assumed": dict(self.assumed),
         }
 
 
@@ -109,7 +115,7 @@ def evaluate(
     windows: Any = None,
     num_groups: int | None = None,
     topk_groups: int | None = None,
-    hidden: int = 7168,
+    hidden: int | None = None,
     dispatch_bytes: float = 1,
     combine_bytes: float = 2,
     top_k: int | None = None,
@@ -123,7 +129,8 @@ def evaluate(
     them, else its load (token-level traffic uses every token). ``num_groups``: expert groups
     of the lower bound and, with ``topk_groups``, of the traffic model's group-limited routing
     (default: the trace's ``num_groups``; ``topk_groups`` and ``top_k`` default to the trace's
-    as in `traffic.simulate_trace`). ``policy``, ``hidden``, ``dispatch_bytes``,
+    as in `traffic.simulate_trace`). ``hidden``: elements per token vector (None: DeepSeek-V3's
+    7168, recorded in ``Evaluation.assumed``). ``policy``, ``dispatch_bytes``,
     ``combine_bytes``, ``seed``, ``progress`` (a bar on stderr for the per-layer loops:
     token-level traffic, the ``lp`` policy): `traffic.simulate`'s.
     """
@@ -138,6 +145,9 @@ def evaluate(
     groups = num_groups if num_groups is not None else trace.meta.get("num_groups")
     layers = score(placement, load, num_groups=groups)
     balance = summarize(layers)
+    assumed: dict[str, int] = {}
+    if hidden is None:
+        hidden = assumed["hidden"] = DEFAULT_HIDDEN
     kw: dict[str, Any] = dict(policy=policy, hidden=hidden, dispatch_bytes=dispatch_bytes,
                               combine_bytes=combine_bytes, seed=seed, num_groups=groups,
                               topk_groups=topk_groups, progress=progress)
@@ -150,4 +160,6 @@ def evaluate(
                          "every token")
     report = simulate_trace(placement, trace, windows=windows, source=source, **kw)
     frame = report.to_frame().drop(columns=["layer", "tokens"])
-    return Evaluation(placement, layers.join(frame), balance, report, windows)
+    if report.mode != "tokens" and top_k is None and trace.meta.get("top_k") is None:
+        assumed = {"top_k": int(report.meta["top_k"]), **assumed}
+    return Evaluation(placement, layers.join(frame), balance, report, windows, assumed)

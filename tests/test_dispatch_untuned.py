@@ -58,6 +58,43 @@ def test_lplb_that_does_not_fit_is_refused_before_any_run():
     assert ok.eplb.solver == "lplb"
 
 
+@pytest.mark.parametrize("solver", ["static", "oracle"])
+def test_lplb_as_base_solver_that_does_not_fit_is_refused_before_any_run(solver):
+    with pytest.raises(InputError, match=r"prefill: eplb.base_solver 'lplb' does not fit the 3 x "
+                       r"4 GPU unit with 264 slots: graph='hypercube' .*set another "
+                       r"eplb.base_solver"):
+        _untuned(eplb=EplbConfig(solver=solver, initial="history", base_solver="lplb"))
+    # where the hypercube fits both units it is accepted; where nothing places with the base
+    # solver (a rebalancing solver, or balanced routing) it is not checked
+    base = serving.ClusterConfig.deepseek_day6()
+    ok = base.replace(prefill=UnitConfig(nodes=1, gpus_per_node=8, slots_per_layer=280,
+                                         balancer="deepseek_prefill"),
+                      decode=UnitConfig(nodes=2, gpus_per_node=8, slots_per_layer=320,
+                                        max_running_requests=32, balancer="deepseek_decode"),
+                      eplb=EplbConfig(solver=solver, initial="history", base_solver="lplb"))
+    wl = serving.workload.synthesize(12, rate=4.0, input_mean=400.0, output_mean=8.0, seed=0)
+    res = serving.simulate(ok, wl, seed=0, duration_s=4.0, progress=False)
+    assert set(res.steps["phase"]) == {"prefill", "decode"}
+    for other in ("deepseek", "balanced"):
+        assert _untuned(eplb=EplbConfig(solver=other, base_solver="lplb")).eplb.solver == other
+
+
+def test_cli_refuses_lplb_base_solver_from_a_toml(tmp_path):
+    cfg = tmp_path / "cluster.toml"
+    _untuned().write_toml(cfg)
+    text = cfg.read_text()
+    for line, to in (('[eplb]\nsolver = "deepseek"', '[eplb]\nsolver = "static"'),
+                     ('base_solver = "deepseek"', 'base_solver = "lplb"')):
+        assert text.count(line) == 1, line
+        text = text.replace(line, to)
+    cfg.write_text(text)
+    out = tmp_path / "run"
+    code, err = _cli("simulate", cfg, "--workload", "synth:n=10,rate=3", "--duration", "2",
+                     "--no-progress", "--no-plots", "-o", out)
+    assert code == 2 and len(err) == 1 and err[0].startswith("eplb: error:"), err
+    assert "prefill: eplb.base_solver 'lplb' does not fit" in err[0] and not out.exists()
+
+
 @pytest.mark.parametrize(("extra", "needle"), [
     (("--set", 'eplb.solver="lplb"'), "prefill: eplb.solver 'lplb' does not fit"),
     (("--set", 'dispatch="duplicate"', "--set", "duplicate.hbm_gb=0.001"),

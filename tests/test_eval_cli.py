@@ -229,3 +229,45 @@ def test_evaluate_says_when_top_k_is_assumed(files, capsys):
     assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz"), "--top-k", "2"]) == 0
     load = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("load"))
     assert "top-2" in load and "assumed" not in load
+
+
+def test_evaluate_says_when_the_hidden_size_is_assumed(files, capsys):
+    """Without --hidden the traffic figures use DeepSeek-V3's 7168; the traffic row says so
+    and the JSON's ``assumed`` holds it; a given --hidden (even 7168) is not flagged."""
+    args = ["evaluate", str(files / "p.json"), str(files / "multi.npz")]
+
+    def traffic_row(extra):
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        return next(ln for ln in capsys.readouterr().out.splitlines()
+                    if ln.startswith("traffic"))
+
+    row = traffic_row([])
+    assert "7168 x 1 B dispatch" in row
+    assert "(hidden 7168 assumed: DeepSeek-V3's; pass --hidden H for another model)" in row
+    for given in ("7168", "2048"):
+        row = traffic_row(["--hidden", given])
+        assert f"{given} x 1 B dispatch" in row and "assumed" not in row
+    docs = {}
+    for extra in ([], ["--hidden", "2048"]):
+        assert main([*args, *extra, "--json"]) == 0
+        docs[tuple(extra)] = json.loads(capsys.readouterr().out)
+    plain, given = docs[()], docs[("--hidden", "2048")]
+    assert plain["assumed"] == {"hidden": 7168} and plain["traffic"]["hidden"] == 7168
+    assert given["assumed"] == {} and given["traffic"]["hidden"] == 2048
+    # the assumption matters: bytes scale with the hidden size
+    assert given["traffic"]["rdma_bytes"] == pytest.approx(
+        plain["traffic"]["rdma_bytes"] * 2048 / 7168)
+    # a trace without top_k: both assumptions are listed
+    bare = synth.zipf(4, 16, windows=1, tokens=300, top_k=2, seed=1)
+    write_npz(Trace(bare.counts, layer_ids=[3, 4, 5, 6]), files / "bare.npz")
+    assert main(["evaluate", str(files / "p.json"), str(files / "bare.npz"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["assumed"] == {"top_k": 8, "hidden": 7168}
+    # the library records it (the CLI prints Evaluation.assumed)
+    from eplb import traces
+    from eplb.evaluation.evaluate import evaluate
+    from eplb.io import read_placement
+
+    p, t = read_placement(files / "p.json"), traces.read(files / "multi.npz")
+    assert evaluate(p, t).assumed == {"hidden": 7168}
+    assert evaluate(p, t, hidden=7168).assumed == {}

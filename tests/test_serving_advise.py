@@ -185,6 +185,10 @@ def test_cli_lp_overhead_is_the_lp_rows_cost(tmp_path, capsys):
     (["--redundant", "a,b"], "--redundant"),
     (["--solver", "nope"], "solver"),
     (["--kv-tokens", "100000000"], "KV"),
+    (["--solver", "lplb", "--option", "graph=ring"], "graph"),
+    (["--option", "bogus=1"], "bogus"),
+    (["--option", "seed=1"], "--seed"),
+    (["--option", "graph"], "KEY=VALUE"),
 ])
 def test_cli_bad_input_one_error_line(tmp_path, capsys, extra, needle):
     dump = _dump(tmp_path)
@@ -219,6 +223,55 @@ def test_api_rejects_bad_arguments():
         advise(_load(0), "2x8", 256, levers="rebalance")
     with pytest.raises(InputError, match="max_tokens"):
         advise(_load(0), "2x8", 256, max_tokens=2**40)
+
+
+LPLB = dict(hardware="h200", phase="decode", tokens_per_rank=16, max_tokens=32)  # 1x8, 304 slots
+
+
+def test_solver_options_reach_every_row_that_solves():
+    # lplb's graph: torus (degree 2 on 1 x 8 GPUs) against the default hypercube (degree 3);
+    # graph=cube is the hypercube itself on 8 GPUs (the only count it takes), so it is not used
+    from eplb import solvers
+    from eplb.topology import Topology
+
+    load = _load(0)
+    levers = ["rebalance", "redundant", "dispatch_lp", "waterfill", "dispatch_duplicate"]
+    a = advise(load, "1x8", 304, solver="lplb", solver_options={"graph": "torus"},
+               redundant=(48,), levers=levers, **LPLB)
+    want = solvers.solve("lplb", load, Topology(1, 8, 38), num_groups=8, seed=0, graph="torus")
+    plain = solvers.solve("lplb", load, Topology(1, 8, 38), num_groups=8, seed=0)
+    assert not np.array_equal(want.phy2log, plain.phy2log)
+    solved = [(r, p) for r, p in zip(a.table.to_dict("records"), a.placements, strict=True)
+              if r["option"] != "today" and r["lever"] != "today"]
+    assert {r["lever"] for r, _ in solved} == set(levers)
+    for row, p in solved:
+        assert np.array_equal(p.phy2log, want.phy2log), row
+        assert row["option"] in ("lplb(graph=torus)", "N=48") or \
+            row["option"].startswith("lplb(graph=torus)+"), row
+    assert a.meta["solver_options"] == {"graph": "torus"}
+    assert "solver lplb(graph=torus);" in a.to_text().splitlines()[0]
+    with pytest.raises(InputError, match="graph"):
+        advise(load, "1x8", 304, solver="lplb", solver_options={"graph": "ring"}, **LPLB)
+    with pytest.raises(InputError, match="solver_options"):
+        advise(load, "1x8", 304, solver="lplb", solver_options="graph=torus", **LPLB)
+
+
+def test_cli_option_changes_the_placement(tmp_path, capsys):
+    args = ["advise", str(_dump(tmp_path)), "--topology", "1x8", "--slots", "304",
+            "--hardware", "h200", "--tokens-per-rank", "16", "--max-tokens", "32",
+            "--levers", "rebalance", "--solver", "lplb"]
+    out = {}
+    for extra in ([], ["--option", "graph=torus"]):
+        assert main([*args, *extra, "--json"]) == 0
+        out[tuple(extra)] = json.loads(capsys.readouterr().out)
+    plain, torus = out[()], out[("--option", "graph=torus")]
+    assert plain["meta"]["solver_options"] == {}
+    assert torus["meta"]["solver_options"] == {"graph": "torus"}
+    rows = [{r["lever"]: r for r in o["rows"]}["rebalance"] for o in (plain, torus)]
+    assert rows[0]["option"] == "lplb" and rows[1]["option"] == "lplb(graph=torus)"
+    assert rows[0]["balance"] != rows[1]["balance"]  # another placement
+    assert main([*args, "--option", "graph=torus"]) == 0
+    assert "solver lplb(graph=torus);" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_stacked_windows_file_is_summed(tmp_path):

@@ -237,3 +237,20 @@ def test_unit_topology_and_step_model_from_config():
         == step_time("decode", batch, config=cfg, micro_batches=2, dispatch="even").total_s
     )
     assert replace(cfg.decode, count=3).count == 3
+
+
+def test_docs_state_the_initial_placement_default(tmp_path):
+    """docs/serving.md names ``eplb.initial``'s default, and what it says about a fresh block
+    against one replaced from the Day-6 preset (which sets ``history``) holds."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text("utf-8")
+    default = EplbConfig().initial
+    assert f"`eplb.initial`: `{default}` (the default;" in doc
+    assert f"`EplbConfig.initial` (`{default}`, the default |" in doc
+    day6 = ClusterConfig.deepseek_day6().eplb
+    assert replace(day6, solver="greedy").initial == "history" != default
+    assert EplbConfig(solver="greedy").initial == default
+    path = tmp_path / "c.toml"
+    path.write_text('[eplb]\nsolver = "greedy"\n')
+    assert ClusterConfig.from_toml(path).eplb.initial == default

@@ -59,6 +59,34 @@ def test_rate_sweep_rows_and_served_fraction():
     assert "offered (req/s)" in sweep.sweep_table(frame)
 
 
+def test_sweep_table_prints_the_comparison_interval_with_two_seeds():
+    import math
+
+    from scipy import stats
+
+    from eplb.evaluation.serving import metrics
+
+    def frame(seeds):
+        rows = [{"config": "a", "offered_rate": r, "seed": s,
+                 **{c: 1.0 + r + 0.25 * s * (i + 1) for i, c in enumerate(metrics.SWEEP)}}
+                for r in (4.0, 40.0) for s in seeds]
+        return pd.DataFrame(rows)
+
+    one = sweep.sweep_table(frame([0]))
+    assert "±" not in one and not one.startswith("mean")
+    two = sweep.sweep_table(frame([0, 1]))
+    head, _, table = two.partition("\n\n")
+    assert head.startswith("mean ± h over 2 seeds") and "95% confidence interval" in head
+    line = table.splitlines()[2]  # rate 4: first column's values 5.0 and 5.25
+    half = stats.t.ppf(0.975, 1) * pd.Series([5.0, 5.25]).std(ddof=1) / math.sqrt(2)
+    assert line.split()[2:5] == ["5.125", "±", f"{half:.4g}"]
+    assert line.count("±") == len(metrics.SWEEP)
+    # a metric no seed has a value for prints as - with no interval
+    f = frame([0, 1])
+    f["goodput"] = float("nan")
+    assert "- ± -" in sweep.sweep_table(f)
+
+
 def test_print_config_round_trips(tmp_path):
     r = eplb("simulate", "--print-config", "deepseek_day6", "--set", "decode.count=3")
     assert r.returncode == 0, r.stderr
@@ -89,6 +117,12 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
     assert r.returncode == 0, r.stderr
     assert (out / "rate_sweep.png").stat().st_size > 0
     assert len(pd.read_csv(out / "results.csv")) == 2
+    assert "±" not in r.stdout  # one seed: the values alone
+    r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4,40", "--seeds", "0,1",
+             "--no-progress", "--no-plots")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("mean ± h over 2 seeds: h is the half width of the 95% ")
+    assert r.stdout.count("±") == 1 + 2 * len(serving.metrics.SWEEP)
     r = eplb("simulate", toml, "--workload", SYNTH, "--capacity", "--rel-tol", "0.3",
              "--set", "slo.ttft_s=1.0",
              "--no-progress")

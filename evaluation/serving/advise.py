@@ -12,7 +12,7 @@ fewest at which it pays, searched over a geometric grid and refined by bisection
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,11 @@ class Context:
             )
         return Topology(self.nodes, self.gpus_per_node, slots // G)
 
+    @property
+    def solver_label(self) -> str:
+        """``lplb`` or, with solver options, ``lplb(graph=torus)``: the solver as rows name it."""
+        return _solver_label(self.solver, self.options)
+
     def solve(self, slots: int) -> Placement:
         """The solver's placement on ``slots`` slots (solved once per slot count)."""
         if slots not in self.solved:
@@ -141,7 +146,7 @@ class Context:
                 )
             except InfeasibleError as exc:
                 raise InfeasibleError(
-                    f"solver {self.solver!r} on {self.nodes}x{self.gpus_per_node} GPUs with "
+                    f"solver {self.solver_label!r} on {self.nodes}x{self.gpus_per_node} GPUs with "
                     f"{slots} slots: {exc}; else choose another solver"
                 ) from None
         return self.solved[slots]
@@ -157,7 +162,7 @@ def lever_today(ctx: Context) -> list[Option]:
 def lever_rebalance(ctx: Context) -> list[Option]:
     """Re-place today's slots with the solver on the measured load, moving weights."""
     new = ctx.solve(ctx.slots)
-    return [Option("rebalance", ctx.solver, ctx.slots, new, moved_from=ctx.today)]
+    return [Option("rebalance", ctx.solver_label, ctx.slots, new, moved_from=ctx.today)]
 
 
 def lever_redundant(ctx: Context) -> list[Option]:
@@ -227,7 +232,7 @@ def _on_today_and_rebalanced(ctx: Context, lever: str, suffix: str, **how: str) 
     new = ctx.solve(ctx.slots)
     return [
         Option(lever, "today", ctx.slots, ctx.today, **how),
-        Option(lever, f"{ctx.solver}+{suffix}", ctx.slots, new, moved_from=ctx.today, **how),
+        Option(lever, f"{ctx.solver_label}+{suffix}", ctx.slots, new, moved_from=ctx.today, **how),
     ]
 
 
@@ -302,7 +307,8 @@ class Advice:
         m = self.meta
         head = [
             f"eplb advise: {m['phase']} on {m['topology']} x {m['slots']} slots, {m['hardware']}, "
-            f"{m['model']}, {m['tokens_per_rank']} tokens per rank; loads measured from "
+            f"{m['model']}, {m['tokens_per_rank']} tokens per rank, solver "
+            f"{_solver_label(m['solver'], m['solver_options'])}; loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
             "",
@@ -477,6 +483,13 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
                   "expert_max_over_mean": emax}
 
 
+def _solver_label(solver: str, options: Mapping[str, Any]) -> str:
+    """``solver`` with its options, ``lplb(graph=torus)``; the bare name without options."""
+    if not options:
+        return solver
+    return f"{solver}({','.join(f'{k}={v}' for k, v in sorted(options.items()))})"
+
+
 def _positive_int(name: str, value, *, zero: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (
         0 if zero else 1
@@ -497,6 +510,7 @@ def advise(
     previous: Placement | str | None = None,
     redundant: Sequence[int] = (0, 32, 64),
     solver: str = "deepseek",
+    solver_options: Mapping[str, Any] | None = None,
     levers: Sequence[str] | None = None,
     kv_tokens: int = 4096,
     input_tokens: int = 4096,
@@ -519,8 +533,11 @@ def advise(
     requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
     ``input_tokens`` tokens. ``previous``: today's placement (a `Placement` or a placement
     file; default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
-    ``E + N`` rows. Rebalancing copies weights at ``migration_gbps`` (GB/s per GPU); with
-    ``migration="stall"`` the unit stops for the copy, amortised over ``rebalance_interval_s``.
+    ``E + N`` rows. ``solver`` places every row that solves (rebalance, redundant, and the
+    rebalanced rows of the per-batch levers) with ``solver_options`` (its ``**options``, e.g.
+    ``{"graph": "torus"}`` for ``lplb``; checked by `solvers.resolve`). Rebalancing copies
+    weights at ``migration_gbps`` (GB/s per GPU); with ``migration="stall"`` the unit stops
+    for the copy, amortised over ``rebalance_interval_s``.
     KV capacity per GPU: ``memory_fraction`` of the preset's HBM minus weights (and, for the
     ``dispatch_duplicate`` rows, minus ``duplicate.hbm_gb``; ``duplicate``: a `DuplicateConfig`,
     default its cited/assumed defaults). Break-even
@@ -567,6 +584,13 @@ def advise(
     names = ("today", *[n for n in names if n != "today"])
     if solver not in solvers.available():
         raise InputError(f"unknown solver {solver!r}; use one of {', '.join(solvers.available())}")
+    if solver_options is None:
+        solver_options = {}
+    if not isinstance(solver_options, Mapping):
+        raise InputError(f"solver_options must be a mapping of option names to values, got "
+                         f"{type(solver_options).__name__}")
+    solver_options = dict(solver_options)
+    solvers.resolve(solver, solver_options)  # unknown options and bad values, named
     top = max_tokens if max_tokens is not None else max(
         4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
     top = _positive_int("max_tokens", top)
@@ -594,7 +618,7 @@ def advise(
                 f"is {m.moe_layers} x {m.num_experts} on {topology} with {slots} slots"
             )
     ctx = Context(phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, m, hw,
-                  today, solver, red, seed, float(lp_overhead_s), duplicate)
+                  today, solver, red, seed, float(lp_overhead_s), duplicate, solver_options)
     opts: list[Option] = []
     for n in names:
         opts += LEVERS[n](ctx)
@@ -669,6 +693,7 @@ def advise(
     meta = {**measured, "phase": phase, "topology": topology, "slots": topo.num_slots,
             "hardware": hw.name, "model": m.name, "tokens_per_rank": tokens_per_rank,
             "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
+            "solver_options": solver_options,
             "migration": migration, "migration_gbps": float(migration_gbps),
             "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
             **ctx.meta, "notes": notes}

@@ -18,7 +18,7 @@ from eplb.errors import InputError
 from eplb.evaluation.serving import metrics
 from eplb.evaluation.serving.compare import _named, run_task
 from eplb.evaluation.serving.config import ClusterConfig
-from eplb.evaluation.serving.intervals import ci_table
+from eplb.evaluation.serving.intervals import ci_table, mean_ci
 from eplb.evaluation.serving.results.result import SUMMARY_UNITS
 from eplb.evaluation.serving.simulator.loop import check_args
 from eplb.evaluation.serving.workload.model import Workload
@@ -103,12 +103,26 @@ def rate_sweep(
 
 def sweep_table(frame: pd.DataFrame, columns: Sequence[str] = metrics.SWEEP) -> str:
     """The sweep as text: per config and offered rate, the mean over seeds of ``columns``
-    (units in the header)."""
-    g = frame.groupby(["config", "offered_rate"], sort=False)[list(columns)].mean()
-    header = ["config", "offered (req/s)", *(f"{c} ({UNITS.get(c, '')})" for c in columns)]
-    rows = [(name, f"{rate:.4g}", *(_fmt(v) for v in vals))
-            for (name, rate), vals in zip(g.index, g.to_numpy(), strict=True)]
-    return text_table(rows, header=header)
+    (units in the header). With two or more seeds each cell is ``mean ± h``, ``h`` the half
+    width of the 95% Student-t interval of the mean (`intervals.mean_ci`, the comparison
+    table's interval; ``-`` where fewer than two seeds have a value), said in a heading line;
+    one seed prints the values alone."""
+    cols = list(columns)
+    seeds = frame["seed"].nunique() if "seed" in frame else 1
+    header = ["config", "offered (req/s)", *(f"{c} ({UNITS.get(c, '')})" for c in cols)]
+    rows = []
+    for (name, rate), part in frame.groupby(["config", "offered_rate"], sort=False):
+        cells = []
+        for c in cols:
+            mean, lo, hi = mean_ci(part[c])
+            cells.append(_fmt(mean) if seeds < 2 else f"{_fmt(mean)} ± {_fmt((hi - lo) / 2)}")
+        rows.append((name, f"{rate:.4g}", *cells))
+    text = text_table(rows, header=header)
+    if seeds < 2:
+        return text
+    return (f"mean ± h over {seeds} seeds: h is the half width of the 95% confidence interval "
+            "of the mean (Student t over the seeds; the comparison table's interval)"
+            f"\n\n{text}")
 
 
 def plot_rate_sweep(frame: pd.DataFrame, path: str | Path) -> Path:

@@ -145,24 +145,36 @@ class ClusterConfig:
         return self
 
     def _check_lplb(self, model: ModelSpec) -> None:
-        """``eplb.solver = "lplb"`` (LPLB's replica graph) only where the graph fits each unit:
-        else one `InputError` naming the phase, the unit and the fix, before any run."""
-        if self.eplb.solver != "lplb":
-            return
-        graph = self.eplb.options.get("graph", "hypercube")
-        graphs = get_args(Graph)
-        if graph not in graphs:
-            raise InputError(
-                f"eplb.options.graph {graph!r} is unknown; use one of {', '.join(graphs)}"
-            )
+        """LPLB's replica graph (``"lplb"``) only where it fits each unit, as ``eplb.solver``
+        (with ``eplb.options.graph``) and as ``eplb.base_solver`` where ``static`` or
+        ``oracle`` places with it (no options reach it: the default graph); else one
+        `InputError` naming the field, the phase, the unit and the fix, before any run."""
+        if self.eplb.solver == "lplb":
+            graph = self.eplb.options.get("graph", "hypercube")
+            graphs = get_args(Graph)
+            if graph not in graphs:
+                raise InputError(
+                    f"eplb.options.graph {graph!r} is unknown; use one of {', '.join(graphs)}"
+                )
+            self._check_graph(model, "eplb.solver", graph,
+                              "set eplb.options.graph or another eplb.solver")
+        if self.eplb.base_solver == "lplb" and self.eplb.solver in ("static", "oracle"):
+            self._check_graph(model, "eplb.base_solver", "hypercube",
+                              f"set another eplb.base_solver (eplb.solver {self.eplb.solver!r} "
+                              "places with it and gives it no eplb.options, so its graph is "
+                              "'hypercube')")
+
+    def _check_graph(self, model: ModelSpec, path: str, graph: str, fix: str) -> None:
+        """Raise one `InputError` when ``graph`` does not fit a unit: ``{phase}: {path} 'lplb'
+        does not fit ...: {why}; else {fix}``."""
         for phase in PHASES:
             unit = getattr(self, phase)
             why = graph_misfit(model.num_experts, unit.topology(), graph)
             if why:
                 raise InputError(
-                    f"{phase}: eplb.solver 'lplb' does not fit the {unit.nodes} x "
+                    f"{phase}: {path} 'lplb' does not fit the {unit.nodes} x "
                     f"{unit.gpus_per_node} GPU unit with {unit.slots_per_layer} slots: {why}; "
-                    "else set eplb.options.graph or another eplb.solver"
+                    f"else {fix}"
                 )
 
     # --------------------------------------------------------------- files
