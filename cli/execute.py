@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "first MoE layer, i.e. the first layer the trace holds, else the "
                    "placement's first layer that is not the default map of a dense layer)")
     p.add_argument("--tokens", type=int, default=4096, help="tokens in the batch (default 4096)")
-    p.add_argument("--hidden", type=int, default=512, help="hidden size H (default 512)")
+    p.add_argument("--hidden", type=int, help="hidden size H (default 512, a toy size; "
+                   "DeepSeek-V3's is 7168)")
     p.add_argument("--ffn", type=int, metavar="F", help="expert FFN width (default hidden / 4)")
     p.add_argument("--top-k", type=int, metavar="K",
                    help="experts per token (default: the trace's top_k, else 8)")
@@ -89,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     from eplb.io import read_placement
 
     # the flags' own messages, before any work; execute_trace() checks the same by parameter
+    hidden_assumed = args.hidden is None
+    if hidden_assumed:
+        args.hidden = 512
     for name in ("tokens", "hidden", "ffn", "top_k", "groups", "topk_groups", "experts"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
     K = args.top_k or 8
@@ -166,7 +170,10 @@ def run(args: argparse.Namespace) -> int:
          f"{stats.nvlink_bytes:,.0f}  ({stats.nvlink_transfers:,} copies per phase)"),
         ("RDMA bytes (dispatch + combine)",
          f"{stats.rdma_bytes:,.0f}  ({stats.rdma_transfers:,} copies per phase)"),
-        ("bytes per element", f"dispatch {args.dispatch_bytes:g}, combine {args.combine_bytes:g}"),
+        ("bytes per element", f"dispatch {args.dispatch_bytes:g}, combine {args.combine_bytes:g}, "
+                              f"hidden {args.hidden}"
+                              + (" (assumed: the default toy size; DeepSeek-V3's is 7168, pass "
+                                 "--hidden H; bytes scale with it)" if hidden_assumed else "")),
         ("time", f"executor {report.executor_seconds:.3f} s, dense forward "
                  f"{report.dense_seconds:.3f} s"),
         ("max abs error vs dense", f"{report.max_abs_error:.3e} (tolerance "

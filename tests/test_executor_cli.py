@@ -103,3 +103,14 @@ def test_execute_bad_input_exits_2(placement_file, capsys, extra, match):
 def test_execute_missing_file_exits_2(tmp_path, capsys):
     assert main(["execute", str(tmp_path / "nope.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hidden", [None, 16])
+def test_execute_says_when_the_hidden_size_is_assumed(placement_file, capsys, hidden):
+    path, _ = placement_file
+    extra = [] if hidden is None else ["--hidden", str(hidden)]
+    rc = main(["execute", str(path), "--tokens", "32", "--top-k", "2", *extra])
+    row = _field(capsys.readouterr().out, "bytes per element")
+    assert rc == 0
+    assert f"hidden {hidden or 512}" in row
+    assert ("assumed" in row) == (hidden is None)
