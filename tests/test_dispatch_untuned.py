@@ -13,7 +13,7 @@ from eplb.evaluation.serving.advise import advise
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
 from tests._cli import run_cli
 
-DUMP = "../shared/traces/deepseek-v3-sglang/decode_in1000out1000.json"
+DUMP = ("deepseek-v3-sglang", "decode_in1000out1000.json")  # under the shared traces
 UNITS = ("--set", "prefill.nodes=3", "--set", "prefill.gpus_per_node=4",
          "--set", "prefill.slots_per_layer=264", "--set", "decode.nodes=5",
          "--set", "decode.gpus_per_node=4", "--set", "decode.slots_per_layer=260")
@@ -110,11 +110,12 @@ def test_cli_refusals_are_one_line(tmp_path, extra, needle):
     assert needle in err[0] and not out.exists()
 
 
-def test_advise_names_the_solver_that_does_not_fit():
+def test_advise_names_the_solver_that_does_not_fit(shared_traces):
+    dump = str(shared_traces.joinpath(*DUMP))
     with pytest.raises(EplbError, match="solver 'lplb' on 5x4 GPUs with 260 slots"):
-        advise(DUMP, "5x4", 260, phase="decode", tokens_per_rank=16, solver="lplb",
+        advise(dump, "5x4", 260, phase="decode", tokens_per_rank=16, solver="lplb",
                redundant=(), max_tokens=32)
-    code, err = _cli("advise", DUMP, "--topology", "5x4", "--slots", "260", "--phase", "decode",
+    code, err = _cli("advise", dump, "--topology", "5x4", "--slots", "260", "--phase", "decode",
                      "--tokens-per-rank", "16", "--solver", "lplb", "--redundant", "0",
                      "--max-tokens", "32")
     assert code == 2 and len(err) == 1 and err[0].startswith("eplb: error:"), err
