@@ -235,6 +235,9 @@ def run(args: argparse.Namespace) -> int:
     named = _configs(args)
     args.config_texts = list(args.config)
     seeds = _ints(args.seeds, "--seeds") if args.seeds is not None else [args.seed]
+    if len(set(seeds)) < len(seeds):
+        raise InputError(f"--seeds {args.seeds!r} repeats a seed; paired seeds must differ "
+                         "(e.g. 0,1,2)")
     many = len(named) > 1 or len(seeds) > 1 or args.mode == "counterfactual"
     if args.capacity or args.rates is not None or many:
         return _study(args, named, seeds)

@@ -141,6 +141,10 @@ def contract_rows(info: dict, groups: int | None, topology, num_experts: int) ->
                            f"{info['fallback']}")]
     if groups is None or info.get("policy") != "global":
         return []
+    if num_experts % groups == 0 and groups % topology.num_nodes == 0:  # the groups fit
+        return [("groups", f"{info.get('name', 'this policy')} places globally: the {groups} "
+                           f"groups fit the {topology.num_nodes} nodes, but keeping each on one "
+                           "node is not a contract it keeps; --solver hierarchical keeps it")]
     why = (f"{groups} does not divide the {num_experts} experts" if num_experts % groups else
            f"{groups} groups are not a multiple of the {topology.num_nodes} nodes")
     return [("groups", f"{why}: placed by the global policy (DeepSeek's rule), so expert groups "

@@ -80,18 +80,14 @@ def solve_trace(
     windows: it weights them itself). ``path``: the trace's file, recorded with its SHA-256 in
     ``meta["source"]`` (with the windows as given, ``ema`` and the trace's
     ``num_model_layers``). ``previous``: the live placement (its rows matched to the trace's
-    layers by layer id, `align`), for a policy that takes it (`solvers.takes_previous`): the
-    result moves few replicas from it. ``num_groups``, ``seed``, ``time_limit``, ``options``:
-    the solver's.
+    layers by layer id, `align`): a policy that takes it (`solvers.takes_previous`) places for
+    few moves from it; any other's result is relabeled to keep as many replicas in place.
+    ``num_groups``, ``seed``, ``time_limit``, ``options``: the solver's.
     """
     check_trace(trace)
     if previous is not None:
         check_placement(previous, "previous")
-        if not solvers.takes_previous(solver):
-            takers = [n for n in solvers.available() if solvers.takes_previous(n)]
-            raise InputError(f"solver {solver} does not take a previous placement; use one of "
-                             f"{', '.join(takers)} or drop the previous placement")
-        previous = align(previous, trace)
+        previous = align(previous, trace)  # any solver: relabeled to it (`solvers.solve`)
     elif solvers.needs_previous(solver):
         raise InputError(f"solver {solver} repairs a live placement: give the previous "
                          "placement (CLI: --previous PLACEMENT)")
