@@ -74,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--previous", metavar="PLACEMENT",
                    help="the live placement file (any format eplb reads): policies that take "
-                   "it place for the fewest moved replicas from it; repair needs it")
+                   "it place for the fewest moved replicas from it; any other's result is "
+                   "relabeled to keep replicas where they are; repair needs it")
     p.add_argument("-o", "--output", metavar="FILE", help="placement file to write")
     p.set_defaults(func=run)
 
