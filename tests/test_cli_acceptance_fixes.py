@@ -46,3 +46,10 @@ def test_groups_row_for_a_global_policy_whose_groups_fit(tmp_path):
                            "8", "--solver", "greedy", "-o", tmp_path / "h.json")
     row = next(x for x in out.splitlines() if x.startswith("groups"))
     assert code == 0 and "8 groups are not a multiple of the 3 nodes" in row
+
+
+def test_workload_errors_show_cells_as_written(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("request_id,arrival_s,input_tokens,output_tokens\n0,0.0,10,5\n1,nan,10,5\n")
+    code, _, err = run_cli("workload", "info", path)
+    assert code == 2 and "(request_id 1): nan;" in err and "np." not in err, err

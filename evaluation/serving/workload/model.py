@@ -21,10 +21,15 @@ MAX_TOKENS = 100_000_000  # per request
 _I64 = np.iinfo(np.int64)
 
 
+def _show(value: object) -> str:
+    """``repr`` of a cell as a user wrote it: numpy scalars as plain Python (``1``, ``nan``)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _where(df: pd.DataFrame, pos: int) -> str:
     """``row 3`` (0-based position in the given frame) plus its request id when there is one."""
     if "request_id" in df.columns:
-        return f"row {pos} (request_id {df['request_id'].iloc[pos]!r})"
+        return f"row {pos} (request_id {_show(df['request_id'].iloc[pos])})"
     return f"row {pos}"
 
 
@@ -39,7 +44,7 @@ def _numeric(df: pd.DataFrame, col: str) -> np.ndarray:
         if bad.size:
             i = int(bad[0])
             raise InputError(
-                f"column {col!r}, {_where(df, i)}: {s.iloc[i]!r} is not a number; "
+                f"column {col!r}, {_where(df, i)}: {_show(s.iloc[i])} is not a number; "
                 f"fix or drop that request"
             )
         if any(isinstance(v, bool) for v in s.head(1000)):
@@ -77,7 +82,7 @@ def _tokens(df: pd.DataFrame, col: str) -> np.ndarray:
             why = "is not a whole number of tokens"
         else:
             why = "must be >= 1 (a request has at least one token); drop or fix the request"
-        raise InputError(f"column {col!r}, {_where(df, i)}: {x!r} {why}")
+        raise InputError(f"column {col!r}, {_where(df, i)}: {_show(x)} {why}")
     return v
 
 
@@ -155,7 +160,7 @@ def _check_frame(requests: pd.DataFrame, block_size: int) -> tuple[pd.DataFrame,
         if bad.size:
             i = int(bad[0])
             raise InputError(
-                f"column 'request_id', row {i}: {df['request_id'].iloc[i]!r} is not "
+                f"column 'request_id', row {i}: {_show(df['request_id'].iloc[i])} is not "
                 "an integer id; use whole numbers (or drop the column to number "
                 "requests 0..n-1)"
             )
@@ -179,7 +184,7 @@ def _check_frame(requests: pd.DataFrame, block_size: int) -> tuple[pd.DataFrame,
     if bad.size:
         i = int(bad[0])
         raise InputError(
-            f"column 'arrival_s', {_where(df, i)}: {df['arrival_s'].iloc[i]!r}; "
+            f"column 'arrival_s', {_where(df, i)}: {_show(df['arrival_s'].iloc[i])}; "
             "arrival times must be finite seconds >= 0"
         )
     out["arrival_s"] = arr
@@ -215,7 +220,7 @@ def _check_frame(requests: pd.DataFrame, block_size: int) -> tuple[pd.DataFrame,
             if (v != np.round(v)).any():
                 i = int(np.argmax(v != np.round(v)))
                 raise InputError(
-                    f"column 'session', {_where(df, i)}: {s.iloc[i]!r} is not a "
+                    f"column 'session', {_where(df, i)}: {_show(s.iloc[i])} is not a "
                     "whole-number id (or use text ids)"
                 )
             out["session"] = v.astype(np.int64)
