@@ -53,3 +53,10 @@ def test_workload_errors_show_cells_as_written(tmp_path):
     path.write_text("request_id,arrival_s,input_tokens,output_tokens\n0,0.0,10,5\n1,nan,10,5\n")
     code, _, err = run_cli("workload", "info", path)
     assert code == 2 and "(request_id 1): nan;" in err and "np." not in err, err
+
+
+def test_advise_cells_never_use_exponents():
+    from eplb.evaluation.serving.advise import _cell
+
+    assert _cell(32_280.4) == "32,280" and _cell(9_067.0) == "9,067"
+    assert _cell(1.16649) == "1.166" and _cell(-27.31) == "-27.31"

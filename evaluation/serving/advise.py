@@ -312,7 +312,7 @@ class Advice:
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
             "",
-            t.to_string(index=False, float_format=lambda x: f"{x:,.4g}"),
+            t.to_string(index=False, float_format=_cell),
             "",
             "columns:",
         ]
@@ -481,6 +481,12 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
     emax = float((load.max(1)[ok] / mean[ok]).mean())
     return load, {"source": source, "windows": int(counts.shape[0]), "layers": int(L),
                   "expert_max_over_mean": emax}
+
+
+def _cell(x: float) -> str:
+    """A table cell: 4 significant digits below 1,000, whole numbers with separators above
+    (``32,280``, never ``3.228e+04``)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.4g}"
 
 
 def _solver_label(solver: str, options: Mapping[str, Any]) -> str:
