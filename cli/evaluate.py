@@ -122,8 +122,19 @@ def run(args: argparse.Namespace) -> int:
                   dispatch_bytes=args.dispatch_bytes, combine_bytes=args.combine_bytes,
                   top_k=args.top_k, seed=args.seed, progress=not args.quiet)
     placement, report, balance = ev.placement, ev.traffic, ev.balance
+    from eplb.evaluation.traffic import trace_ranks  # lazy: the library loads with the verb
+
     if args.save_slots is not None:
         if report.slots is None:
+            ranks, gpus = trace_ranks(trace), placement.topology.num_gpus
+            if trace.topk_ids is not None and ranks and gpus % ranks:
+                raise InputError(
+                    f"--save-slots: the trace's {ranks} source ranks do not divide the {gpus} "
+                    "GPUs, so its tokens were not replayed; evaluate on a multiple of "
+                    f"{ranks} GPUs")
+            if trace.topk_ids is not None:
+                raise InputError("--save-slots needs the token-level replay: drop --windows "
+                                 "and --source (or give --source tokens)")
             raise InputError("--save-slots needs token-level input (a trace with topk_ids)")
         buf = io.BytesIO()
         np.save(buf, report.slots, allow_pickle=False)
@@ -143,7 +154,6 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(doc, indent=1))  # strict JSON: NaN/inf as null
         return 0
     from eplb.evaluation.balance import BOUND_NAME  # lazy: keeps eplb --help fast
-    from eplb.evaluation.traffic import trace_ranks
 
     topo = placement.topology
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
@@ -183,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         *([("routing groups", "none: the trace records no expert groups (SGLang dumps carry "
                               "none), so traffic assumes unrestricted top-k routing; for "
                               "DeepSeek-V3 pass --groups 8 --topk-groups 4")]
-          if not report.meta.get("groups") and args.groups is None else []),
+          if not report.meta.get("groups") and args.groups is None
+          and report.mode != "tokens" else []),  # token-level: the recorded picks decide
         ("traffic", f"{mode}, dispatch {args.dispatch}, top-{report.meta['top_k']}"
                     + (f", groups {report.meta['groups'][1]} of {report.meta['groups'][0]}"
                        if report.meta.get("groups") else "")
