@@ -299,3 +299,20 @@ def test_token_level_bad_arguments(kwargs, match):
     load = np.ones((1, 256))
     with pytest.raises(TraceError, match=match):
         synth.token_level(load, num_tokens=8, **kwargs)
+
+
+def test_token_level_takes_routing_from_the_target_meta():
+    """`token_level` without top_k / groups follows the target trace's meta (a top-6 target
+    gives top-6 tokens); given values still win; a bare array keeps DeepSeek-V3's defaults."""
+    from eplb.traces import Trace
+    from eplb.traces.synth import token_level
+
+    rng = np.random.default_rng(0)
+    load = rng.random((1, 2, 48)) * 100 + 1
+    target = Trace(load, meta={"top_k": 6, "num_groups": 4, "topk_groups": 2})
+    tok = token_level(target, num_tokens=64, num_ranks=4)
+    assert tok.topk_ids.shape[2] == 6 and tok.meta["top_k"] == 6
+    assert (tok.meta["num_groups"], tok.meta["topk_groups"]) == (4, 2)
+    assert token_level(target, num_tokens=64, num_ranks=4, top_k=3).topk_ids.shape[2] == 3
+    bare = token_level(load[0], num_tokens=64, num_ranks=4)
+    assert bare.topk_ids.shape[2] == 8 and bare.meta["num_groups"] == 8

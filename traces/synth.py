@@ -308,21 +308,23 @@ def calibrated(model: str = "deepseek-v3", *, windows: int = 8, tokens: int = 16
 
 
 # ------------------------------------------------------------------ token level
-def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096, num_groups: int = 8,
-                topk_groups: int = 4, top_k: int = 8, num_ranks: int = 32, iterations: int = 20,
+def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096,
+                num_groups: int | None = None, topk_groups: int | None = None,
+                top_k: int | None = None, num_ranks: int = 32, iterations: int = 20,
                 seed: int = 0, layer_ids: Sequence[int] | None = None, meta: Mapping | None = None,
                 progress: bool = False) -> Trace:
     """Token-level routing with group-limited top-k whose marginals match ``target``.
 
     ``target``: a `Trace` (its total ``load()``, layer ids and meta are used) or ``float[L, E]``.
     Each token keeps ``topk_groups`` of ``num_groups`` contiguous expert groups and picks
-    ``top_k`` distinct experts in them. Per layer, the total variation between the picks and
-    the target shares is at most ``E / (N * top_k)`` on DeepSeek-V3-like targets; the achieved
-    one is in ``meta["provenance"]["max_total_variation"]``. ``token_rank[n] = n * num_ranks
-    // N``. Returns one window: ``counts[0]`` is the bincount of ``topk_ids: int16[N, L, K]``,
-    ``source_counts[0, l, r, e]`` the picks of rank ``r``'s tokens; ``meta`` records
-    ``num_groups``, ``topk_groups``, ``top_k`` and the achieved per-layer distance. Method and
-    limits: docs/data.md, section "Token-level routing".
+    ``top_k`` distinct experts in them (each, when not given, from a `Trace` target's meta,
+    else DeepSeek-V3's 8 groups, 4 of them, top-8). Per layer, the total variation between
+    the picks and the target shares is at most ``E / (N * top_k)`` on DeepSeek-V3-like
+    targets; the achieved one is in ``meta["provenance"]["max_total_variation"]``.
+    ``token_rank[n] = n * num_ranks // N``. Returns one window: ``counts[0]`` is the bincount
+    of ``topk_ids: int16[N, L, K]``, ``source_counts[0, l, r, e]`` the picks of rank ``r``'s
+    tokens; ``meta`` records ``num_groups``, ``topk_groups``, ``top_k`` and the achieved
+    per-layer distance. Method and limits: docs/data.md, section "Token-level routing".
     """
     base_meta: dict[str, Any] = {}
     _check_meta(meta)
@@ -338,6 +340,11 @@ def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096, num_groups
             raise TraceError("target must be a Trace or a non-negative finite load[L, E]") from None
     if load.ndim != 2 or 0 in load.shape or not np.isfinite(load).all() or (load < 0).any():
         raise TraceError("target must be a Trace or a non-negative finite load[L, E]")
+    given = {"num_groups": num_groups, "topk_groups": topk_groups, "top_k": top_k}
+    for key, default in (("num_groups", 8), ("topk_groups", 4), ("top_k", 8)):
+        if given[key] is None:
+            given[key] = base_meta.get(key) if base_meta.get(key) is not None else default
+    num_groups, topk_groups, top_k = given["num_groups"], given["topk_groups"], given["top_k"]
     _check_sizes(num_tokens=num_tokens, num_groups=num_groups, topk_groups=topk_groups,
                  top_k=top_k, num_ranks=num_ranks, iterations=iterations)
     L, E = load.shape
