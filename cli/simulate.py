@@ -275,6 +275,10 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
         frame = sweep.rate_sweep(named, workload, rates, seeds, duration_s=args.duration,
                                  window=window, **run_kw)
         text = sweep.sweep_table(frame)
+        if args.duration is not None:  # a time window holds other requests at each rate
+            text += ("\nnote: --duration cuts each rate's run at the same seconds, so each rate "
+                     "measures a different slice of the workload's requests; for the same "
+                     "requests at every rate give --head N and no --duration")
         plot = sweep.plot_rate_sweep
     else:
         frame = serving.compare(named, workload, seeds, duration_s=args.duration,

@@ -118,6 +118,10 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
     assert (out / "rate_sweep.png").stat().st_size > 0
     assert len(pd.read_csv(out / "results.csv")) == 2
     assert "±" not in r.stdout  # one seed: the values alone
+    assert "different slice" not in r.stdout  # no --duration: the same requests at each rate
+    r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4,40", "--duration", "5",
+             "--no-progress", "--no-plots")
+    assert r.returncode == 0 and "measures a different slice" in r.stdout, r.stderr
     r = eplb("simulate", toml, "--workload", SYNTH, "--rates", "4,40", "--seeds", "0,1",
              "--no-progress", "--no-plots")
     assert r.returncode == 0, r.stderr
