@@ -113,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
     trace = None
     if args.trace:
         from eplb import traces  # lazy: only with --trace
+        from eplb.evaluation.align import moe_rows
 
         trace = traces.read(args.trace)
+        # a vLLM file is keyed by MoE-layer index: its rows take the trace's model layer ids
+        placement = moe_rows(placement, trace)
     if args.layer is not None or trace is not None:
         from eplb.executor.run import default_row  # lazy: keeps eplb --help fast
 

@@ -25,6 +25,9 @@ from eplb.topology import Topology
 
 FORMATS = ("native", "npz", "sglang", "trtllm", "vllm")
 VLLM_RECORD = "eplb_initial_mapping"  # vLLM offline EPLB (PR #41141): docs/deployment.md
+# meta["source"]["layer_ids"] of a placement whose layer ids are MoE-layer indices (a vLLM
+# file read without layer_ids=), not model layer ids: see evaluation.align.moe_rows
+MOE_INDEX = "moe_index"  # = eplb.evaluation.align.MOE_INDEX
 _MAGIC = "eplb.placement"
 _VERSION = 1
 _META_BLOCKS = ("solver", "source", "metrics")
@@ -205,6 +208,25 @@ def check_no_empty_slots(p: Placement, fmt: str) -> None:
         )
 
 
+def check_vllm_layers(p: Placement) -> None:
+    """Refuse a placement whose layer ids skip some between the first and the last: vLLM's
+    file numbers rows by MoE-layer index, so a missing MoE layer (an all-zero one a trace
+    reader dropped as dense) would shift every later row onto the wrong layer."""
+    ids = np.unique(p.layer_ids)
+    missing = np.setdiff1d(np.arange(ids[0], ids[-1] + 1), ids) if ids.size else ids
+    if missing.size:
+        shown = ", ".join(str(int(i)) for i in missing[:8])
+        more = f", ... ({missing.size} in all)" if missing.size > 8 else ""
+        raise InputError(
+            f"vLLM's mapping file numbers rows by MoE-layer index, so the placement must cover "
+            f"every MoE layer, but it has no rows for layers {shown}{more} (between layers "
+            f"{int(ids[0])} and {int(ids[-1])}; a trace reader drops a layer with no counts as "
+            "dense); every later row would land on the wrong layer. Solve from a trace that "
+            "records load for every MoE layer, or export a format keyed by model layer id "
+            "(native, sglang, trtllm)"
+        )
+
+
 def vllm_record(p: Placement) -> dict:
     """vLLM's offline-EPLB mapping record: ``initial_global_assignments`` maps the MoE-layer
     index ``"0".."L-1"`` (the placement's rows in model-layer order) to that layer's
@@ -212,6 +234,7 @@ def vllm_record(p: Placement) -> dict:
     if p.replica_share is not None:
         raise InputError("vLLM's expert mapping cannot carry replica_share; vLLM splits tokens "
                          "evenly. Solve without weighted shares or export the native format")
+    check_vllm_layers(p)
     order = np.argsort(p.layer_ids, kind="stable")
     return {
         "record_type": VLLM_RECORD,
@@ -483,6 +506,9 @@ def _read_vllm(path, topology, num_experts, layer_ids) -> Placement:
         raise InputError(f"layer_ids must be {L} integers (the model layer id of each MoE "
                          f"layer), got {str(layer_ids)[:60]}")
     meta = {"source": {"format": "vllm"}}
+    if layer_ids is None:
+        # rows are MoE-layer indices: evaluation.align maps index i to a trace's i-th MoE layer
+        meta["source"]["layer_ids"] = MOE_INDEX
     return _build(where, phy2log, topo, E, ids.astype(np.int64), meta)
 
 

@@ -1,7 +1,9 @@
 """Matching a placement to a trace: same experts, and rows for every layer the trace holds.
 
 A placement may cover more layers than a trace (an SGLang map has a row for every model layer,
-dense ones included); `align` keeps the rows of the trace's layers, in the trace's order.
+dense ones included); `align` keeps the rows of the trace's layers, in the trace's order. A vLLM
+mapping file is keyed by MoE-layer index: `moe_rows` (which `align` calls) maps index i to the
+trace's i-th MoE layer.
 """
 
 from __future__ import annotations
@@ -43,6 +45,35 @@ def check_num_groups(num_groups: Any, num_experts: int, name: str = "num_groups"
     return num_groups
 
 
+MOE_INDEX = "moe_index"  # = eplb.io.MOE_INDEX (kept here so this module needs no eplb.io)
+
+
+def moe_rows(placement: Placement, trace: Trace) -> Placement:
+    """``placement`` with model layer ids when its rows are MoE-layer indices (a vLLM mapping
+    file read without ``layer_ids=``: ``meta["source"]["layer_ids"] == "moe_index"``): row
+    ``i`` becomes the trace's ``i``-th MoE layer in model-layer order. Any other placement is
+    returned as is. A different number of MoE layers is a `PlacementError`."""
+    source = placement.meta.get("source")
+    if not isinstance(source, dict) or source.get("layer_ids") != MOE_INDEX:
+        return placement
+    t_ids = np.sort(np.asarray(trace.layer_ids))
+    if not np.array_equal(np.sort(placement.layer_ids), np.arange(placement.num_layers)):
+        raise PlacementError(f"the placement is marked as keyed by MoE-layer index but its "
+                             f"layer ids are {_ids(placement.layer_ids)}, not 0..L-1")
+    if placement.num_layers != len(t_ids):
+        raise PlacementError(
+            f"the placement is keyed by MoE-layer index (a vLLM mapping file) and has "
+            f"{placement.num_layers} MoE layers, but the trace has {len(t_ids)} (model layers "
+            f"{_ids(t_ids)}); MoE index i maps to the trace's i-th MoE layer, so both must "
+            "cover the same MoE layers: use a placement solved for this trace (a trace reader "
+            "drops a layer with no counts as dense)"
+        )
+    meta = dict(placement.meta)
+    meta["source"] = {**source, "layer_ids": "model", "moe_index_to_layer": "trace"}
+    return Placement(placement.phy2log, placement.num_experts, placement.topology,
+                     placement.replica_share, meta, t_ids[placement.layer_ids])
+
+
 def align(placement: Placement, trace: Trace) -> Placement:
     """The rows of ``placement`` for ``trace.layer_ids``, or a `PlacementError` naming the mismatch.
 
@@ -57,6 +88,7 @@ def align(placement: Placement, trace: Trace) -> Placement:
             f"the placement has {placement.num_experts} experts per layer but the trace has "
             f"{trace.num_experts}; solve a placement for this trace (eplb solve TRACE ...)"
         )
+    placement = moe_rows(placement, trace)
     p_ids = placement.layer_ids
     t_ids = np.asarray(trace.layer_ids)
     if np.array_equal(p_ids, t_ids):

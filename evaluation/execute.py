@@ -11,7 +11,7 @@ import numpy as np
 
 from eplb.args import check_int
 from eplb.errors import InputError
-from eplb.evaluation.align import check_placement, check_trace
+from eplb.evaluation.align import check_placement, check_trace, moe_rows
 from eplb.executor.run import DEFAULT_TOKENS, ExecuteReport, default_row, execute, row_of
 from eplb.placement import Placement
 from eplb.traces.model import Trace
@@ -56,13 +56,16 @@ def execute_trace(
       tokens grow); ``top_k`` defaults to the trace's ``meta["top_k"]``.
 
     ``num_groups`` (and, with it, ``topk_groups``) default to the trace's ``meta``. Other
-    keywords (``num_tokens``, ``hidden``, ``policy``, ``seed``, ...) go to ``execute``.
+    keywords (``num_tokens``, ``hidden``, ``policy``, ``seed``, ...) go to ``execute``. A
+    placement keyed by MoE-layer index (a vLLM file) takes the trace's layer ids
+    (`evaluation.align.moe_rows`), so ``layer`` is a model layer id then too.
     """
     check_placement(placement)
     if trace is None:
         return execute(placement, layer=layer, top_k=top_k, num_groups=num_groups,
                        topk_groups=topk_groups, **kwargs)
     check_trace(trace)
+    placement = moe_rows(placement, trace)  # a vLLM file's MoE indices -> the trace's layers
     row = row_of(placement, layer) if layer is not None else \
         default_row(placement, trace.layer_ids)
     trow = trace_row(placement, trace, row)
