@@ -427,3 +427,23 @@ def test_several_dumps_are_stacked_as_windows(tmp_path, capsys):
     assert main(["advise", str(a), str(other), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("eplb: error:"), err
+
+
+@pytest.mark.parametrize("topology, policy", [("4x8", "hierarchical"), ("9x8", "global")])
+def test_groups_used_are_named_with_their_source(tmp_path, capsys, topology, policy):
+    """advise passes the model preset's expert groups (deepseek_v3: 8) to the solver, so the
+    deepseek rows are hierarchical where the groups divide the nodes and global otherwise: the
+    heading and a note name the groups and their source, and the JSON meta carries them."""
+    args = ["advise", str(_dump(tmp_path)), "--topology", topology, "--slots", "288",
+            "--tokens-per-rank", "16", "--redundant", "0", "--levers", "rebalance",
+            "--max-tokens", "32"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert "solver deepseek; 8 expert groups from the model preset" in head, head
+    note = next(ln for ln in out.splitlines() if ln.startswith("expert groups: 8"))
+    assert "model preset deepseek_v3" in note and f"the {policy} policy" in note, note
+    assert main([*args, "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["meta"]["groups"]
+    assert groups == {"num_groups": 8, "topk_groups": 4, "source": "model preset deepseek_v3",
+                      "nodes": int(topology[0]), "solver_policy": policy}

@@ -308,7 +308,8 @@ class Advice:
         head = [
             f"eplb advise: {m['phase']} on {m['topology']} x {m['slots']} slots, {m['hardware']}, "
             f"{m['model']}, {m['tokens_per_rank']} tokens per rank, solver "
-            f"{_solver_label(m['solver'], m['solver_options'])}; loads measured from "
+            f"{_solver_label(m['solver'], m['solver_options'])}; {m['groups']['num_groups']} "
+            f"expert groups from the model preset (see notes); loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
             "",
@@ -481,6 +482,34 @@ def _load_of(dump, model) -> tuple[np.ndarray, dict]:
     emax = float((load.max(1)[ok] / mean[ok]).mean())
     return load, {"source": source, "windows": int(counts.shape[0]), "layers": int(L),
                   "expert_max_over_mean": emax}
+
+
+def _groups_used(ctx: Context) -> tuple[dict, str]:
+    """The expert groups every solved row was placed with, where they came from, and what the
+    solver made of them: ``(meta, note)``. The groups are the model preset's (``num_groups``
+    is passed to the solver); ``deepseek`` is DeepSeek's hierarchical policy when they are a
+    multiple of the nodes and its global policy otherwise, so its rows differ by topology."""
+    m = ctx.model
+    policies = sorted({p.meta.get("solver", {}).get("policy") for p in ctx.solved.values()}
+                      & {"hierarchical", "global"})  # deepseek's record of what it did
+    meta = {"num_groups": int(m.num_groups), "topk_groups": int(m.topk_groups),
+            "source": f"model preset {m.name}", "nodes": int(ctx.nodes),
+            "solver_policy": policies[0] if len(policies) == 1 else policies or None}
+    note = (f"expert groups: {m.num_groups} (a token picks experts from {m.topk_groups} of "
+            f"them), from the model preset {m.name} (--model), passed as num_groups to solver "
+            f"{ctx.solver_label} for every row it places")
+    if ctx.solver == "deepseek" or policies:
+        fits = m.num_groups % ctx.nodes == 0
+        why = (f"{m.num_groups} groups are a multiple of the {ctx.nodes} nodes" if fits else
+               f"{m.num_groups} groups are not a multiple of the {ctx.nodes} nodes")
+        if policies:
+            note += f"; its rows use the {'/'.join(policies)} policy"
+            if ctx.solver == "deepseek":
+                note += f" ({why}: DeepSeek's hierarchical policy needs that)"
+        elif ctx.solver == "deepseek":  # no row solved here
+            note += (f"; a {ctx.solver} row would use the "
+                     f"{'hierarchical' if fits else 'global'} policy ({why})")
+    return meta, note + "."
 
 
 def _solver_label(solver: str, options: Mapping[str, Any]) -> str:
@@ -687,13 +716,15 @@ def advise(
         f"break-even: searched on powers of two up to {top:,} tokens per rank, refined by "
         "bisection; NaN = does not pay up to there.",
     ]
+    groups, groups_note = _groups_used(ctx)
+    notes.append(groups_note)
     notes += ctx.notes
     if phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
     meta = {**measured, "phase": phase, "topology": topology, "slots": topo.num_slots,
             "hardware": hw.name, "model": m.name, "tokens_per_rank": tokens_per_rank,
             "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
-            "solver_options": solver_options,
+            "solver_options": solver_options, "groups": groups,
             "migration": migration, "migration_gbps": float(migration_gbps),
             "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
             **ctx.meta, "notes": notes}
