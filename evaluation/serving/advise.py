@@ -59,7 +59,9 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "balance_bound": ("max/mean", COMPUTED,
                       "lower bound on balance for any placement on these slots: per layer "
                       "max(1, heaviest expert / min(GPUs, slots - experts + 1) / mean GPU "
-                      "load), averaged over layers"),
+                      "load), averaged over layers (the bound row's balance 1 is perfect "
+                      "balance at today's slots and KV, not reachable by placement; it "
+                      "ignores KV freed by craft)"),
     "tokens_per_rank": ("tokens", INPUT,
                         "tokens per rank per step (decode: running requests per rank, after the "
                         "KV-cache cap)"),
@@ -265,8 +267,19 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     return _on_today_and_rebalanced(ctx, "dispatch_duplicate", "duplicate", dispatch=DUPLICATE)
 
 
+BOUND_NOTE = (
+    "bound: perfect balance (balance 1) at today's slots and KV cache: a reference, not "
+    "reachable by any placement (balance_bound is the lower bound for a placement, above 1 "
+    "where a hot expert cannot be split enough), and it ignores KV cache freed by craft's "
+    "empty slots, so a craft row can beat its throughput."
+)
+
+
 def lever_balanced(ctx: Context) -> list[Option]:
-    """Perfectly balanced routing on today's slots: the bound no placement beats."""
+    """Perfect balance (every GPU the mean load) at today's slots and KV cache: a reference,
+    not reachable by placement (``balance_bound`` may be above 1), ignoring KV cache that
+    ``craft`` frees (a craft row can beat it). Says so in a note."""
+    ctx.notes.append(BOUND_NOTE)
     return [Option("bound", "perfect balance", ctx.slots, None)]
 
 
