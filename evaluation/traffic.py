@@ -401,9 +401,9 @@ def _expected_visits(
             grp = base + gid[phy2log][:, None, :]  # [L, G, P]
             wg = _merged_share(phy2log, share, S)  # [L, P]
             wn = _merged_share(phy2log, share, S * topo.gpus_per_node)
-            miss_g = _log_miss(np.log1p(-r_slot * wg[:, None, :]),
+            miss_g = _log_miss(np.log1p(-np.minimum(r_slot * wg[:, None, :], 1.0)),
                                grp * G + topo.gpu_of_slot[None, None, :], q, G)
-            miss_n = _log_miss(np.log1p(-r_slot * wn[:, None, :]),
+            miss_n = _log_miss(np.log1p(-np.minimum(r_slot * wn[:, None, :], 1.0)),
                                grp * N + topo.node_of_slot[None, None, :], q, N)
     visits = tokens[..., None] * -np.expm1(miss_g)
     node_visits = tokens[..., None] * -np.expm1(miss_n)
@@ -634,6 +634,10 @@ def _lp_expected(placement: Placement, src, r, q, gid, tick=None):
         w = np.minimum(w, 1.0)
         wn = np.zeros((G, E, N))
         np.add.at(wn.transpose(2, 0, 1), node, w.transpose(2, 0, 1))
+        # a pick lands on one GPU, so its node shares sum to at most 1; float sums of the
+        # GPU shares may exceed that by an ulp, which with r = 1 (an expert in every token's
+        # top-k) made log1p(-r * wn) NaN: clipped, a certain pick gives log 0 = -inf (exact)
+        wn = np.minimum(wn, 1.0)
         rr = r[layer][..., None]
         ql = q[layer : layer + 1]
         miss_g[layer] = _log_miss(np.log1p(-rr * w)[None], (base * G + np.arange(G))[None],

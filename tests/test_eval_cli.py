@@ -193,6 +193,24 @@ def test_evaluate_lp_progress_and_quiet(files, capsys):
     assert quiet.err == "" and quiet.out == shown.out
 
 
+def test_evaluate_lp_heavy_tailed_dump_prints_no_nan(tmp_path, capsys):
+    """``evaluate --dispatch lp`` on a dump without top_k (8 assumed) whose hottest experts
+    hold more than 1/8 of a layer's picks printed ``nan`` RDMA bytes and all-to-all time."""
+    rng = np.random.default_rng(0)
+    counts = rng.lognormal(5, 2, (48, 160)).round().astype(int)
+    (tmp_path / "d.json").write_text(json.dumps({"logical_count": counts.tolist()}))
+    assert main(["solve", str(tmp_path / "d.json"), "--topology", "2x8", "--slots", "176",
+                 "--solver", "greedy", "-o", str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    with np.errstate(all="raise"):
+        assert main(["evaluate", str(tmp_path / "m.json"), str(tmp_path / "d.json"),
+                     "--dispatch", "lp", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower()
+    rdma = next(ln for ln in out.splitlines() if ln.startswith("RDMA bytes"))
+    assert float(rdma.split()[2].replace(",", "")) > 0, rdma
+
+
 def test_replay_and_execute_counts_use_thousands_separators(tmp_path, capsys):
     """Issue 22, one number format: the replicas moved in all and the bytes moved (replay) and
     the copies per phase (execute) print thousands separators like every other count."""

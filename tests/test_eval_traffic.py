@@ -532,3 +532,29 @@ def test_simulate_trace_picks_the_most_exact_source():
     assert simulate_trace(p, trace, source="load").meta["top_k"] == 2
     with pytest.raises(InputError, match="no per-rank source_counts"):
         simulate_trace(p, trace, source="source_counts")
+
+
+@pytest.mark.parametrize("policy", ["lp", "even", "weighted"])
+def test_counts_mode_with_an_expert_in_every_token_is_finite(policy):
+    """Heavy-tailed counts under the assumed top-8: some experts hold more than 1/8 of a
+    layer's picks (inclusion clipped to 1). Float sums of an expert's per-GPU shares over a
+    node then exceeded 1 by an ulp and ``lp`` gave NaN RDMA bytes and all-to-all time (`eplb
+    evaluate --dispatch lp`); a certain pick is now exactly certain, and a placement on one
+    node sends exactly no RDMA."""
+    from eplb import solvers
+
+    rng = np.random.default_rng(0)
+    load = rng.lognormal(5, 2, (48, 160)).round()
+    assert (load.max(1) / load.sum(1)).max() > 1 / 8  # the case: clipped inclusions
+    for topo, slots in ((Topology(2, 8, 11), 176), (Topology(1, 8, 22), 176)):
+        p = solvers.solve("greedy", load, topo)
+        assert p.topology.num_slots == slots
+        with np.errstate(all="raise"):  # no `invalid value` warning either
+            r = simulate(p, load=load, policy=policy)
+        assert r.meta["clipped_inclusions"] > 0
+        for a in (r.rdma_bytes, r.nvlink_bytes, r.alltoall_seconds):
+            assert np.isfinite(a).all()
+        if topo.num_nodes == 1:
+            assert (r.rdma_bytes == 0).all()
+        else:
+            assert (r.rdma_bytes > 0).all()

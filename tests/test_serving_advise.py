@@ -427,3 +427,44 @@ def test_several_dumps_are_stacked_as_windows(tmp_path, capsys):
     assert main(["advise", str(a), str(other), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("eplb: error:"), err
+
+
+@pytest.mark.parametrize("topology, policy", [("4x8", "hierarchical"), ("9x8", "global")])
+def test_groups_used_are_named_with_their_source(tmp_path, capsys, topology, policy):
+    """advise passes the model preset's expert groups (deepseek_v3: 8) to the solver, so the
+    deepseek rows are hierarchical where the groups divide the nodes and global otherwise: the
+    heading and a note name the groups and their source, and the JSON meta carries them."""
+    args = ["advise", str(_dump(tmp_path)), "--topology", topology, "--slots", "288",
+            "--tokens-per-rank", "16", "--redundant", "0", "--levers", "rebalance",
+            "--max-tokens", "32"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert "solver deepseek; 8 expert groups from the model preset" in head, head
+    note = next(ln for ln in out.splitlines() if ln.startswith("expert groups: 8"))
+    assert "model preset deepseek_v3" in note and f"the {policy} policy" in note, note
+    assert main([*args, "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["meta"]["groups"]
+    assert groups == {"num_groups": 8, "topk_groups": 4, "source": "model preset deepseek_v3",
+                      "nodes": int(topology[0]), "solver_policy": policy}
+
+
+def test_bound_row_says_it_is_perfect_balance_not_a_placement(small, tmp_path, capsys):
+    """The bound row has balance 1 while balance_bound (any placement's lower bound) may be
+    above 1, and craft's freed KV cache can beat its throughput: its note, the column help and
+    the lever table say what the row is."""
+    row = small.table.set_index("lever").loc["bound"]
+    assert row["balance"] == 1.0 and row["balance_bound"] >= 1.0
+    note = next(n for n in small.meta["notes"] if n.startswith("bound:"))
+    for words in ("perfect balance", "today's slots and KV", "not reachable by any placement",
+                  "ignores KV cache freed by craft"):
+        assert words in note, note
+    assert "not reachable by placement" in COLUMNS["balance_bound"][2]
+    assert "ignores KV freed by craft" in COLUMNS["balance_bound"][2]
+    args = ["advise", str(_dump(tmp_path)), "--topology", "2x8", "--slots", "256",
+            "--tokens-per-rank", "16", "--redundant", "0", "--levers", "bound",
+            "--max-tokens", "32"]
+    assert main(args) == 0
+    assert note in capsys.readouterr().out.splitlines()
+    assert main([*args[:-4], "--levers", "rebalance", *args[-2:]]) == 0  # no bound row: no note
+    assert not any(ln.startswith("bound:") for ln in capsys.readouterr().out.splitlines())

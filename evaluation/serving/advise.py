@@ -59,7 +59,9 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "balance_bound": ("max/mean", COMPUTED,
                       "lower bound on balance for any placement on these slots: per layer "
                       "max(1, heaviest expert / min(GPUs, slots - experts + 1) / mean GPU "
-                      "load), averaged over layers"),
+                      "load), averaged over layers (the bound row's balance 1 is perfect "
+                      "balance at today's slots and KV, not reachable by placement; it "
+                      "ignores KV freed by craft)"),
     "tokens_per_rank": ("tokens", INPUT,
                         "tokens per rank per step (decode: running requests per rank, after the "
                         "KV-cache cap)"),
@@ -265,8 +267,19 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     return _on_today_and_rebalanced(ctx, "dispatch_duplicate", "duplicate", dispatch=DUPLICATE)
 
 
+BOUND_NOTE = (
+    "bound: perfect balance (balance 1) at today's slots and KV cache: a reference, not "
+    "reachable by any placement (balance_bound is the lower bound for a placement, above 1 "
+    "where a hot expert cannot be split enough), and it ignores KV cache freed by craft's "
+    "empty slots, so a craft row can beat its throughput."
+)
+
+
 def lever_balanced(ctx: Context) -> list[Option]:
-    """Perfectly balanced routing on today's slots: the bound no placement beats."""
+    """Perfect balance (every GPU the mean load) at today's slots and KV cache: a reference,
+    not reachable by placement (``balance_bound`` may be above 1), ignoring KV cache that
+    ``craft`` frees (a craft row can beat it). Says so in a note."""
+    ctx.notes.append(BOUND_NOTE)
     return [Option("bound", "perfect balance", ctx.slots, None)]
 
 
@@ -308,7 +321,8 @@ class Advice:
         head = [
             f"eplb advise: {m['phase']} on {m['topology']} x {m['slots']} slots, {m['hardware']}, "
             f"{m['model']}, {m['tokens_per_rank']} tokens per rank, solver "
-            f"{_solver_label(m['solver'], m['solver_options'])}; loads measured from "
+            f"{_solver_label(m['solver'], m['solver_options'])}; {m['groups']['num_groups']} "
+            f"expert groups from the model preset (see notes); loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
             "",
@@ -487,6 +501,34 @@ def _cell(x: float) -> str:
     """A table cell: 4 significant digits below 1,000, whole numbers with separators above
     (``32,280``, never ``3.228e+04``)."""
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.4g}"
+
+
+def _groups_used(ctx: Context) -> tuple[dict, str]:
+    """The expert groups every solved row was placed with, where they came from, and what the
+    solver made of them: ``(meta, note)``. The groups are the model preset's (``num_groups``
+    is passed to the solver); ``deepseek`` is DeepSeek's hierarchical policy when they are a
+    multiple of the nodes and its global policy otherwise, so its rows differ by topology."""
+    m = ctx.model
+    policies = sorted({p.meta.get("solver", {}).get("policy") for p in ctx.solved.values()}
+                      & {"hierarchical", "global"})  # deepseek's record of what it did
+    meta = {"num_groups": int(m.num_groups), "topk_groups": int(m.topk_groups),
+            "source": f"model preset {m.name}", "nodes": int(ctx.nodes),
+            "solver_policy": policies[0] if len(policies) == 1 else policies or None}
+    note = (f"expert groups: {m.num_groups} (a token picks experts from {m.topk_groups} of "
+            f"them), from the model preset {m.name} (--model), passed as num_groups to solver "
+            f"{ctx.solver_label} for every row it places")
+    if ctx.solver == "deepseek" or policies:
+        fits = m.num_groups % ctx.nodes == 0
+        why = (f"{m.num_groups} groups are a multiple of the {ctx.nodes} nodes" if fits else
+               f"{m.num_groups} groups are not a multiple of the {ctx.nodes} nodes")
+        if policies:
+            note += f"; its rows use the {'/'.join(policies)} policy"
+            if ctx.solver == "deepseek":
+                note += f" ({why}: DeepSeek's hierarchical policy needs that)"
+        elif ctx.solver == "deepseek":  # no row solved here
+            note += (f"; a {ctx.solver} row would use the "
+                     f"{'hierarchical' if fits else 'global'} policy ({why})")
+    return meta, note + "."
 
 
 def _solver_label(solver: str, options: Mapping[str, Any]) -> str:
@@ -693,13 +735,15 @@ def advise(
         f"break-even: searched on powers of two up to {top:,} tokens per rank, refined by "
         "bisection; NaN = does not pay up to there.",
     ]
+    groups, groups_note = _groups_used(ctx)
+    notes.append(groups_note)
     notes += ctx.notes
     if phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
     meta = {**measured, "phase": phase, "topology": topology, "slots": topo.num_slots,
             "hardware": hw.name, "model": m.name, "tokens_per_rank": tokens_per_rank,
             "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
-            "solver_options": solver_options,
+            "solver_options": solver_options, "groups": groups,
             "migration": migration, "migration_gbps": float(migration_gbps),
             "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
             **ctx.meta, "notes": notes}
