@@ -124,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
     placement, report, balance = ev.placement, ev.traffic, ev.balance
     from eplb.evaluation.traffic import trace_ranks  # lazy: the library loads with the verb
 
+    ranks, gpus = trace_ranks(trace), placement.topology.num_gpus  # a trace's source ranks
     if args.save_slots is not None:
         if report.slots is None:
-            ranks, gpus = trace_ranks(trace), placement.topology.num_gpus
             if trace.topk_ids is not None and ranks and gpus % ranks:
                 raise InputError(
                     f"--save-slots: the trace's {ranks} source ranks do not divide the {gpus} "
@@ -159,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     totals, per, layer_tokens = ev.totals, ev.per_token_layer, ev.layer_tokens
     mode = {"tokens": "exact (token-level)", "source_counts": "expected (per-rank counts)",
             "load": "expected (sources spread evenly)"}[report.mode]
-    ranks, gpus = trace_ranks(trace), placement.topology.num_gpus
     if report.mode == "load" and ranks and gpus % ranks:  # per-rank data the model cannot use
         mode += (f"; the trace's {ranks} source ranks do not divide the {gpus} GPUs, so its "
                  f"per-rank counts are unused (evaluate on a multiple of {ranks} GPUs to use them)")

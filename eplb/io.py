@@ -27,7 +27,7 @@ FORMATS = ("native", "npz", "sglang", "trtllm", "vllm")
 VLLM_RECORD = "eplb_initial_mapping"  # vLLM offline EPLB (PR #41141): docs/deployment.md
 # meta["source"]["layer_ids"] of a placement whose layer ids are MoE-layer indices (a vLLM
 # file read without layer_ids=), not model layer ids: see evaluation.align.moe_rows
-MOE_INDEX = "moe_index"  # = eplb.evaluation.align.MOE_INDEX
+MOE_INDEX = "moe_index"
 _MAGIC = "eplb.placement"
 _VERSION = 1
 _META_BLOCKS = ("solver", "source", "metrics")

@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike
 
 from eplb.args import as_int_array, check_opt_int, check_type
 from eplb.errors import InputError, PlacementError, TraceError
+from eplb.io import MOE_INDEX
 from eplb.placement import Placement
 from eplb.traces.model import Trace
 
@@ -43,9 +44,6 @@ def check_num_groups(num_groups: Any, num_experts: int, name: str = "num_groups"
         raise InputError(f"{name} {num_groups} does not divide the {num_experts} experts "
                          "(groups are equal blocks of experts)")
     return num_groups
-
-
-MOE_INDEX = "moe_index"  # = eplb.io.MOE_INDEX (kept here so this module needs no eplb.io)
 
 
 def moe_rows(placement: Placement, trace: Trace) -> Placement:

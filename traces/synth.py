@@ -340,11 +340,14 @@ def token_level(target: Trace | ArrayLike, *, num_tokens: int = 4096,
             raise TraceError("target must be a Trace or a non-negative finite load[L, E]") from None
     if load.ndim != 2 or 0 in load.shape or not np.isfinite(load).all() or (load < 0).any():
         raise TraceError("target must be a Trace or a non-negative finite load[L, E]")
-    given = {"num_groups": num_groups, "topk_groups": topk_groups, "top_k": top_k}
-    for key, default in (("num_groups", 8), ("topk_groups", 4), ("top_k", 8)):
-        if given[key] is None:
-            given[key] = base_meta.get(key) if base_meta.get(key) is not None else default
-    num_groups, topk_groups, top_k = given["num_groups"], given["topk_groups"], given["top_k"]
+    def routing(value: int | None, key: str, default: int) -> int:  # given, target's, default
+        if value is not None:
+            return value
+        return base_meta[key] if base_meta.get(key) is not None else default
+
+    num_groups = routing(num_groups, "num_groups", 8)
+    topk_groups = routing(topk_groups, "topk_groups", 4)
+    top_k = routing(top_k, "top_k", 8)
     _check_sizes(num_tokens=num_tokens, num_groups=num_groups, topk_groups=topk_groups,
                  top_k=top_k, num_ranks=num_ranks, iterations=iterations)
     L, E = load.shape
