@@ -24,7 +24,7 @@ __all__ = ["Cluster"]
 class Cluster:
     """The handlers of the ``prefill`` and ``decode`` units' events and of arrivals, over the
     router ``router``. ``on_*(arg, t)`` handle one event and return what they schedule;
-    `flush` routes the requests that arrived by ``t``; `resume` and `reroute` serve EPLB and
+    `flush` routes the requests that arrived by ``t``; `resume` and `after_fault` serve EPLB and
     faults."""
 
     def __init__(self, prefill: Sequence[PrefillUnit], decode: Sequence[DecodeUnit],
@@ -100,7 +100,7 @@ class Cluster:
             self._start_decode(unit, t, out)
         return out
 
-    def reroute(self, t: float) -> list[Event]:
+    def after_fault(self, t: float) -> list[Event]:
         """After a failure: the prefill and decode queues are offered again and every free
         prefill unit steps."""
         out: list[Event] = []

@@ -69,7 +69,7 @@ class Faults:
         self.records.faults.append(row)
         if not unit.alive.any():
             unit.dead = True
-        return out + self.cluster.reroute(t)
+        return out + self.cluster.after_fault(t)
 
     def emergency(self, unit: Unit, t: float, row: dict) -> list[Event]:
         """The failed GPUs' slots empty at once (surviving replicas take their tokens); experts

@@ -31,25 +31,37 @@ def route(st: RouterState, req: Requests, rec: Records, units: Sequence[PrefillU
     arrival) to the prefill balancer; the placed ones join their rank's queue (their cached
     prefix loading from the store first), the rest wait in order. Returns the units that were
     given requests, in index order."""
-    s = st.settings
     changed = st.p_version != st.p_offered
-    offer, old, skipped = offer_head(s.policy, st.p_wait, changed, [*late, *fresh], OFFER_CAP)
+    offer, old, skipped = offer_head(st.settings.policy, st.p_wait, changed, [*late, *fresh],
+                                     OFFER_CAP)
     if st.p_wait and changed:
         st.p_offered = st.p_version
-    n_late = len(late) if not skipped else 0
     if not offer:
         st.p_wait.extend(skipped)
         return []
     idx = np.fromiter(offer, dtype=np.int64, count=len(offer))
+    ranks, store_tok = _balance(st, req, idx)
+    n_late = len(late) if not skipped else 0
+    started = _hand_over(st, req, rec, units, t, idx, ranks, store_tok, old + n_late)
+    requeue(st.p_wait, offer, old, ranks)
+    st.p_wait.extend(skipped)
+    return started
+
+
+def _balance(st: RouterState, req: Requests, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill balancer's ranks for the requests ``idx: int64[m]`` (-1: none; ``lpm``
+    offers the longest cached prefix first) and their prefix tokens in the store,
+    ``(ranks, store_tok): int64[m]`` in ``idx``'s order."""
+    s = st.settings
     L = req.p_len[idx]
-    bs = s.block_size
     if req.hashes is not None:
         match = st.store.match
         hs = req.hashes
-        store_blocks = np.array([match(hs[i], touch=False) for i in offer], dtype=np.int64)
+        store_blocks = np.array([match(hs[i], touch=False) for i in idx.tolist()],
+                                dtype=np.int64)
     else:
         store_blocks = np.zeros(idx.size, dtype=np.int64)
-    store_tok = np.minimum(store_blocks * bs, L - 1)
+    store_tok = np.minimum(store_blocks * s.block_size, L - 1)
     perm = None
     if s.policy == "lpm" and idx.size > 1:
         perm = np.argsort(-store_tok, kind="stable")  # longest cached prefix first
@@ -70,19 +82,31 @@ def route(st: RouterState, req: Requests, rec: Records, units: Sequence[PrefillU
     pu = s.prefill
     o_ranks = assign(s.policy, pu.balancer, batch, st.p_state, st.p_rng, pu.balancer_options)
     if perm is None:
-        ranks = o_ranks
-    else:
-        ranks = np.empty_like(o_ranks)
-        ranks[perm] = o_ranks
+        return o_ranks, store_tok
+    ranks = np.empty_like(o_ranks)
+    ranks[perm] = o_ranks
+    return ranks, store_tok
+
+
+def _hand_over(st: RouterState, req: Requests, rec: Records, units: Sequence[PrefillUnit],
+               t: float, idx: np.ndarray, ranks: np.ndarray, store_tok: np.ndarray,
+               first_fresh: int) -> list[int]:
+    """The requests ``idx`` placed on ``ranks`` (global; -1: not placed) join their unit's
+    queue at ``t``: their cached prefix is the store's (``store_tok``) or the rank's own
+    cache's if longer (the balancer's view corrected), the store's part loads first (one load
+    at a time per rank); recorded. ``idx[first_fresh:]`` not retried are routed at their
+    arrival. Returns the units given requests, in index order."""
+    s = st.settings
     state = st.p_state
+    L = req.p_len[idx]
     started = set()
     ranks_l, store_l, L_l = ranks.tolist(), store_tok.tolist(), L.tolist()
     fresh_l = (req.retries[idx] == 0).tolist()
     arrival, hashes, local = req.arrival_l, req.hashes, st.local
     store_match = st.store.match
-    Gp, kvb, load_bw, loader_busy = s.Gp, s.kv_bytes, s.load_bw, st.loader_busy
+    Gp, bs, kvb, load_bw, loader_busy = s.Gp, s.block_size, s.kv_bytes, s.load_bw, st.loader_busy
     sel, cached, loaded, routed_s, units_, ranks_ = [], [], [], [], [], []
-    for j, i in enumerate(offer):
+    for j, i in enumerate(idx.tolist()):
         g = ranks_l[j]
         if g < 0:
             continue
@@ -100,7 +124,7 @@ def route(st: RouterState, req: Requests, rec: Records, units: Sequence[PrefillU
             u0, u1 = Lj - c_store, Lj - c
             state.queued_tokens[g] -= u0 - u1
             state.attention_cost[g] += u1 * (c + u1 / 2) - u0 * (c_store + u0 / 2)
-        routed = arrival[i] if j >= old + n_late and fresh_l[j] else t
+        routed = arrival[i] if j >= first_fresh and fresh_l[j] else t
         ready = routed
         load_tok = c_store - c_local if c_store > c_local else 0
         if load_tok > 0:
@@ -123,6 +147,4 @@ def route(st: RouterState, req: Requests, rec: Records, units: Sequence[PrefillU
         req.p_unit[got] = units_
         req.p_rank[got] = ranks_
         req.p_blocks[got] = -(-L[sel] // bs)
-    requeue(st.p_wait, offer, old, ranks)
-    st.p_wait.extend(skipped)
     return sorted(started)
