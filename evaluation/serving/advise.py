@@ -577,7 +577,8 @@ def advise(
     ``tokens_per_rank``: prefill tokens per rank per step (default 16,384) or decode running
     requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
     ``input_tokens`` tokens. ``previous``: today's placement (a `Placement` or a placement
-    file; default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
+    file, its rows matched to the model's MoE layers by layer id: `placements.fit_placement`;
+    default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
     ``E + N`` rows. ``solver`` places every row that solves (rebalance, redundant, and the
     rebalanced rows of the per-batch levers) with ``solver_options`` (its ``**options``, e.g.
     ``{"graph": "torus"}`` for ``lplb``; checked by `solvers.resolve`). Rebalancing copies
