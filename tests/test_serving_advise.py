@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -133,6 +134,50 @@ def test_previous_placement_that_is_the_solution_moves_nothing(tmp_path):
                levers=["rebalance"], max_tokens=64)
     row = a.table.set_index("lever").loc["rebalance"]
     assert row["bytes_moved_gb"] == 0.0 and row["copy_s"] == 0.0
+
+
+def _solution_files(tmp_path, load):
+    """The placement deepseek solves on ``load`` (2 x 8 GPUs, 256 slots), written twice with
+    model layer ids 3..60: rows in layer order, and the same rows shuffled."""
+    from eplb import solvers
+    from eplb.io import write_placement
+    from eplb.placement import Placement
+    from eplb.topology import Topology
+
+    p = solvers.solve("deepseek", load, Topology(2, 8, 16), num_groups=8, seed=0)
+    ids = np.arange(3, 3 + L)
+    perm = np.random.default_rng(0).permutation(L)
+    assert not (perm == np.arange(L)).all()
+    paths = tmp_path / "sorted.json", tmp_path / "shuffled.json"
+    write_placement(Placement(p.phy2log, E, p.topology, None, p.meta, ids), paths[0])
+    write_placement(Placement(p.phy2log[perm], E, p.topology, None, p.meta, ids[perm]), paths[1])
+    return paths
+
+
+def test_previous_file_rows_in_any_layer_order(tmp_path):
+    """A placement file's rows are matched to the model's layers by their layer ids, whatever
+    order the file lists them in (advise applied them in file order: on a shuffled file that
+    is the solution, "today" ran a scrambled placement and rebalancing moved ~593 GB)."""
+    load = _load(3)
+    tables = [advise(load, "2x8", 256, previous=str(path), tokens_per_rank=16,
+                     levers=["rebalance"], max_tokens=64).table
+              for path in _solution_files(tmp_path, load)]
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    row = tables[1].set_index("lever").loc["rebalance"]
+    assert row["bytes_moved_gb"] == 0.0 and row["copy_s"] == 0.0
+
+
+def test_cli_previous_file_rows_in_any_layer_order(tmp_path, capsys):
+    load = _load(1)
+    dump = _dump(tmp_path, load)
+    rows = []
+    for path in _solution_files(tmp_path, load):
+        assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                     "--tokens-per-rank", "16", "--levers", "rebalance", "--max-tokens", "64",
+                     "--previous", str(path), "--json"]) == 0
+        rows.append(json.loads(capsys.readouterr().out)["rows"])
+    assert rows[0] == rows[1]
+    assert [r["bytes_moved_gb"] for r in rows[1]] == [0.0, 0.0]
 
 
 def test_overlap_migration_does_not_stall():

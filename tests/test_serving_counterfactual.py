@@ -9,12 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eplb import solvers
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import counterfactual as C
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
 from eplb.evaluation.serving.intervals import ci_table, mean_ci
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.io import write_placement
 from eplb.placement import Placement
 from eplb.tolerance import REL_TOL
 from tests.test_serving_sim import small_config, small_workload
@@ -70,6 +72,25 @@ def test_replay_of_the_driver_is_the_closed_loop_run(frame):
     parts = mine[[f"{k}_s" for k in serving.steptime.BREAKDOWN]].sum(axis=1)
     np.testing.assert_allclose(parts, mine["step_s"], rtol=1e-9)
     assert (mine["d_step_s"] == 0).all()
+
+
+def test_replay_starts_from_the_initial_placement_file(tmp_path):
+    """``eplb.initial = FILE``: the replay starts from the file as the closed loop does, so
+    replaying the driver is the closed-loop run (it solved on the history instead)."""
+    cfg = small_config()
+    m = cfg.model_spec
+    load = np.random.default_rng(5).gamma(0.5, size=(m.moe_layers, m.num_experts)) + 0.01
+    path = tmp_path / "p.json"
+    write_placement(solvers.solve("greedy", load, cfg.topology("decode"), num_groups=8), path)
+    cfg = cfg.replace(eplb=EplbConfig(solver="static", initial=str(path)), name="file")
+    wl = small_workload(n=50, rate=6.0)
+    f = serving.compare({"file": cfg}, wl, seeds=[0], mode="counterfactual", progress=False)
+    closed = serving.simulate(cfg, wl, seed=0, progress=False).steps
+    key = ["phase", "unit", "step"]
+    steps = f.attrs["steps"]
+    mine = steps[steps["config"] == "file"].sort_values(key)
+    np.testing.assert_allclose(mine["step_s"].to_numpy(),
+                               closed.sort_values(key)["duration_s"].to_numpy())
 
 
 def test_paired_deltas_and_intervals(frame):

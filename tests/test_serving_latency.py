@@ -249,16 +249,16 @@ def tight():
                         input_sigma=0.3, output_sigma=0.3, hit_rate=None)
     checks = []
     orig = DecodeUnit.start
+    sim = Simulation(cfg, wl, 0, None, False, 10.0)
 
-    def start(self, sim, t):  # KV in use at every step boundary within the capacity
-        adm = sim.admission
+    def start(self, t):  # KV in use at every step boundary within the capacity
+        adm = sim.admission.state
         sl = slice(self.index * self.G, (self.index + 1) * self.G)
         checks.append(float((adm.d_prompt[sl] + self.kv).max()))
-        return orig(self, sim, t)
+        return orig(self, t)
 
     DecodeUnit.start = start
     try:
-        sim = Simulation(cfg, wl, 0, None, False, 10.0)
         res = sim.run()
     finally:
         DecodeUnit.start = orig
@@ -282,7 +282,7 @@ def test_retraction_conserves_requests_and_tokens(tight):
         r["output_tokens"].sum(), rel=1e-9
     )
     # nothing stays reserved or allocated once every request is done
-    adm = sim.admission
+    adm = sim.admission.state
     assert np.abs(adm.d_prompt).max() < 1e-6 and np.abs(adm.d_res_blocks).max() < 1e-6
     assert np.abs(adm.d_state.num_requests).max() < 1e-6
     assert (r["prefills"] == 1 + r["retractions"] + r["retries"]).all()

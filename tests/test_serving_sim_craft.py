@@ -42,8 +42,8 @@ def test_decode_kv_grows_by_the_freed_weights(pair):
     cfg = cr.cfg
     model, unit = cfg.model_spec, cfg.decode
     promise = unit.kv_capacity_tokens
-    assert np.all(uni.admission.kv_cap == promise)
-    assert np.all(uni.admission.d_state.kv_blocks_capacity == promise // cfg.kv.block_size)
+    assert np.all(uni.admission.state.kv_cap == promise)
+    assert np.all(uni.admission.state.d_state.kv_blocks_capacity == promise // cfg.kv.block_size)
     placement = cr.units["decode"][0].placement
     S = placement.topology.slots_per_gpu
     assert (placement.phy2log < 0).any()
@@ -52,8 +52,8 @@ def test_decode_kv_grows_by_the_freed_weights(pair):
     token_bytes = model.kv_bytes_per_token * model.num_layers
     assert freed_bytes > 0
     want = promise + freed_bytes // token_bytes
-    assert np.all(cr.admission.kv_cap == want)
-    assert np.all(cr.admission.d_state.kv_blocks_capacity == want // cfg.kv.block_size)
+    assert np.all(cr.admission.state.kv_cap == want)
+    assert np.all(cr.admission.state.d_state.kv_blocks_capacity == want // cfg.kv.block_size)
     assert cr.units["decode"][0].planner.max_gpu_slots == held
 
 

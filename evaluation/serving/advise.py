@@ -25,11 +25,8 @@ from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
-from eplb.evaluation.serving.simulator.planner import (
-    gpu_balance,
-    migration_bytes,
-    trivial_placement,
-)
+from eplb.evaluation.serving.placements import fit_placement, trivial_placement
+from eplb.evaluation.serving.simulator.planner import gpu_balance, migration_bytes
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig
 from eplb.placement import Placement
@@ -580,7 +577,8 @@ def advise(
     ``tokens_per_rank``: prefill tokens per rank per step (default 16,384) or decode running
     requests per rank (default 128) at ``kv_tokens`` context each; prefill prompts have
     ``input_tokens`` tokens. ``previous``: today's placement (a `Placement` or a placement
-    file; default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
+    file, its rows matched to the model's MoE layers by layer id: `placements.fit_placement`;
+    default the trivial one, slot p holds expert p mod E). ``redundant``: the N of the
     ``E + N`` rows. ``solver`` places every row that solves (rebalance, redundant, and the
     rebalanced rows of the per-batch levers) with ``solver_options`` (its ``**options``, e.g.
     ``{"graph": "torus"}`` for ``lplb``; checked by `solvers.resolve`). Rebalancing copies
@@ -592,8 +590,6 @@ def advise(
     search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
     Returns an `Advice` (``table``: one row per option, `COLUMNS`).
     """
-    from eplb.io import read_placement
-
     if phase not in ("prefill", "decode"):
         raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     m = get_model(model)
@@ -650,21 +646,7 @@ def advise(
     if previous is None:
         today = trivial_placement(m, topo)
     else:
-        today = previous if isinstance(previous, Placement) else read_placement(
-            previous, topology=topo, num_experts=m.num_experts)
-        if today.num_layers == m.num_layers and m.dense_layers:
-            today = Placement(today.phy2log[m.dense_layers:], today.num_experts,
-                              today.topology, None if today.replica_share is None
-                              else today.replica_share[m.dense_layers:], today.meta)
-        t = today.topology
-        if (today.num_layers, today.num_experts) != (m.moe_layers, m.num_experts) or (
-            t.num_nodes, t.gpus_per_node, t.num_slots) != (topo.num_nodes, topo.gpus_per_node,
-                                                           topo.num_slots):
-            raise InputError(
-                f"previous placement is {today.num_layers} layers x {today.num_experts} experts "
-                f"on {t.num_nodes}x{t.gpus_per_node} with {t.num_slots} slots; the deployment "
-                f"is {m.moe_layers} x {m.num_experts} on {topology} with {slots} slots"
-            )
+        today = fit_placement(previous, m, topo, what="previous placement")
     ctx = Context(phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, m, hw,
                   today, solver, red, seed, float(lp_overhead_s), duplicate, solver_options)
     opts: list[Option] = []

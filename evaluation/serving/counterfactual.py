@@ -27,9 +27,9 @@ import pandas as pd
 
 from eplb import runners
 from eplb.errors import InputError
-from eplb.evaluation.serving.config import ClusterConfig, EplbConfig
+from eplb.evaluation.serving.config import ClusterConfig, EplbConfig, EplbMode
 from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
-from eplb.evaluation.serving.simulator.loop import Simulation, build_units, check_args
+from eplb.evaluation.serving.simulator.loop import Simulation, build_engines, check_args
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.evaluation.serving.workload.model import Workload
 
@@ -78,7 +78,7 @@ def replay(config: ClusterConfig, log: Mapping, seed: int) -> tuple[pd.DataFrame
     step (`STEP_KEYS`) and the rebalances made."""
     model, eplb = config.model_spec, config.eplb
     pops = {ph: Popularity(config.routing, model, ph, seed) for ph in ("prefill", "decode")}
-    units = build_units(config, pops, seed)
+    units = build_engines(config, pops, seed)
     rows: list[tuple] = []
     rebalances: list[dict] = []
     interval = eplb.rebalance_interval_s
@@ -87,7 +87,7 @@ def replay(config: ClusterConfig, log: Mapping, seed: int) -> tuple[pd.DataFrame
         pop = pops[phase]
         for unit in units[phase]:
             planner = unit.planner
-            ideal = StepLoads(pop, unit.index, seed) if eplb.solver == "balanced" else None
+            ideal = StepLoads(pop, unit.index, seed) if eplb.mode is EplbMode.BALANCED else None
             unit.set_placement(
                 planner.initial(
                     lambda pop=pop: pop.mean(-eplb.history_s, 0.0),
@@ -103,7 +103,7 @@ def replay(config: ClusterConfig, log: Mapping, seed: int) -> tuple[pd.DataFrame
                     if unit.placement is None:
                         continue
                     future = pop.mean(tr, tr + interval)
-                    load = future if eplb.solver == "oracle" else unit.recorder.load(
+                    load = future if eplb.mode is EplbMode.ORACLE else unit.recorder.load(
                         tr - eplb.history_s, tr
                     )
                     plan = planner.plan(unit.placement, load, future)
@@ -195,9 +195,9 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     log = step_log(driver, task["workload"], seed, task["duration_s"])
     # the DP wait of each step with the experts perfectly balanced (`balanced_step`)
     done = {name: replay(cfg, log, seed) for name, cfg in named.items()
-            if cfg.eplb.solver == "balanced"}
+            if cfg.eplb.mode is EplbMode.BALANCED}
     ref = next(iter(done.values()), None) or replay(
-        driver.replace(eplb=EplbConfig(solver="balanced")), log, seed)
+        driver.replace(eplb=EplbConfig(solver=EplbMode.BALANCED.value)), log, seed)
     dp_ref = ref[0]["dp_wait_s"].to_numpy()
     rows, frames = [], []
     for name, cfg in named.items():

@@ -8,6 +8,8 @@ from eplb.evaluation.serving.config.presets import kv_capacity_tokens
 from eplb.evaluation.serving.config.schema import (
     DEFAULT_TOKEN_BUDGET,
     EplbConfig,
+    EplbMode,
+    InitialPlacement,
     KVConfig,
     RoutingConfig,
     SchedulerConfig,
@@ -19,7 +21,9 @@ __all__ = [
     "DEFAULT_TOKEN_BUDGET",
     "ClusterConfig",
     "EplbConfig",
+    "EplbMode",
     "GpuFailure",
+    "InitialPlacement",
     "KVConfig",
     "RoutingConfig",
     "SchedulerConfig",

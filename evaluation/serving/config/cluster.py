@@ -21,6 +21,7 @@ from eplb.evaluation.serving.config.schema import (
     DEFAULT_TOKEN_BUDGET,
     PHASES,
     EplbConfig,
+    EplbMode,
     KVConfig,
     RoutingConfig,
     SchedulerConfig,
@@ -158,7 +159,7 @@ class ClusterConfig:
                 )
             self._check_graph(model, "eplb.solver", graph,
                               "set eplb.options.graph or another eplb.solver")
-        if self.eplb.base_solver == "lplb" and self.eplb.solver in ("static", "oracle"):
+        if self.eplb.base_solver == "lplb" and self.eplb.mode in (EplbMode.STATIC, EplbMode.ORACLE):
             self._check_graph(model, "eplb.base_solver", "hypercube",
                               f"set another eplb.base_solver (eplb.solver {self.eplb.solver!r} "
                               "places with it and gives it no eplb.options, so its graph is "

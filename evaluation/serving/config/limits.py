@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.config.schema import EplbMode
 from eplb.safeload import check_size
 
 MAX_SIM_S = 1e7  # simulated seconds one run may span (about 116 days)
@@ -68,7 +69,7 @@ def check_work(config, workload, duration_s: float | None, bucket_s: float) -> N
     if duration_s is not None and duration_s > MAX_SIM_S:
         _finite("duration_s", float(duration_s), MAX_SIM_S)
     rebalances = horizon / float(config.eplb.rebalance_interval_s)
-    if config.eplb.solver != "static" and rebalances > MAX_REBALANCES:
+    if config.eplb.mode is not EplbMode.STATIC and rebalances > MAX_REBALANCES:
         raise InputError(
             f"eplb.rebalance_interval_s = {config.eplb.rebalance_interval_s:g} s implies "
             f"{rebalances:.3g} rebalances over {horizon:.3g} simulated s, over the limit of "

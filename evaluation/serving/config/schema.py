@@ -1,12 +1,15 @@
 """The blocks of a cluster config: `UnitConfig`, `EplbConfig`, `KVConfig`, `SLOConfig`,
-`RoutingConfig`, each validated on construction (one `InputError` naming the field)."""
+`RoutingConfig`, each validated on construction (one `InputError` naming the field); the typed
+choices an `EplbConfig` resolves its strings to once (`EplbMode`, `InitialPlacement`)."""
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from eplb import solvers
 from eplb.errors import InputError
@@ -18,8 +21,43 @@ from eplb.topology import RDMA_GBPS, Topology
 PHASES = ("prefill", "decode")
 MIGRATION_MODES = ("stall", "overlap")
 ROUTING_SOURCES = ("calibrated", "uniform", "trace")
-EXTRA_SOLVERS = ("static", "oracle", "balanced")
-INITIAL_PLACEMENTS = ("trivial", "history")
+
+
+class EplbMode(enum.Enum):
+    """What ``eplb.solver`` names (`EplbConfig.mode`): a registered solver that places from
+    the load the units record (``SOLVER``), or a pseudo-solver placing with ``eplb.base_solver``:
+    ``STATIC`` keeps the initial placement, ``ORACLE`` places on the coming interval's
+    expected load, ``BALANCED`` routes perfectly balanced (no placement, SGLang's "simulated
+    perfect EPLB")."""
+
+    SOLVER = "solver"
+    STATIC = "static"
+    ORACLE = "oracle"
+    BALANCED = "balanced"
+
+    @property
+    def rebalances(self) -> bool:
+        """Whether a unit places again every ``eplb.rebalance_interval_s``."""
+        return self in (EplbMode.SOLVER, EplbMode.ORACLE)
+
+    @property
+    def records_load(self) -> bool:
+        """Whether it places from the load the units record (a `simulator.recorder.Recorder`)."""
+        return self is EplbMode.SOLVER
+
+
+class InitialPlacement(enum.Enum):
+    """What ``eplb.initial`` names (`EplbConfig.initial_kind`): ``TRIVIAL`` (slot ``p`` holds
+    expert ``p mod E``), ``HISTORY`` (solved on the expected load before the start) or
+    ``FILE`` (the path of a placement file)."""
+
+    TRIVIAL = "trivial"
+    HISTORY = "history"
+    FILE = "file"
+
+
+EXTRA_SOLVERS = tuple(m.value for m in EplbMode if m is not EplbMode.SOLVER)
+INITIAL_PLACEMENTS = (InitialPlacement.TRIVIAL.value, InitialPlacement.HISTORY.value)
 EMERGENCY_MODES = ("patch", "repair", "resolve")
 DECODE_RESERVATION = ("before_prefill", "after_prefill")
 SCHEDULE_POLICIES = ("fcfs", "lpm", "first_fit")
@@ -201,6 +239,24 @@ class EplbConfig:
     emergency_tolerance: float = 0.02
     min_gain: float = 0.0
 
+    @cached_property
+    def mode(self) -> EplbMode:
+        """``solver`` resolved: a pseudo-solver or a registered one (`EplbMode`)."""
+        return EplbMode(self.solver) if self.solver in EXTRA_SOLVERS else EplbMode.SOLVER
+
+    @cached_property
+    def initial_kind(self) -> InitialPlacement:
+        """``initial`` resolved: ``trivial``, ``history`` or a placement file."""
+        if self.initial in INITIAL_PLACEMENTS:
+            return InitialPlacement(self.initial)
+        return InitialPlacement.FILE
+
+    @property
+    def placing_solver(self) -> str:
+        """The registered solver that places: ``solver``, or ``base_solver`` for a
+        pseudo-solver."""
+        return self.solver if self.mode is EplbMode.SOLVER else self.base_solver
+
     def check(self) -> None:
         names = (*solvers.available(), *EXTRA_SOLVERS)
         if self.solver not in names:
@@ -212,7 +268,7 @@ class EplbConfig:
                 f"eplb.base_solver {self.base_solver!r} is unknown; use one of "
                 f"{', '.join(solvers.available())}"
             )
-        if self.initial not in INITIAL_PLACEMENTS:
+        if self.initial_kind is InitialPlacement.FILE:
             _str("eplb.initial", self.initial)
             if not os.path.isfile(self.initial):
                 raise InputError(

@@ -1,4 +1,5 @@
-"""The simulator's events: kinds, and a time-ordered queue (a heap; ties in insertion order)."""
+"""The simulator's events: kinds, an `Event` (what a handler returns to be scheduled) and the
+time-ordered queue the loop owns (a heap; ties in insertion order)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ ARRIVE, P_END, D_END, P_WAKE, D_WAKE, REBAL, LIVE, FAULT, END = range(9)
 # events before which the requests that arrived by then are routed (only prefill events
 # change what the router reads)
 PREFILL_EVENTS = (ARRIVE, P_END, P_WAKE, FAULT, END)
+
+Event = tuple[float, int, object]
+"""``(time_s, kind, arg)``: an event a handler schedules (the loop pushes it)."""
 
 
 class EventQueue:

@@ -1,8 +1,9 @@
 """`simulate`: a discrete-event simulation of a PD-disaggregated MoE serving cluster.
 
 `Simulation` builds the cluster (prefill and decode units, the router, EPLB, faults, records)
-and `Simulation.run` is the event loop: it pops events in time order and hands each to the
-entity it concerns (docs/serving.md, "Simulator", lists the events and the system)."""
+and `Simulation.run` is the event loop: the one owner of the event queue, it pops events in
+time order, hands each to the entity it concerns and pushes the events the handler returns
+(docs/serving.md, "Simulator", lists the events and the system)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.serving import balancers
-from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig, limits
+from eplb.evaluation.serving.config import DEFAULT_TOKEN_BUDGET, ClusterConfig, EplbMode, limits
 from eplb.evaluation.serving.results.result import SimResult
-from eplb.evaluation.serving.simulator.admission import Admission
+from eplb.evaluation.serving.simulator.cluster import Cluster
 from eplb.evaluation.serving.simulator.decode import DecodeUnit
-from eplb.evaluation.serving.simulator.eplb_loop import EplbLoop, Recorder
+from eplb.evaluation.serving.simulator.eplb_loop import EplbLoop
 from eplb.evaluation.serving.simulator.events import (
     ARRIVE,
     D_END,
@@ -35,12 +36,15 @@ from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
 from eplb.evaluation.serving.simulator.faults import Faults
 from eplb.evaluation.serving.simulator.planner import Planner
 from eplb.evaluation.serving.simulator.prefill import PrefillUnit
+from eplb.evaluation.serving.simulator.recorder import Recorder
 from eplb.evaluation.serving.simulator.records import Records
 from eplb.evaluation.serving.simulator.requests import Requests
+from eplb.evaluation.serving.simulator.router import Admission
+from eplb.evaluation.serving.simulator.units import Unit
 from eplb.evaluation.serving.steptime import StepModel
 from eplb.evaluation.serving.workload.model import Workload
 
-__all__ = ["Simulation", "check_args", "simulate"]
+__all__ = ["Simulation", "build_engines", "build_units", "check_args", "simulate"]
 
 
 def check_args(config, workload, seed, duration_s, bucket_s):
@@ -84,61 +88,70 @@ def check_args(config, workload, seed, duration_s, bucket_s):
             )
 
 
-def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str, list]:
-    """The prefill and decode units of ``config``, each with its step-time model, planner,
-    expert-load draws (None under balanced routing) and load recorder (None when nothing
-    rebalances from recorded load)."""
-    model, hw, eplb = config.model_spec, config.hardware_spec, config.eplb
-    keep_s = max(eplb.history_s, 1.0)
+def _engine(config: ClusterConfig, popularity: dict, seed: int, phase: str, u: int) -> dict:
+    """Unit ``u`` of ``phase``'s engine: its step-time model, planner, expert-load draws (None
+    under balanced routing) and load recorder (None when nothing rebalances from recorded
+    load), as `Unit`'s arguments."""
+    model, eplb = config.model_spec, config.eplb
+    topo = config.topology(phase)
+    uc = config.unit(phase)
+    sm = StepModel(
+        phase,
+        topo,
+        model=model,
+        hardware=config.hardware_spec,
+        dispatch=config.dispatch,
+        micro_batches=uc.micro_batches,
+        lp_overhead_s=config.lp_overhead_s,
+        shared_expert=config.shared_expert,
+        duplicate=config.duplicate,
+    )
+    planner = Planner(eplb, model, topo, seed=seed, unit_key=(0 if phase == "prefill" else 1, u))
+    loads = None if eplb.mode is EplbMode.BALANCED else StepLoads(popularity[phase], u, seed)
+    rec = (
+        Recorder(model.moe_layers, model.num_experts, min(10.0, eplb.history_s / 10),
+                 max(eplb.history_s, 1.0))
+        if eplb.mode.records_load
+        else None
+    )
+    return {"index": u, "step_model": sm, "loads": loads, "planner": planner, "recorder": rec}
+
+
+def build_engines(config: ClusterConfig, popularity: dict, seed: int) -> dict[str, list[Unit]]:
+    """Every unit of ``config`` as a bare engine (`Unit`: placement, expert-load draws,
+    recorder, step time), as a counterfactual replay steps them: the simulator's draws and
+    seeds, unit by unit."""
+    return {ph: [Unit(**_engine(config, popularity, seed, ph, u))
+                 for u in range(config.unit(ph).count)] for ph in ("prefill", "decode")}
+
+
+def build_units(config: ClusterConfig, popularity: dict, seed: int, requests: Requests,
+                records: Records) -> dict[str, list]:
+    """The prefill and decode units of ``config`` (`PrefillUnit`, `DecodeUnit`) serving
+    ``requests`` into ``records``."""
     units: dict[str, list] = {"prefill": [], "decode": []}
+    sch = config.scheduler
     for phase in ("prefill", "decode"):
         uc = config.unit(phase)
-        topo = config.topology(phase)
         for u in range(uc.count):
-            sm = StepModel(
-                phase,
-                topo,
-                model=model,
-                hardware=hw,
-                dispatch=config.dispatch,
-                micro_batches=uc.micro_batches,
-                lp_overhead_s=config.lp_overhead_s,
-                shared_expert=config.shared_expert,
-                duplicate=config.duplicate,
-            )
-            planner = Planner(
-                eplb, model, topo, seed=seed, unit_key=(0 if phase == "prefill" else 1, u)
-            )
-            balanced = eplb.solver == "balanced"
-            loads = None if balanced else StepLoads(popularity[phase], u, seed)
-            rec = (
-                Recorder(
-                    model.moe_layers, model.num_experts, min(10.0, eplb.history_s / 10), keep_s
-                )
-                if planner.rebalances and eplb.solver != "oracle"
-                else None
-            )
+            parts = _engine(config, popularity, seed, phase, u)
             if phase == "prefill":
                 unit = PrefillUnit(
-                    u,
-                    sm,
-                    loads,
-                    planner,
-                    rec,
+                    **parts,
+                    requests=requests,
+                    records=records,
                     token_budget=uc.token_budget or DEFAULT_TOKEN_BUDGET,
-                    chunking=config.scheduler.prefill_chunking,
+                    chunking=sch.prefill_chunking,
                 )
             else:
                 unit = DecodeUnit(
-                    u,
-                    sm,
-                    loads,
-                    planner,
-                    rec,
+                    **parts,
+                    requests=requests,
+                    records=records,
                     query_tokens=1 + uc.mtp_draft_tokens,
                     drafts=uc.mtp_draft_tokens,
                     acceptance=uc.mtp_acceptance,
-                    sampling=config.scheduler.mtp_sampling,
+                    sampling=sch.mtp_sampling,
                     seed=seed,
                     max_running=uc.max_running_requests,
                 )
@@ -148,8 +161,8 @@ def build_units(config: ClusterConfig, popularity: dict, seed: int) -> dict[str,
 
 class Simulation:
     """One simulation run (see `simulate`): the requests (`Requests`), the units, the router
-    (`Admission`), EPLB (`EplbLoop`), faults (`Faults`), what it records (`Records`) and the
-    event queue (`EventQueue`)."""
+    (`Admission`), the handlers of the units' events (`Cluster`), EPLB (`EplbLoop`), faults
+    (`Faults`), what it records (`Records`) and the event queue (`EventQueue`)."""
 
     def __init__(
         self,
@@ -172,46 +185,45 @@ class Simulation:
         self.popularity = {
             ph: Popularity(config.routing, model, ph, self.seed) for ph in ("prefill", "decode")
         }
-        self.units = build_units(config, self.popularity, self.seed)
-        self.admission = Admission(self, config, self.seed)
-        self.eplb = EplbLoop(self)
-        self.faults = Faults(self)
+        units = self.units = build_units(config, self.popularity, self.seed, self.req,
+                                         self.records)
+        self.admission = Admission(config, self.seed, self.req, self.records,
+                                   units["prefill"], units["decode"])
+        self.cluster = Cluster(units["prefill"], units["decode"], self.admission)
+        self.eplb = EplbLoop(config.eplb, units, self.popularity, self.records, self.admission,
+                             self.cluster, self.end_time)
+        self.faults = Faults(config.faults, config.eplb, units, self.admission, self.cluster,
+                             self.records, self.popularity)
         self.now = 0.0
         self.events_handled = 0
 
-    def finish(self, i: int, t: float) -> None:
-        """Request ``i`` emitted its last token at ``t``."""
-        self.records.finished(i, t)
-        self.req.finish(i)
-
-    def finish_many(self, idx: np.ndarray, t: float) -> None:
-        """The requests ``idx: int64[m]`` emitted their last tokens at ``t``."""
-        self.records.finished_many(idx, t)
-        self.req.finish_many(idx)
-
     def run(self) -> SimResult:
-        """The event loop: every event goes to the entity it concerns; requests that arrived
-        by a prefill event are routed before it (`Admission.flush`; with ``before_prefill``
-        their decode reservation is decided then too)."""
-        adm, req, queue = self.admission, self.req, self.events
-        prefill, decode = self.units["prefill"], self.units["decode"]
-        handlers = {  # event kind -> handler(arg, t) of the entity it changes
-            ARRIVE: adm.on_arrive,
-            P_END: lambda u, t: prefill[u].end(self, t),
-            D_END: lambda u, t: decode[u].end(self, t),
-            P_WAKE: lambda u, t: prefill[u].wake(self, t),
-            D_WAKE: lambda u, t: decode[u].wake(self, t),
-            REBAL: self.eplb.on_rebalance,
-            LIVE: self.eplb.on_live,
-            FAULT: self.faults.on_fault,
+        """The event loop: every event goes to the entity it concerns, and the events its
+        handler returns go on the queue; requests that arrived by a prefill event are routed
+        before it (`Cluster.flush`; with ``before_prefill`` their decode reservation is decided
+        then too)."""
+        adm, cluster, req, queue = self.admission, self.cluster, self.req, self.events
+        eplb, faults = self.eplb, self.faults
+        handlers = {  # event kind -> handler(arg, t) -> the events it schedules
+            ARRIVE: cluster.on_arrive,
+            P_END: cluster.on_prefill_end,
+            D_END: cluster.on_decode_end,
+            P_WAKE: cluster.on_prefill_wake,
+            D_WAKE: cluster.on_decode_wake,
+            REBAL: eplb.on_rebalance,
+            LIVE: eplb.on_live,
+            FAULT: faults.on_fault,
         }
-        self.eplb.initial_placements()
-        self.faults.schedule()
+        push = queue.push
+        for ev in (*eplb.initial_placements(), *faults.schedule(self.end_time)):
+            push(*ev)
         if math.isfinite(self.end_time):
-            queue.push(self.end_time, END)
-        adm.maybe_arrival_event()
+            push(self.end_time, END)
+        arrival = adm.arrival_event()
+        if arrival is not None:
+            push(*arrival)
         heap, pop, end_time = queue.heap, heapq.heappop, self.end_time
-        routing_events = PREFILL_EVENTS
+        routing_events, state = PREFILL_EVENTS, adm.state
         bar = _Progress(self) if self.progress else None
         try:
             while heap:
@@ -221,12 +233,16 @@ class Simulation:
                 self.now = t
                 self.events_handled += 1
                 if kind in routing_events:
-                    adm.flush(t)
+                    for ev in cluster.flush(t):
+                        push(*ev)
                 if kind == END:
                     break
-                handlers[kind](arg, t)
-                adm.maybe_arrival_event()
-                if req.done >= req.n and adm.ptr >= req.n:
+                for ev in handlers[kind](arg, t):
+                    push(*ev)
+                arrival = adm.arrival_event()
+                if arrival is not None:
+                    push(*arrival)
+                if req.done >= req.n and state.ptr >= req.n:
                     break
                 if bar is not None:
                     bar.tick(t)
@@ -234,7 +250,8 @@ class Simulation:
             if bar is not None:
                 bar.close(self.now)
         end = self.end_time if math.isfinite(self.end_time) else self.now
-        return self.records.result(self, end)
+        return self.records.result(req, self.units["decode"], self.cfg, self.seed, end,
+                                   self.events_handled, adm.state.store.stats())
 
 
 class _Progress:

@@ -1,9 +1,10 @@
 """A unit's placement policy (`Planner`, one decision a `Plan`: a registered solver, ``static``,
-``oracle`` or ``balanced``) and what moving a placement costs (`migration_bytes`); `emptied`
-drops failed GPUs' slots, `patch_orphans` re-homes the experts that lost every replica with
-the fewest moves and `Planner.emergency` applies ``eplb.emergency`` (``patch`` or
-``resolve``); `trivial_placement` is a runtime's default (docs/serving.md, "Simulator",
-items 7 and 8)."""
+``oracle`` or ``balanced``: `config.EplbMode`) and what moving a placement costs
+(`migration_bytes`); `emptied` drops failed GPUs' slots, `patch_orphans` re-homes the experts
+that lost every replica with the fewest moves and `Planner.emergency` applies
+``eplb.emergency`` (``patch`` or ``resolve``); the initial placement is a runtime's default
+(`placements.trivial_placement`), solved, or a file (`placements.fit_placement`)
+(docs/serving.md, "Simulator", items 7 and 8)."""
 
 from __future__ import annotations
 
@@ -15,23 +16,16 @@ import numpy as np
 
 from eplb import solvers
 from eplb.errors import InfeasibleError
-from eplb.evaluation.serving.config import EplbConfig
+from eplb.evaluation.serving.config import EplbConfig, EplbMode, InitialPlacement
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.evaluation.serving.placements import fit_placement, trivial_placement
 from eplb.placement import Placement
 from eplb.solvers.primitives.orphans import rehome_orphans
 from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
 from eplb.topology import Topology
 
 __all__ = ["Plan", "Planner", "emptied", "gpu_balance", "migration_bytes", "patch_orphans"]
-__all__ += ["trivial_placement"]
-
-
-def trivial_placement(model: ModelSpec, topology: Topology) -> Placement:
-    """Slot ``p`` holds expert ``p mod E`` in every layer (SGLang's and vLLM's default)."""
-    P, E = topology.num_slots, model.num_experts
-    row = np.arange(P) % E
-    phy2log = np.broadcast_to(row, (model.moe_layers, P))
-    return Placement(phy2log, E, topology, meta={"solver": {"name": "trivial"}}).validate()
+__all__ += ["trivial_placement"]  # (defined in `placements`; kept here for its importers)
 
 
 def emptied(placement: Placement, topology: Topology) -> Placement:
@@ -156,16 +150,13 @@ class Planner:
 
     @property
     def rebalances(self) -> bool:
-        return self.config.solver not in ("static", "balanced")
+        return self.config.mode.rebalances
 
     @property
     def solver_name(self) -> str:
         """The registered solver this unit places with (``base_solver`` for ``static``,
         ``oracle`` and ``balanced``)."""
-        cfg = self.config
-        return cfg.solver if cfg.solver not in ("static", "oracle", "balanced") else (
-            cfg.base_solver
-        )
+        return self.config.placing_solver
 
     def _solve(self, name: str, load: np.ndarray, previous: Placement | None) -> Placement:
         self.calls += 1
@@ -187,17 +178,21 @@ class Planner:
         )
 
     def initial(self, history_load, future_load) -> Placement | None:
-        """The placement at the start: None for ``balanced``; ``trivial``; else solved on the
-        expected load before the start (``history``; ``oracle``: on the first interval's)."""
+        """The placement at the start: None for ``balanced``; for ``oracle`` solved on the
+        first interval's expected load (``future_load()``); else ``eplb.initial``: ``trivial``,
+        the placement file, or solved on the expected load before the start
+        (``history_load()``)."""
         cfg = self.config
-        if cfg.solver == "balanced":
+        mode, kind = cfg.mode, cfg.initial_kind
+        if mode is EplbMode.BALANCED:
             return None
-        if cfg.solver == "oracle":
+        if mode is EplbMode.ORACLE:
             return self._solve(cfg.base_solver, future_load(), None)
-        if cfg.initial == "trivial":
+        if kind is InitialPlacement.TRIVIAL:
             return trivial_placement(self.model, self.topology)
-        name = cfg.base_solver if cfg.solver == "static" else cfg.solver
-        return self._solve(name, history_load(), None)
+        if kind is InitialPlacement.FILE:
+            return fit_placement(cfg.initial, self.model, self.topology, what="eplb.initial")
+        return self._solve(cfg.placing_solver, history_load(), None)
 
     def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:
         """The placement for a unit that lost every replica of some expert (``degraded``: the
@@ -240,9 +235,8 @@ class Planner:
         balance columns are measured on. None when there is nothing to place from."""
         if not np.isfinite(load).all() or load.sum() <= 0:
             return None
-        name = self.config.base_solver if self.config.solver == "oracle" else self.config.solver
         start = time.perf_counter()
-        new = self._solve(name, load, live)
+        new = self._solve(self.config.placing_solver, load, live)
         wall = time.perf_counter() - start
         per_gpu = migration_bytes(live, new, self.expert_bytes)
         moved = int(round(per_gpu.sum() / self.expert_bytes)) if self.expert_bytes else 0

@@ -2,8 +2,9 @@
 `steptime.chunking.plan` (the rule `steady_state` runs too: per rank, chunks from the head of
 its queue up to the token budget, attention-aware up to the work the budget costs at DeepSeek's
 profile prompts, optionally context-parallel pieces on ranks with spare work), skipping prompts
-whose cached blocks are still loading from the external store. Its handlers `start` and `end` a
-step."""
+whose cached blocks are still loading from the external store. The router hands it prompts
+(`enqueue`); the cluster's handlers `start` and `end` its steps and the balancer's view follows
+(`Admission.step_started`, `Admission.step_ended`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import math
 
 import numpy as np
 
-from eplb.evaluation.serving.simulator.events import P_END, P_WAKE
+from eplb.evaluation.serving.simulator.events import P_END, P_WAKE, Event
+from eplb.evaluation.serving.simulator.records import COL_INPUT_DONE, Records
+from eplb.evaluation.serving.simulator.requests import Requests
 from eplb.evaluation.serving.simulator.units import BALANCED, Unit
 from eplb.evaluation.serving.steptime.chunking import pairs_per_token, plan, to_batch, work_cap
 
@@ -29,8 +32,8 @@ def attention_pairs_per_token(step_model) -> float:
 class PrefillUnit(Unit):
     """A prefill unit: a FIFO queue of prompts per rank (entries ``[request, todo, done,
     cached, ready_s]``: tokens left to compute, computed, cached; ready once its cached prefix
-    is loaded); ``inflight`` the running step's `steptime.chunking.Chunk` tuples;
-    ``charged`` what that step adds to each rank in the balancer's view (tokens, attention)."""
+    is loaded); ``inflight`` the running step's `steptime.chunking.Chunk` tuples and
+    ``step_tokens`` its tokens; ``requests`` and ``records`` the run's."""
 
     phase = "prefill"
 
@@ -42,10 +45,13 @@ class PrefillUnit(Unit):
         planner,
         recorder,
         *,
+        requests: Requests,
+        records: Records,
         token_budget: int,
         chunking: str = "attention",
     ):
         super().__init__(index, step_model, loads, planner, recorder)
+        self.req, self.records = requests, records
         self.budget = int(token_budget)
         self.chunking = chunking  # steptime.chunking's mode: the rule steady_state runs too
         self.pairs_per_token = (
@@ -54,10 +60,15 @@ class PrefillUnit(Unit):
         self.cost_cap = work_cap(self.budget, self.pairs_per_token)
         self.queues: list[list[list]] = [[] for _ in range(self.G)]
         self.inflight: list[tuple] = []  # steptime.chunking.Chunk
-        self.charged = (0.0, 0.0)  # running step's tokens and attention per rank (balancer view)
+        self.step_tokens = 0.0  # the running step's tokens
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
+
+    def enqueue(self, rank: int, request: int, todo: int, cached: int, ready_s: float) -> None:
+        """The router placed ``request`` on ``rank``: ``todo`` prompt tokens to compute beyond
+        the ``cached`` ones, ready once its cached prefix is loaded at ``ready_s``."""
+        self.queues[rank].append([request, todo, 0, cached, ready_s])
 
     def build(self, t: float):
         """The next step's chunks at ``t``: ``(chunks, batch, min_ready)``; ``chunks`` are
@@ -70,100 +81,64 @@ class PrefillUnit(Unit):
             return chunks, None, min_ready
         return chunks, to_batch(chunks, self.G), min_ready
 
-    # ------------------------------------------------------------------ handlers
-    def start(self, sim, t: float) -> None:
-        """Run the next step at ``t`` if the unit is free and a chunk is ready (else wake up
-        when the first queued prompt's prefix has loaded)."""
-        if self.busy or self.dead:
-            return
-        if self.pending_stall is not None:
-            sim.eplb.stall(self, t)
-            return
+    # ------------------------------------------------------------------ steps
+    def start(self, t: float) -> Event | None:
+        """Run the next step at ``t`` if a chunk is ready: its end event (the unit is then
+        ``busy``); else its wake-up event when the first queued prompt's prefix has loaded
+        (None when one is already set or nothing is queued). The caller checks the unit is
+        free (neither ``busy`` nor ``dead``, no ``pending_stall``)."""
         chunks, batch, min_ready = self.build(t)
         if not chunks:
             if min_ready < self.wake_at or self.wake_at <= t:
                 self.wake_at = min_ready
                 if min_ready < math.inf:
-                    sim.events.push(min_ready, P_WAKE, self.index)
-            return
-        adm = sim.admission
+                    return (min_ready, P_WAKE, self.index)
+            return None
         tokens = float(np.add.reduce(batch.tokens))
         st = self.step_time(batch, t, tokens)
         dur = st.total_s
         self.busy = True
         self.inflight = chunks
+        self.step_tokens = tokens
         self.wake_at = math.inf
         done_in = 0
-        state = adm.p_state
-        p_len = sim.req.p_len
-        G = self.G
-        g0 = self.index * G
-        att = 0.0
-        rows, new, pairs = [], [], []
-        p_start = sim.records.prefill_start_s
-        for _r, owner, e, n, c, last in chunks:
+        p_len = self.req.p_len
+        rec = self.records
+        p_start = rec.prefill_start_s
+        for _r, _owner, e, _n, _c, last in chunks:
             if e[2] == 0 and p_start[e[0]] != p_start[e[0]]:  # NaN: its first chunk starts
                 p_start[e[0]] = t
-            # the chunk leaves its prompt's queue (the balancer fills the next step) ...
-            a = n * c + n * n / 2
-            rows.append(g0 + owner)
-            new.append(n)
-            pairs.append(a)
-            att += a
             if last:
                 done_in += int(p_len[e[0]])
-        np.subtract.at(state.queued_tokens, rows, new)  # (in order, as one at a time)
-        np.subtract.at(state.attention_cost, rows, pairs)
-        # ... and the step's work is charged evenly to the unit's ranks until it ends: they
-        # all wait for it, so it tells units apart without unbalancing the next step
-        sl = slice(g0, g0 + G)
-        self.charged = (tokens / G, att / G)
-        state.running_tokens[sl] += self.charged[0]
-        state.attention_cost[sl] += self.charged[1]
-        np.maximum(state.queued_tokens, 0.0, out=state.queued_tokens)
-        np.maximum(state.attention_cost, 0.0, out=state.attention_cost)
-        adm.p_version += 1
-        rec = sim.records
         rec.step(self, t, st, tokens, len(chunks), 0.0, float(done_in), 0.0)
         rec.busy(self, t, dur, batch.tokens / self.budget)
-        sim.events.push(t + dur, P_END, self.index)
-        adm.route_prefill(t)
+        return (t + dur, P_END, self.index)
 
-    def end(self, sim, t: float) -> None:
-        """The running step ends at ``t``: its chunks are done; finished prompts go on to
-        decode; the next step starts."""
+    def end(self, t: float) -> list[tuple[int, int]]:
+        """The running step ends at ``t``: its chunks are done. Returns the prompts it
+        finished as ``(rank, request)``, in order."""
         self.busy = False
         self.k += 1
-        adm = sim.admission
-        state = adm.p_state
-        p_blocks = sim.req.p_blocks
-        G = self.G
-        g0 = self.index * G
-        sl = slice(g0, g0 + G)
-        state.running_tokens[sl] -= self.charged[0]
-        state.attention_cost[sl] -= self.charged[1]
-        self.charged = (0.0, 0.0)
-        completed = []
+        done = []
         for _r, owner, e, n, _c, _last in self.inflight:
-            g = g0 + owner
             e[1] -= n
             e[2] += n
             if e[1] == 0:
                 self.queues[owner].remove(e)
-                i = e[0]
-                completed.append(i)
-                state.num_requests[g] -= 1
-                state.kv_blocks_used[g] -= p_blocks[i]
+                done.append((owner, e[0]))
         self.inflight = []
-        for arr in (
-            state.kv_blocks_used,
-            state.num_requests,
-            state.running_tokens,
-            state.attention_cost,
-        ):
-            np.maximum(arr, 0.0, out=arr)
-        adm.p_version += 1
-        if completed:
-            adm.prefill_done(completed, t)
-        adm.route_prefill(t)
-        self.start(sim, t)
+        return done
+
+    def lose_rank(self, g: int) -> list[int]:
+        """Rank ``g`` failed: the prompts queued on it are lost (returned), and so is the
+        running step's work on a prompt with a (context-parallel) piece on ``g`` or queued on
+        ``g`` (its recorded step no longer finishes that prompt)."""
+        lost = [e[0] for e in self.queues[g]]
+        self.queues[g] = []
+        if self.busy:
+            hit = {id(c[2]) for c in self.inflight if g in (c[0], c[1])}
+            for _r, _owner, e, _n, _c, last in self.inflight:
+                if id(e) in hit and last:
+                    self.records.patch_step(self.row, COL_INPUT_DONE, -float(self.req.p_len[e[0]]))
+            self.inflight = [c for c in self.inflight if id(c[2]) not in hit]
+        return lost

@@ -5,17 +5,25 @@ and fault, the per-rank utilisation buckets; `Records.result` turns them into a 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from eplb.evaluation.serving.config import ClusterConfig
 from eplb.evaluation.serving.results.result import (
     FAULT_COLUMNS,
     REBALANCE_COLUMNS,
     STEP_COLUMNS,
     SimResult,
 )
+from eplb.evaluation.serving.simulator.requests import Requests
 from eplb.evaluation.serving.steptime import BREAKDOWN, StepTime
+
+if TYPE_CHECKING:  # (the units record their steps here: not imported at run time)
+    from eplb.evaluation.serving.simulator.decode import DecodeUnit
+    from eplb.evaluation.serving.simulator.units import Unit
 
 COL_INPUT_DONE = STEP_COLUMNS.index("input_tokens_done")  # positions in a recorded step
 COL_OUTPUT = STEP_COLUMNS.index("output_tokens")
@@ -69,7 +77,7 @@ class Records:
     # ------------------------------------------------------------------ steps
     def step(
         self,
-        unit,
+        unit: Unit,
         t: float,
         st: StepTime,
         tokens: float,
@@ -106,7 +114,7 @@ class Records:
         rec[column] += delta
         self.steps[row] = tuple(rec)
 
-    def busy(self, unit, t: float, dur: float, per_rank: np.ndarray) -> None:
+    def busy(self, unit: Unit, t: float, dur: float, per_rank: np.ndarray) -> None:
         """Add ``per_rank: float[G]`` load over ``[t, t + dur)`` to ``unit``'s utilisation
         buckets it spans."""
         buckets = self.util.setdefault(unit.name, {})
@@ -125,9 +133,11 @@ class Records:
             key += 1
 
     # ------------------------------------------------------------------ result
-    def result(self, sim, end: float) -> SimResult:
-        """The run as a `SimResult` (``sim``: the `Simulation`, ended at ``end`` seconds)."""
-        req = sim.req
+    def result(self, req: Requests, decode: Sequence[DecodeUnit], config: ClusterConfig,
+               seed: int, end: float, events: int, kv_store: dict) -> SimResult:
+        """The run as a `SimResult`: the requests ``req``, the ``decode`` units (steps run),
+        ended at ``end`` seconds after ``events`` events; ``kv_store``: the store's counters
+        (`KVStore.stats`)."""
         df = req.frame
         first = self.first_token_s
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -137,7 +147,7 @@ class Records:
         k1 = k0 + req.d_steps - 1
         in_decode = (req.d_phase == 2) | ~np.isnan(self.finish_s)
         k1 = np.where(in_decode & ~np.isnan(self.decode_start_s), k1, k0 - 1)
-        for v, unit in enumerate(sim.units["decode"]):
+        for v, unit in enumerate(decode):
             mine = (req.d_unit == v) & (req.d_phase == 2)
             k1[mine] = np.minimum(k1[mine], unit.k - 1)  # still running: steps ended so far
         requests = pd.DataFrame(
@@ -191,18 +201,18 @@ class Records:
             )
             frame.columns.name = "rank"
             util[name] = frame
-        cfg = sim.cfg
+        cfg = config
         meta = {
             "config": cfg.to_dict(),
             "config_name": cfg.name,
-            "seed": sim.seed,
+            "seed": seed,
             "end_s": float(end),
             "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
             "decode_nodes": cfg.decode.count * cfg.decode.nodes,
             "prefill_gpus": cfg.prefill.num_gpus,
             "decode_gpus": cfg.decode.num_gpus,
             "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
-            "events": sim.events_handled,
-            "kv_store": sim.admission.store.stats(),
+            "events": events,
+            "kv_store": kv_store,
         }
         return SimResult(requests, steps, rebalances, faults, util, meta)

@@ -1,6 +1,7 @@
 """What prefill and decode units share (`Unit`): an EP group of ``G`` GPUs (one DP attention
 rank per GPU) stepping all its ranks together, with its live placement, expert-load draws,
-load recorder and step-time model; `PrefillUnit` and `DecodeUnit` are the two kinds."""
+load recorder and step-time model; `PrefillUnit` and `DecodeUnit` are the two kinds. A bare
+`Unit` is what a counterfactual replay steps (`counterfactual.replay`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import math
 
 import numpy as np
 
-from eplb.evaluation.serving.simulator.eplb_loop import Recorder
+from eplb.evaluation.serving.simulator.events import LIVE, Event
 from eplb.evaluation.serving.simulator.expert_loads import StepLoads
 from eplb.evaluation.serving.simulator.planner import Planner
+from eplb.evaluation.serving.simulator.recorder import Recorder
 from eplb.evaluation.serving.steptime import RankBatch, RoutedPlacement, StepModel, StepTime
 from eplb.placement import Placement
 
@@ -19,7 +21,8 @@ __all__ = ["Unit"]
 
 class Unit:
     """What prefill and decode units share: placement, routing draws, recorder, step model,
-    and the stepping protocol: `start` (a subclass's: run a step if one can run), `wake`.
+    and the stepping state the cluster's handlers (`simulator.cluster`) read: a unit that is
+    neither ``busy`` nor ``dead`` may start a step (a subclass's ``start``), or `stall`.
 
     State: ``busy`` (in a step or a migration stall), ``stalled``, ``pending_stall`` (a plan
     waiting for the running step to end), ``rebalance_due`` (the next scheduled rebalance
@@ -69,14 +72,21 @@ class Unit:
         self.version += 1
         self._routed = None
 
-    def start(self, sim, t: float) -> None:  # pragma: no cover - every unit has its own
-        raise NotImplementedError
-
-    def wake(self, sim, t: float) -> None:
-        """A wake-up event at ``t``: start a step unless a newer wake-up replaced it."""
+    def woken(self, t: float) -> bool:
+        """A wake-up event at ``t``: True (and the wake-up is spent) unless a newer one
+        replaced it."""
         if self.wake_at == t:
             self.wake_at = math.inf
-            self.start(sim, t)
+            return True
+        return False
+
+    def stall(self, t: float) -> Event:
+        """Apply the pending stalling migration (``pending_stall``) at ``t``: the unit runs no
+        step until the copy is done, when the returned event makes it live."""
+        plan = self.pending_stall
+        self.pending_stall = None
+        self.busy = self.stalled = True
+        return (t + plan.copy_s, LIVE, (self.phase, self.index, plan, True))
 
     def step_time(self, batch: RankBatch, t: float, tokens: float) -> StepTime:
         """The step's time: draw its expert counts, record them, time it."""
