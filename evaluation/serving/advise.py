@@ -25,13 +25,10 @@ from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
-from eplb.evaluation.serving.simulator.planner import (
-    gpu_balance,
-    migration_bytes,
-    trivial_placement,
-)
+from eplb.evaluation.serving.simulator.planner import gpu_balance, trivial_placement
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig
+from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
 
