@@ -71,13 +71,26 @@ def _checkout_stays_clean():
     assert not new, f"tests wrote into the checkout: {new}"
 
 
-@pytest.fixture(autouse=True)
-def _solver_registry_unchanged():
-    """A test that registers a policy removes it again (register spies in a fixture that calls
-    `solvers.unregister`): a policy left behind fails the test that left it."""
-    registry = sys.modules.get("eplb.solvers.registry")  # not imported yet: nothing to check
+def registry_leaks(module: str, what: str):
+    """Generator for a guard fixture: names registered in ``module``'s registry (its
+    ``available()``) during the test and left there fail the test that left them. A module
+    not imported yet holds nothing to check."""
+    registry = sys.modules.get(module)
     before = registry.available() if registry else None
     yield
     if before is not None:
         left = sorted(set(registry.available()) - set(before))
-        assert not left, f"the test left solvers registered: {left}"
+        assert not left, f"the test left {what} registered: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _solver_registry_unchanged():
+    """A test that registers a policy removes it again (register spies in a fixture that calls
+    `solvers.unregister`): a policy left behind fails the test that left it."""
+    yield from registry_leaks("eplb.solvers.registry", "solvers")
+
+
+@pytest.fixture(autouse=True)
+def _balancer_registry_unchanged():
+    """The same guard for DP balancers (`serving.balancers.registry.unregister`)."""
+    yield from registry_leaks("eplb.evaluation.serving.balancers.registry", "balancers")
