@@ -1,6 +1,6 @@
 """Speed of the `deepseek` solver on 58 x 256 loads (prefill 4x8/288 hierarchical, decode 18x8/288
 global). Prints median milliseconds and the ratio against the plain per-layer loop oracle
-(tests/deepseek_reference.py) run in the same process on the same input.
+(`eplb.testing.deepseek_reference`) run in the same process on the same input.
 
 Run: ``python benchmarks/bench_deepseek.py [--repeat 20] [--load FILE]``.
 """
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from eplb import Topology, solvers, traces
+from eplb.testing.deepseek_reference import rebalance as loop_reference
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.append(str(REPO))  # for tests/deepseek_reference.py; eplb itself comes installed
-from tests.deepseek_reference import rebalance as loop_reference  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang" / "prefill_in1024.json"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"

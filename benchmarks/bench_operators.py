@@ -8,7 +8,7 @@ the same run:
   per GPU);
 - `deepseek` and `greedy` at 4x8:288, 18x8:288, 8x8:320 (best of ``--repeat``, one thread
   where the solver takes ``threads``), against the plain loop transcription of DeepSeek's
-  algorithm in tests/deepseek_reference.py;
+  algorithm in `eplb.testing.deepseek_reference`;
 - ``evaluate`` at 18x8:288 and ``execute`` of one layer, wall seconds in process.
 
 Run: ``python benchmarks/bench_operators.py [--repeat 5] [--skip-lp]``. On a shared machine
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.append(str(REPO))  # tests/deepseek_reference.py; eplb itself comes installed
 BUNDLED = REPO / "traces" / "data" / "deepseek-v3-calibrated.npz"
 
 
@@ -76,7 +75,7 @@ def main() -> None:
     from eplb.evaluation.evaluate import evaluate
     from eplb.evaluation.execute import execute_trace
     from eplb.solvers.analysis.bounds import lower_bound
-    from tests.deepseek_reference import rebalance as loop_reference
+    from eplb.testing.deepseek_reference import rebalance as loop_reference
 
     trace = traces.read(BUNDLED)
     load = trace.load()

@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 
+from eplb.cli import option_groups as og
 from eplb.cli.common import (
     check_outputs,
     check_solver_options,
     parse_options,
     seconds_or_zero_arg,
-    seed_arg,
 )
 from eplb.errors import InputError
 
@@ -49,10 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dump", metavar="DUMP", nargs="+",
                    help="expert-load dump or trace file; several are stacked as windows "
                    "(as eplb trace stack) and summed")
-    p.add_argument("--topology", required=True, metavar="NxG",
-                   help="nodes x GPUs per node of one EP unit, e.g. 4x8")
-    p.add_argument("--slots", required=True, type=int, metavar="P",
-                   help="physical expert slots per layer today (e.g. 288 = 256 + 32 redundant)")
+    og.topology(p, required=True, slots_required=True, note="for one EP unit",
+                slots_note="today: 288 = 256 + 32 redundant")
     p.add_argument("--phase", default="decode", choices=("prefill", "decode"))
     p.add_argument("--tokens-per-rank", type=int, metavar="N",
                    help="prefill: tokens per rank per step (default 16384); decode: running "
@@ -70,14 +68,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--levers", metavar="NAME,NAME",
                    help="levers to run (default all: today, rebalance, redundant, craft, "
                    "dispatch_lp, waterfill, dispatch_duplicate, bound; today always runs)")
-    p.add_argument("--solver", default="deepseek", metavar="NAME",
-                   help="placement solver of every row that solves: rebalance, redundant and "
-                   "the rebalanced rows of dispatch_lp, waterfill and dispatch_duplicate "
-                   "(default deepseek; eplb solve --help lists the solvers and each one's "
-                   "--option keys)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="option of --solver, repeatable (value parsed as JSON if it can be, "
-                   "e.g. --solver lplb --option graph=torus); as eplb solve's --option")
+    og.solver(p, default="deepseek", note="of every row that solves: rebalance, redundant and "
+              "the rebalanced rows of dispatch_lp, waterfill and dispatch_duplicate")
+    og.solver_options(p, example="--solver lplb --option graph=torus")
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
                    help="decode: context per request, tokens (default 4096)")
     p.add_argument("--input-tokens", type=int, default=4096, metavar="N",
@@ -95,8 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "overheads)")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="top of the break-even search, tokens per rank")
-    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    og.seed(p, "the solver")
+    og.as_json(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="also write the result: .json as JSON, .csv the table, else the text")
     p.set_defaults(func=run)

@@ -1,4 +1,5 @@
-"""Helpers shared by the CLI verbs: topology options, option parsing, table printing."""
+"""Helpers shared by the CLI verbs: output checks, argument types, option parsing (the option
+groups themselves: `eplb.cli.option_groups`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from eplb.atomic import check_output_path, same_file
 from eplb.errors import InputError
-from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
+from eplb.topology import Topology
 
 PathLike = str | os.PathLike
 
@@ -70,41 +71,6 @@ def check_outputs(
                 raise InputError(f"{flag} {text} holds (or is) the input {in_flag} {in_path}; "
                                  "writing into it could overwrite the input. Choose another "
                                  "folder or move the input out")
-
-
-def add_topology_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument(
-        "--topology",
-        required=required,
-        metavar="NxG",
-        help="nodes x GPUs per node, e.g. 4x8 (or NxGxS with slots per GPU)",
-    )
-    p.add_argument(
-        "--slots",
-        type=int,
-        metavar="P",
-        help="physical expert slots per layer across all GPUs, e.g. 288",
-    )
-    p.add_argument(
-        "--nvlink-gbps",
-        type=gbps_arg,
-        default=NVLINK_GBPS,
-        metavar="GB/s",
-        help=f"NVLink bandwidth per GPU in GB/s (default {NVLINK_GBPS:g})",
-    )
-    p.add_argument(
-        "--rdma-gbps",
-        type=gbps_arg,
-        default=RDMA_GBPS,
-        metavar="GB/s",
-        help=f"RDMA bandwidth per GPU in GB/s (default {RDMA_GBPS:g})",
-    )
-    p.add_argument(
-        "--failed-gpus",
-        metavar="G,G",
-        help="GPU indices that have failed: their slots stay empty (-1) and experts are "
-        "placed on the others (native output formats only)",
-    )
 
 
 def failed_gpus_arg(text: str | None) -> list[int] | None:
@@ -289,12 +255,3 @@ def windows_arg(spec: str | None, flag: str = "--windows"):
     from eplb.traces.windows import parse_windows  # lazy: keeps eplb --help fast
 
     return parse_windows(spec, flag)
-
-
-def add_window_args(p: argparse.ArgumentParser, what: str = "sum") -> None:
-    p.add_argument("--windows", metavar="SPEC",
-                   help=f"windows to {what}: an index, a slice 'a:b' or a list '0,3,5' "
-                   "(default all)")
-    p.add_argument("--ema", type=float, metavar="ALPHA",
-                   help="exponential moving average over the windows (latest weighted ALPHA) "
-                   "instead of the sum")

@@ -9,19 +9,16 @@ import time
 from pathlib import Path
 
 from eplb.atomic import staged_outputs
+from eplb.cli import option_groups as og
 from eplb.cli.common import (
     check_groups,
     check_outputs,
     check_reserved,
-    gbps_arg,
     parse_options,
-    seconds_arg,
     seconds_or_zero_arg,
-    seed_arg,
     solvers_epilog,
 )
 from eplb.errors import EplbError, InputError
-from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
 def fallback_lines(summary) -> list[str]:
@@ -58,30 +55,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topologies", default="4x8:288", metavar="SPECS",
                    help="comma-separated NxG:SLOTS, NxGxSLOTS_PER_GPU, NxG+REDUNDANT or NxG "
                    "(default 4x8:288); several slot counts make a redundancy sweep")
-    p.add_argument("--groups", type=int, metavar="G",
-                   help="expert groups for group-limited routing (default: each trace's own)")
-    p.add_argument("--topk-groups", type=int, metavar="T",
-                   help="groups each token may use (DeepSeek-V3: 4; default: each trace's); with "
-                   "--groups the traffic model assumes group-limited routing")
-    p.add_argument("--dispatch", default="even", metavar="POLICY",
-                   help="dispatch policy of the traffic model (default even)")
+    og.groups(p, default="each trace's own", topk="each trace's")
+    og.dispatch(p, what="dispatch policy of the traffic model")
     p.add_argument("--holdout", type=float, default=0.0, metavar="F",
                    help="score on the last fraction F of windows, solve on the rest (default 0: "
                    "in-sample)")
-    p.add_argument("--time-limit", type=seconds_arg, default=1.0, metavar="SEC",
-                   help="time limit of search solvers (ilp), wall seconds (default 1)")
-    p.add_argument("--option", action="append", metavar="[SOLVER.]KEY=VALUE",
-                   help="solver option, for every solver or one (e.g. greedy.rdma_weight=0.1)")
-    p.add_argument("--plugin", action="append", metavar="MODULE",
-                   help="import MODULE first (repeatable): a module registering its own "
-                   "policies (eplb.solvers.register); or an 'eplb.solvers' entry point")
-    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
-    p.add_argument("--nvlink-gbps", type=gbps_arg, default=NVLINK_GBPS, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=gbps_arg, default=RDMA_GBPS, metavar="GB/s")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="local worker processes (default 1: run inline)")
-    p.add_argument("--scheduler", metavar="ADDR",
-                   help="Dask scheduler address (tcp://host:8786); needs the dask extra")
+    og.time_limit(p, default=1.0)
+    og.solver_options(p, example="greedy.rdma_weight=0.1", per_solver=True)
+    og.plugin(p)
+    og.seed(p, "the solvers")
+    og.bandwidths(p)
+    og.runner(p)
     p.add_argument("-o", "--output", metavar="CSV", help="summary CSV, one row per run")
     p.add_argument("--markdown", metavar="MD", help="Markdown tables (default: printed)")
     p.add_argument("--layers-csv", metavar="CSV", help="per-layer CSV of every run")
@@ -95,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="dispatch policy of the sweep's traffic model (default local_first)")
     p.add_argument("--ilp-limit", type=seconds_or_zero_arg, default=10.0, metavar="SEC",
                    help="ilp time limit in the Pareto sweep (0 skips ilp; default 10)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    og.quiet(p)
     p.set_defaults(func=run)
 
 
@@ -137,7 +121,7 @@ def _floats(text: str, flag: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
-    from eplb.evaluation.compare import compare, parse_topologies
+    from eplb.evaluation.compare import CompareSpec, compare, parse_topologies
     from eplb.executor.routing import check_policy
 
     check_outputs({"TRACE": args.traces},
@@ -151,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         solvers.get(name)
     options = _options(args.option, names)
-    specs = parse_topologies(args.topologies)
+    parse_topologies(args.topologies)  # a bad spec fails before any trace is read
     if args.pareto and args.plot is None:
         raise InputError("--pareto writes its plots and table into --plot DIR; give --plot")
     weights = _floats(args.pareto_weights, "--pareto-weights") if args.pareto_weights else None
@@ -162,15 +146,15 @@ def run(args: argparse.Namespace) -> int:
         if args.groups is not None or args.topk_groups is not None:
             groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
             check_groups(groups, trace.num_experts, args.topk_groups)
-    start = time.perf_counter()
-    result = compare(
-        loaded, solvers=names, topologies=[s.text for s in specs], num_groups=args.groups,
-        topk_groups=args.topk_groups,
-        policy=args.dispatch, holdout=args.holdout, seed=args.seed, time_limit=args.time_limit,
-        solver_options=options, nvlink_gbps=args.nvlink_gbps,
-        rdma_gbps=args.rdma_gbps, workers=args.workers, scheduler=args.scheduler,
-        progress=not args.quiet,
+    spec = CompareSpec(
+        solvers=tuple(names), topologies=args.topologies, num_groups=args.groups,
+        topk_groups=args.topk_groups, policy=args.dispatch, holdout=args.holdout, seed=args.seed,
+        time_limit=args.time_limit, solver_options=options, nvlink_gbps=args.nvlink_gbps,
+        rdma_gbps=args.rdma_gbps,
     )
+    start = time.perf_counter()
+    result = compare(loaded, spec, workers=args.workers, scheduler=args.scheduler,
+                     progress=not args.quiet)
     seconds = time.perf_counter() - start
     ok = int((result.summary["status"] == "ok").sum())
     if ok == 0:
@@ -178,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     tables = result.tables()
     # every output is staged and moved into place at the end, or none is (eplb.atomic)
     with staged_outputs() as stage:
-        written = _write(args, result, tables, loaded, specs, weights, stage)
+        written = _write(args, result, tables, loaded, spec, weights, stage)
     if args.markdown is None:
         print(tables)
     for line in fallback_lines(result.summary):
@@ -190,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(args, result, tables, loaded, specs, weights, stage) -> list[str]:
+def _write(args, result, tables, loaded, spec, weights, stage) -> list[str]:
     """Write the CSVs, Markdown and plots into ``stage`` (`eplb.atomic.Stage`); returns the
     plot files as the user will see them."""
     import pandas as pd  # lazy: the library loads only when the verb runs
@@ -212,11 +196,11 @@ def _write(args, result, tables, loaded, specs, weights, stage) -> list[str]:
         from eplb.evaluation.pareto import sweep_traces
         from eplb.evaluation.tables import slug
 
-        sweeps = sweep_traces(loaded, specs, num_groups=args.groups, topk_groups=args.topk_groups,
-                              weights=weights, policy=args.pareto_dispatch,
-                              ilp_time_limit=args.ilp_limit, seed=args.seed,
-                              nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps,
-                              progress=not args.quiet)
+        sweeps = sweep_traces(loaded, spec.specs, num_groups=spec.num_groups,
+                              topk_groups=spec.topk_groups, weights=weights,
+                              policy=args.pareto_dispatch, ilp_time_limit=args.ilp_limit,
+                              seed=spec.seed, nvlink_gbps=spec.nvlink_gbps,
+                              rdma_gbps=spec.rdma_gbps, progress=not args.quiet)
         for df in sweeps:
             tname, spec = df["trace"].iloc[0], df["topology"].iloc[0]
             stem = slug(f"{tname}_{spec}")

@@ -10,14 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from eplb.atomic import atomic_write_bytes
-from eplb.cli.common import (
-    check_groups,
-    check_outputs,
-    check_topology_hint,
-    gbps_arg,
-    seed_arg,
-    windows_arg,
-)
+from eplb.cli import option_groups as og
+from eplb.cli.common import check_groups, check_outputs, check_topology_hint, windows_arg
 from eplb.errors import InputError
 from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
@@ -37,40 +31,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (.json/.npz/.yaml)")
     p.add_argument("trace", metavar="TRACE", help="trace file or directory")
-    p.add_argument("--dispatch", default="even", metavar="POLICY",
-                   help="dispatch policy: even, random, local_first, weighted, lp (default even)")
+    og.dispatch(p)
     p.add_argument("--source", default="auto", metavar="SRC",
                    help="routing source: auto, tokens, source_counts, load (default auto: the "
                    "most exact one the trace has)")
-    p.add_argument("--windows", metavar="SPEC",
-                   help="score only these windows (counts modes): an index, a slice A:B or a "
-                   "list 0,3,5")
-    p.add_argument("--topology", metavar="NxG",
-                   help="topology for SGLang/TensorRT-LLM placement files (they do not store it)")
-    p.add_argument("--slots", type=int, metavar="P", help="slots in all, with --topology")
-    p.add_argument("--nvlink-gbps", type=gbps_arg, metavar="GB/s",
-                   help="override the placement's NVLink bandwidth per GPU")
-    p.add_argument("--rdma-gbps", type=gbps_arg, metavar="GB/s",
-                   help="override the placement's RDMA bandwidth per GPU")
-    p.add_argument("--groups", type=int, metavar="G",
-                   help="expert groups (lower bound; with --topk-groups the traffic model's "
-                   "group-limited routing), default: the trace's")
-    p.add_argument("--topk-groups", type=int, metavar="T",
-                   help="groups each token may use (DeepSeek-V3: 4), default: the trace's")
-    p.add_argument("--hidden", type=int, metavar="H",
-                   help="hidden size in elements per token vector (default 7168, "
-                   "DeepSeek-V3's; the output says when it is assumed)")
-    p.add_argument("--dispatch-bytes", type=float, default=1,
-                   help="bytes per element dispatched (default 1, FP8)")
-    p.add_argument("--combine-bytes", type=float, default=2,
-                   help="bytes per element combined (default 2, BF16)")
-    p.add_argument("--top-k", type=int, metavar="K",
-                   help="experts per token for counts mode (default: the trace's, else 8)")
-    p.add_argument("--seed", type=seed_arg, default=0,
-                   help="seed of the random/weighted policies (default 0)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bar (on stderr: token-level traffic, --dispatch lp)")
+    og.windows(p, what="score (counts modes)")
+    og.topology(p, note="for SGLang/TensorRT-LLM/vLLM placement files, which do not "
+                     "store it")
+    og.bandwidths(p, override=True)
+    og.groups(p, topk="the trace's")
+    og.message_sizes(p, hidden="7168, DeepSeek-V3's; the output says when it is assumed")
+    og.top_k(p, note="counts mode")
+    og.seed(p, "the random and weighted policies")
+    og.as_json(p)
+    og.quiet(p, note="on stderr: token-level traffic, --dispatch lp")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-layer table as CSV")
     p.add_argument("--save-slots", metavar="NPY",
                    help="token-level input: save the slot of every pick, int[N, L, K] (.npy)")

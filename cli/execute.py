@@ -6,12 +6,11 @@ import argparse
 
 import numpy as np
 
-from eplb.cli.common import add_topology_args, check_topology_hint, seed_arg, topology_from
+from eplb.cli import option_groups as og
+from eplb.cli.common import check_topology_hint, topology_from
 from eplb.errors import InputError
 from eplb.format import text_table
 from eplb.safeload import check_size
-
-POLICY_NAMES = ("even", "random", "local_first", "weighted", "lp")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,30 +34,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "first MoE layer, i.e. the first layer the trace holds, else the "
                    "placement's first layer that is not the default map of a dense layer)")
     p.add_argument("--tokens", type=int, default=4096, help="tokens in the batch (default 4096)")
-    p.add_argument("--hidden", type=int, help="hidden size H (default 512, a toy size; "
-                   "DeepSeek-V3's is 7168)")
+    og.message_sizes(p, hidden="512, a toy size; DeepSeek-V3's is 7168",
+                          dispatch_bytes=1.0, combine_bytes=2.0)
     p.add_argument("--ffn", type=int, metavar="F", help="expert FFN width (default hidden / 4)")
-    p.add_argument("--top-k", type=int, metavar="K",
-                   help="experts per token (default: the trace's top_k, else 8)")
-    p.add_argument("--groups", type=int, metavar="G",
-                   help="expert groups for group-limited routing (default: the trace's num_groups)")
-    p.add_argument("--topk-groups", type=int, metavar="TG",
-                   help="groups each token may use (default: the trace's topk_groups, else all)")
+    og.top_k(p)
+    og.groups(p, default="the trace's num_groups",
+                   topk="the trace's topk_groups, else all")
     p.add_argument("--scoring", choices=["softmax", "sigmoid"], default="softmax",
                    help="router scores (default softmax)")
-    p.add_argument("--dispatch", choices=POLICY_NAMES, default="even",
-                   help="replica choice per pick (default even)")
+    og.dispatch(p, what="dispatch policy (the replica each pick goes to)",
+                choices=og.DISPATCH_NAMES)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="compute dtype (tolerance 1e-5 for float32, 1e-9 for float64)")
-    p.add_argument("--dispatch-bytes", type=float, default=1.0, metavar="B",
-                   help="bytes per hidden element sent in dispatch (default 1, FP8)")
-    p.add_argument("--combine-bytes", type=float, default=2.0, metavar="B",
-                   help="bytes per hidden element sent in combine (default 2, BF16)")
     p.add_argument("--experts", type=int, metavar="E",
                    help="logical experts (SGLang/TensorRT-LLM files; default max id + 1)")
-    p.add_argument("--seed", type=seed_arg, default=0,
-                   help="seed for weights, activations, policy (default 0)")
-    add_topology_args(p, required=False)
+    og.seed(p, "weights, activations and the policy")
+    og.topology(p)
+    og.bandwidths(p)
+    og.failed_gpus(p)
     p.set_defaults(func=run)
 
 

@@ -5,18 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eplb.cli.common import (
-    check_groups,
-    check_outputs,
-    check_solver_options,
-    gbps_arg,
-    parse_options,
-    seconds_arg,
-    seed_arg,
-)
+from eplb.cli import option_groups as og
+from eplb.cli.common import check_groups, check_outputs, check_solver_options, parse_options
 from eplb.errors import InputError
 from eplb.format import number, text_table
-from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,38 +24,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--topology 4x8 --slots 288 -o replay.csv --plot replay.png",
     )
     p.add_argument("trace", metavar="TRACE", help="trace file or directory (>= 2 windows)")
-    p.add_argument("--solver", default="greedy", help="placement policy (default greedy)")
+    og.solver(p, default="greedy")
     p.add_argument("--interval", type=int, default=1, metavar="N",
                    help="rebalance every N windows (default 1)")
     p.add_argument("--history", type=int, default=1, metavar="M",
                    help="solve from the last M windows (default 1; 0 = all past windows)")
-    p.add_argument("--ema", type=float, metavar="ALPHA",
-                   help="exponential average over the history, latest window weighted ALPHA")
-    p.add_argument("--topology", metavar="NxG",
-                   help="nodes x GPUs (default 4x8), or NxGxS with slots per GPU")
-    p.add_argument("--slots", type=int, metavar="P",
-                   help="slots in all (default: experts rounded up to the GPUs + one per GPU)")
-    p.add_argument("--nvlink-gbps", type=gbps_arg, default=NVLINK_GBPS, metavar="GB/s")
-    p.add_argument("--rdma-gbps", type=gbps_arg, default=RDMA_GBPS, metavar="GB/s")
-    p.add_argument("--groups", type=int, metavar="G",
-                   help="expert groups (default: the trace's own)")
-    p.add_argument("--topk-groups", type=int, metavar="T",
-                   help="with --dispatch: groups each token may use (group-limited traffic model)")
+    og.ema(p, over="the --history windows")
+    og.topology(p, default="4x8", slots_note="default: experts rounded up to the GPUs + one "
+                "per GPU")
+    og.bandwidths(p)
+    og.groups(p, topk="the trace's", topk_note="used with --dispatch")
     p.add_argument("--expert-bytes", type=float, metavar="B",
                    help="bytes per expert replica moved (default 44040192: DeepSeek-V3, FP8)")
-    p.add_argument("--dispatch", metavar="POLICY",
-                   help="also model all-to-all traffic per window with this dispatch policy")
+    og.dispatch(p, default=None, what="also model all-to-all traffic per window under this "
+                "dispatch policy")
     p.add_argument("--oracle", action="store_true",
                    help="also score each window with a placement solved on it (peeks: reference)")
-    p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
-                   help="time limit per solve (ilp), wall seconds")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="solver option, repeatable (e.g. --option tolerance=0.002 for greedy's "
-                   "low-migration repair; see eplb solve --help for each solver's keys)")
-    p.add_argument("--seed", type=seed_arg, default=0, help="solver seed (default 0)")
+    og.time_limit(p)
+    og.solver_options(p, example="--option tolerance=0.002 for greedy's low-migration repair")
+    og.seed(p, "the solver")
     p.add_argument("-o", "--output", metavar="CSV", help="write the per-window table as CSV")
     p.add_argument("--plot", metavar="PNG", help="write the replay curve")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    og.quiet(p)
     p.set_defaults(func=run)
 
 

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from eplb.atomic import atomic_directory, check_output_dir
+from eplb.cli import option_groups as og
 from eplb.cli.common import fraction_arg
 from eplb.errors import InputError
 
@@ -95,31 +96,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="goodput target of --capacity, in (0, 1] (default 0.9)")
     p.add_argument("--rel-tol", type=fraction_arg(upper_open=True), default=0.05, metavar="F",
                    help="--capacity stops when hi / lo <= 1 + F, F in (0, 1) (default 0.05)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes for comparisons and sweeps (default 1)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="a Dask scheduler address for comparisons and sweeps")
+    og.runner(p, note="for comparisons and sweeps")
     p.add_argument(
         "--workload",
         metavar="PATH|synth:KEY=VALUE,...",
         help="a workload file (Mooncake .jsonl, Azure .csv, .csv/.parquet) or a synthetic "
         "spec 'synth:n=N,rate=R,...' with the keys of `eplb workload synth`",
     )
-    scale = p.add_mutually_exclusive_group()
-    scale.add_argument(
-        "--rate", type=float, metavar="REQ/S", help="replay the workload at this mean rate"
-    )
-    scale.add_argument(
-        "--speedup", type=float, metavar="X", help="replay the workload X times faster"
-    )
-    p.add_argument("--head", type=int, metavar="N", help="use the first N requests only")
+    og.rescale(p)
     p.add_argument(
         "--duration",
         type=float,
         metavar="S",
         help="stop after S simulated seconds (default: run until every request has finished)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    og.seed(p, "the run's arrivals, balancers and noise", any_int=True)
     p.add_argument(
         "--window",
         metavar="T0:T1",
@@ -271,9 +262,9 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
                                        rel_tol=args.rel_tol, duration_s=args.duration, **run_kw)
         text = sweep.frame_text(frame)
     elif args.rates is not None:
-        rates = _floats(args.rates, "--rates")
-        frame = sweep.rate_sweep(named, workload, rates, seeds, duration_s=args.duration,
-                                 window=window, **run_kw)
+        spec = sweep.SweepSpec(tuple(_floats(args.rates, "--rates")), tuple(seeds),
+                               duration_s=args.duration, window=window)
+        frame = sweep.rate_sweep(named, workload, spec, **run_kw)
         text = sweep.sweep_table(frame)
         if args.duration is not None:  # a time window holds other requests at each rate
             text += ("\nnote: --duration cuts each rate's run at the same seconds, so each rate "

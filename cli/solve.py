@@ -7,16 +7,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from eplb.cli import option_groups as og
 from eplb.cli.common import (
-    add_topology_args,
-    add_window_args,
     check_groups,
     check_outputs,
     check_solver_options,
     failed_gpus_arg,
     parse_options,
-    seconds_arg,
-    seed_arg,
     solvers_epilog,
     windows_arg,
 )
@@ -40,38 +37,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.lazy_epilog = lambda: solvers_epilog(EXAMPLE)
     p.add_argument("load", metavar="LOAD", help="trace or load matrix file")
-    add_topology_args(p)
-    p.add_argument(
-        "--groups",
-        type=int,
-        metavar="G",
-        help="expert groups (group-limited routing; must divide the experts); hierarchical "
-        "policies use them",
-    )
-    add_window_args(p)
-    p.add_argument("--solver", default="deepseek", metavar="NAME",
-                   help="placement policy (default deepseek; the list and each one's --option "
-                   "keys are below)")
-    p.add_argument("--plugin", action="append", metavar="MODULE",
-                   help="import MODULE first (repeatable): a module registering its own "
-                   "policies with eplb.solvers.register; installed packages can instead "
-                   "declare an 'eplb.solvers' entry point")
-    p.add_argument("--seed", type=seed_arg, default=0,
-                   help="seed for randomised solvers, 0..2**31-1 (default 0)")
-    p.add_argument("--time-limit", type=seconds_arg, metavar="SEC",
-                   help="time limit of search solvers (ilp), wall seconds")
-    p.add_argument(
-        "--option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="solver option, repeatable (value parsed as JSON if it can be, e.g. "
-        "--option weighted=true --option budget=2000)",
-    )
-    p.add_argument(
-        "--format",
-        choices=["native", "npz", "sglang", "trtllm", "vllm"],
-        help="output format (default: from the suffix of -o)",
-    )
+    og.topology(p, required=True)
+    og.bandwidths(p)
+    og.failed_gpus(p)
+    og.groups(p, default=None, must_divide=True)
+    og.windows(p)
+    og.ema(p)
+    og.solver(p, default="deepseek", listed_below=True)
+    og.plugin(p)
+    og.seed(p, "randomised solvers")
+    og.time_limit(p)
+    og.solver_options(p, example="--option weighted=true --option budget=2000")
+    og.formats(p, choices=["native", "npz", "sglang", "trtllm", "vllm"])
     p.add_argument("--previous", metavar="PLACEMENT",
                    help="the live placement file (any format eplb reads): policies that take "
                    "it place for the fewest moved replicas from it; any other's result is "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from eplb.cli import option_groups as og
 from eplb.cli.common import check_outputs, parse_options, say_dropped, windows_arg
 from eplb.errors import InputError
 from eplb.format import text_table
@@ -30,12 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--plot heatmap.png",
     )
     info.add_argument("file", metavar="FILE", help="trace file or per-rank directory")
-    info.add_argument("--format", help="input format (default: sniffed from content/suffix)")
-    info.add_argument("--windows", metavar="SPEC",
-                      help="windows to sum: an index, a slice 'a:b' or a list '0,3,5' "
-                      "(default all)")
-    info.add_argument("--ema", type=float, metavar="ALPHA",
-                      help="exponential moving average over the windows instead of the sum")
+    og.formats(info, out=False)
+    og.windows(info)
+    og.ema(info)
     info.add_argument("--plot", metavar="PNG", help="write a layer x expert load heatmap")
     info.set_defaults(func=run_info)
 
@@ -51,21 +49,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("kind", metavar="KIND", choices=KINDS, help=", ".join(KINDS))
     synth.add_argument("-o", "--output", required=True, metavar="FILE",
                        help="output file (.npz, .parquet, .csv, .json)")
-    synth.add_argument("--format", help="output format (default from the suffix)")
+    og.formats(synth)
     synth.add_argument("--layers", type=int, metavar="L", help="MoE layers")
     synth.add_argument("--experts", type=int, metavar="E", help="experts per layer")
     synth.add_argument("--windows", type=int, metavar="T", help="time windows")
     synth.add_argument("--tokens", type=int, metavar="N",
                        help="tokens per window (tokens: number of tokens to route)")
-    synth.add_argument("--top-k", type=int, metavar="K", help="experts per token")
+    og.top_k(synth, default=None)
     synth.add_argument("--first-layer", type=int, metavar="ID",
                        help="model layer id of the first layer (e.g. 3 for DeepSeek-V3)")
     synth.add_argument("--target", metavar="TRACE", help="tokens: trace whose load to match")
-    synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    og.seed(synth, "the generator", any_int=True)
     synth.add_argument("--param", action="append", metavar="KEY=VALUE",
                        help="generator parameter, repeatable (value parsed as JSON if it can be)")
-    synth.add_argument("--quiet", action="store_true",
-                       help="no progress bar (tokens: one per layer routed, on stderr)")
+    og.quiet(synth, note="tokens: one per layer routed, on stderr")
     synth.set_defaults(func=run_synth)
 
     conv = tsub.add_parser(
@@ -76,8 +73,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conv.add_argument("input", metavar="IN")
     conv.add_argument("output", metavar="OUT")
-    conv.add_argument("--format", help="output format: npz, parquet, csv, sglang")
-    conv.add_argument("--in-format", help="input format (default: sniffed)")
+    og.formats(conv, names=og.TRACE_FORMATS)
+    og.formats(conv, out=False, flag="--in-format")
     conv.set_defaults(func=run_convert)
 
     stk = tsub.add_parser(
@@ -91,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     stk.add_argument("files", nargs="+", metavar="FILE", help="traces, oldest first")
     stk.add_argument("-o", "--output", required=True, metavar="OUT",
                      help="output trace (.npz lossless, .parquet, .csv, SGLang .json)")
-    stk.add_argument("--format", help="output format: npz, parquet, csv, sglang")
+    og.formats(stk, names=og.TRACE_FORMATS)
     stk.set_defaults(func=run_stack)
 
     p.set_defaults(func=lambda args: _no_sub(p))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from eplb.cli import option_groups as og
 from eplb.cli.common import check_outputs, say_dropped
 from eplb.errors import InputError
 from eplb.format import json_text, text_table
@@ -31,13 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="example: eplb workload info ../shared/requests/mooncake_conversation.jsonl",
     )
     info.add_argument("file", metavar="FILE")
-    info.add_argument(
-        "--format", choices=READ_FORMATS, help="input format (default: sniffed from content/suffix)"
-    )
-    info.add_argument(
-        "--block-size", type=int, metavar="TOKENS", help="tokens per hashed block (default 512)"
-    )
-    info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    og.formats(info, out=False, choices=READ_FORMATS)
+    og.block_size(info)
+    og.as_json(info, what="the summary")
     info.set_defaults(func=run_info)
 
     synth = wsub.add_parser(
@@ -53,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     synth.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="output file (.parquet, .csv, .jsonl)"
     )
-    synth.add_argument("--format", choices=WRITE_FORMATS, help="output format (default: suffix)")
+    og.formats(synth, choices=WRITE_FORMATS)
     synth.add_argument(
         "-n",
         "--requests",
@@ -153,14 +150,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="TOKENS",
         help="context limit; a session that outgrows it ends (default 131072)",
     )
-    synth.add_argument(
-        "--block-size",
-        type=int,
-        default=512,
-        metavar="TOKENS",
-        help="tokens per hashed block (default 512)",
-    )
-    synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    og.block_size(synth, default=512)
+    og.seed(synth, "the generator", any_int=True)
     synth.set_defaults(func=run_synth)
 
     conv = wsub.add_parser(
@@ -173,25 +164,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conv.add_argument("input", metavar="IN")
     conv.add_argument("output", metavar="OUT")
-    conv.add_argument("--format", choices=WRITE_FORMATS, help="output format (default: suffix)")
-    conv.add_argument("--in-format", choices=READ_FORMATS, help="input format (default: sniffed)")
-    conv.add_argument(
-        "--block-size",
-        type=int,
-        metavar="TOKENS",
-        help="tokens per hashed block of the input (default 512)",
-    )
-    conv.add_argument("--head", type=int, metavar="N", help="keep the first N requests")
-    scale = conv.add_mutually_exclusive_group()
-    scale.add_argument("--rate", type=float, metavar="REQ/S", help="target mean rate")
-    scale.add_argument("--speedup", type=float, metavar="X", help="multiply the rate by X")
+    og.formats(conv, choices=WRITE_FORMATS)
+    og.formats(conv, out=False, flag="--in-format", choices=READ_FORMATS)
+    og.block_size(conv, note="of the input")
+    og.rescale(conv)
     conv.add_argument(
         "--poisson",
         action="store_true",
         help="with --rate/--speedup: redraw Poisson arrivals in the original "
         "order instead of scaling the gaps",
     )
-    conv.add_argument("--seed", type=int, default=0, help="seed for --poisson (default 0)")
+    og.seed(conv, "--poisson", any_int=True)
     conv.set_defaults(func=run_convert)
 
     p.set_defaults(func=lambda args: _no_sub(p))

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from eplb.args import check_bool
 from eplb.atomic import atomic_write_bytes, atomic_write_text, check_output_path
 from eplb.errors import InputError, PlacementError, TopologyError
 from eplb.placement import Placement
@@ -273,6 +274,7 @@ def write_placement(
     fmt = format_for(path, format)
     check_output_path(path, "placement")
     _check_num_model_layers(num_model_layers)
+    check_bool("layer_ids_are_model_ids", layer_ids_are_model_ids)  # also where unused
     if num_model_layers is not None and fmt != "sglang":
         raise InputError(f"num_model_layers applies to the sglang format only, not {fmt}")
     p = placement

@@ -83,6 +83,8 @@ class Topology:
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         for name in ("nvlink_gbps", "rdma_gbps"):
             value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_, str, bytes)):  # float() would take them
+                raise TopologyError(f"{name} must be a number in GB/s, got {value!r}")
             try:
                 value = float(value)
             except (TypeError, ValueError):

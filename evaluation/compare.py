@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,74 @@ TABLES = {
 _BALANCE = {"max_over_bound_mean", "max_over_group_bound_mean", "step_max_over_mean"}
 
 
+# --------------------------------------------------------------------------- spec
+@dataclass(frozen=True)
+class CompareSpec:
+    """What one comparison runs, checked once when built (each field's check names it).
+
+    - ``solvers: tuple[str, ...] | None``: solver names; ``None`` = every registered solver
+      that runs on a load alone (all but those needing ``previous=``), resolved in `compare`.
+    - ``topologies: str | Sequence[str]``: topology specs (`parse_topologies`; several slot
+      counts = a redundancy sweep); ``specs`` holds them parsed (`TopologySpec`).
+    - ``num_groups`` (default: each trace's ``meta["num_groups"]``; dropped for traces whose
+      expert count it does not divide), ``topk_groups`` (default: each trace's
+      ``meta["topk_groups"]``; with ``num_groups`` the group-limited co-occurrence model of
+      `evaluation.traffic`).
+    - ``policy``: dispatch policy of the traffic model; ``holdout``: fraction of the windows,
+      last ones, scored out of sample (0: in sample); ``seed``; ``time_limit``: seconds per
+      solve; ``solver_options: {solver: {key: value}}``; ``nvlink_gbps``, ``rdma_gbps``: GB/s
+      per GPU; ``traffic``: extra `simulate` keywords (``hidden``, ``dispatch_bytes``...).
+    """
+
+    solvers: tuple[str, ...] | None = None
+    topologies: str | Sequence[str] = "4x8:288"
+    num_groups: int | None = None
+    topk_groups: int | None = None
+    policy: str = "even"
+    holdout: float = 0.0
+    seed: int = 0
+    time_limit: float | None = None
+    solver_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    nvlink_gbps: float = NVLINK_GBPS
+    rdma_gbps: float = RDMA_GBPS
+    traffic: Mapping[str, Any] = field(default_factory=dict)
+    specs: tuple[TopologySpec, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        check_policy(self.policy)
+        for name in ("nvlink_gbps", "rdma_gbps"):
+            Topology(1, 1, 1, **{name: getattr(self, name)})  # TopologyError on a bad one
+        put("holdout", check_number("holdout", self.holdout, 0, 1, hi_open=True))
+        put("seed", check_seed("seed", self.seed))
+        put("time_limit", check_opt_number("time_limit", self.time_limit, 0, 86400,
+                                           lo_open=True))
+        put("num_groups", check_opt_int("num_groups", self.num_groups, 1))
+        put("topk_groups", check_opt_int("topk_groups", self.topk_groups, 1))
+        put("traffic", dict(check_traffic_options(check_mapping("traffic", self.traffic))))
+        options = check_mapping("solver_options", self.solver_options)
+        put("solver_options", {key: dict(check_mapping(f"solver_options[{key!r}]", opts))
+                               for key, opts in options.items()})
+        names = self.solvers
+        if names is not None:
+            if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)) or not all(
+                    isinstance(n, str) for n in names):
+                raise InputError(f"solvers must be a list of solver names, got {str(names)[:40]}")
+            put("solvers", tuple(names) or None)
+        put("specs", tuple(parse_topologies(self.topologies)))
+
+    def solver_names(self) -> list[str]:
+        """The solvers to run (``solvers``, or the default set); unknown names fail here."""
+        names = list(self.solvers) if self.solvers else [
+            n for n in registry.available() if not registry.needs_previous(n)]
+        for name in names:
+            registry.get(name)
+        return names
+
+
+KEYWORDS = tuple(f.name for f in fields(CompareSpec) if f.init)
+
+
 # -------------------------------------------------------------------------- tasks
 def _fit_eval(trace, holdout: float) -> tuple[slice, slice, bool]:
     T = trace.num_windows
@@ -177,45 +245,30 @@ def _fit_eval(trace, holdout: float) -> tuple[slice, slice, bool]:
     return slice(0, cut), slice(cut, T), False
 
 
-def make_tasks(
-    traces: Mapping[str, Any],
-    solver_names: Sequence[str],
-    specs: Sequence[TopologySpec],
-    *,
-    num_groups: int | None = None,
-    topk_groups: int | None = None,
-    policy: str = "even",
-    holdout: float = 0.0,
-    seed: int = 0,
-    time_limit: float | None = None,
-    solver_options: Mapping[str, Mapping[str, Any]] | None = None,
-    nvlink_gbps: float = NVLINK_GBPS,
-    rdma_gbps: float = RDMA_GBPS,
-    traffic: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """One picklable task dict per (trace, topology, solver); loads are sliced here."""
+def make_tasks(traces: Mapping[str, Any], solver_names: Sequence[str],
+               spec: CompareSpec) -> list[dict[str, Any]]:
+    """One picklable task dict per (trace, topology, solver) of ``spec``; loads are sliced
+    here, the settings every task shares travel as ``task["settings"]`` (the spec)."""
     tasks = []
     for tname, trace in traces.items():
-        fit, ev, in_sample = _fit_eval(trace, holdout)
-        groups = num_groups if num_groups is not None else trace.meta.get("num_groups")
+        fit, ev, in_sample = _fit_eval(trace, spec.holdout)
+        groups = spec.num_groups if spec.num_groups is not None else trace.meta.get("num_groups")
         if groups is not None and trace.num_experts % int(groups):
             groups = None
-        tgroups = topk_groups if topk_groups is not None else trace.meta.get("topk_groups")
+        tgroups = (spec.topk_groups if spec.topk_groups is not None
+                   else trace.meta.get("topk_groups"))
         src = None
         if trace.source_counts is not None:
             src = trace.source_counts[ev].sum(0)
         data = {"fit_load": trace.load(fit), "eval_load": trace.load(ev), "source_counts": src,
                 "layer_ids": np.asarray(trace.layer_ids), "top_k": trace.meta.get("top_k")}
-        for spec in specs:
+        for topo in spec.specs:
             for solver in solver_names:
                 tasks.append({
-                    "trace": tname, "spec": spec, "solver": solver, "num_groups": groups,
+                    "trace": tname, "spec": topo, "solver": solver, "num_groups": groups,
                     "topk_groups": tgroups if groups is not None else None,
-                    "policy": policy, "in_sample": in_sample, "seed": seed,
-                    "time_limit": time_limit,
-                    "options": dict((solver_options or {}).get(solver, {})),
-                    "nvlink_gbps": nvlink_gbps, "rdma_gbps": rdma_gbps,
-                    "traffic": dict(traffic or {}), **data,
+                    "in_sample": in_sample, "settings": spec,
+                    "options": dict(spec.solver_options.get(solver, {})), **data,
                 })
     return tasks
 
@@ -224,19 +277,20 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Solve and score one task; errors become a row with ``status`` = the message."""
 
     spec: TopologySpec = task["spec"]
+    settings: CompareSpec = task["settings"]
     E = task["fit_load"].shape[1]
     row: dict[str, Any] = {"trace": task["trace"], "topology": spec.text, "solver": task["solver"],
                            "num_groups": task["num_groups"], "topk_groups": task["topk_groups"],
-                           "policy": task["policy"],
+                           "policy": settings.policy,
                            "in_sample": task["in_sample"], "experts": E}
     try:
-        topo = spec.resolve(E, nvlink_gbps=task["nvlink_gbps"], rdma_gbps=task["rdma_gbps"])
+        topo = spec.resolve(E, nvlink_gbps=settings.nvlink_gbps, rdma_gbps=settings.rdma_gbps)
         row.update(nodes=topo.num_nodes, gpus=topo.num_gpus, slots=topo.num_slots,
                    redundant=topo.num_slots - E)
         start = time.perf_counter()
         placement = solvers.solve(task["solver"], task["fit_load"], topo,
-                                  num_groups=task["num_groups"], seed=task["seed"],
-                                  time_limit=task["time_limit"], **task["options"])
+                                  num_groups=task["num_groups"], seed=settings.seed,
+                                  time_limit=settings.time_limit, **task["options"])
         wall = time.perf_counter() - start
         placement = with_layers(placement, task["layer_ids"])
         info = placement.meta.get("solver", {})
@@ -245,17 +299,17 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         layers = score(placement, task["eval_load"], num_groups=task["num_groups"],
                        bound=task.get("bound", True), group_bound=task.get("group_bound"))
         src = task["source_counts"]
-        kw = dict(policy=task["policy"], num_groups=task["num_groups"],
-                  topk_groups=task["topk_groups"], **task["traffic"])
+        kw = dict(policy=settings.policy, num_groups=task["num_groups"],
+                  topk_groups=task["topk_groups"], **settings.traffic)
         if task["top_k"] is not None:
             kw.setdefault("top_k", int(task["top_k"]))
         if src is not None and topo.num_gpus % src.shape[1] == 0:
             rep, row["traffic_source"] = simulate(placement, source_counts=src, **kw), "per-rank"
         else:
             rep, row["traffic_source"] = simulate(placement, load=task["eval_load"], **kw), "even"
-        if task["policy"] != "even":  # balance as the asked-for dispatch routes the picks
+        if settings.policy != "even":  # balance as the asked-for dispatch routes the picks
             layers = rescore(layers, rep.gpu_tokens, topo)
-        row["balance_dispatch"] = task["policy"]
+        row["balance_dispatch"] = settings.policy
         row.update(summarize(layers).drop("layers").to_dict())
         row.update(rep.summary())
         L = len(task["layer_ids"])
@@ -266,7 +320,7 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         row["nvlink_bytes_per_token_layer"] = row["nvlink_bytes"] / tokens / L
         row["alltoall_us_per_1k_tokens_layer"] = row["alltoall_seconds"] / tokens / L * 1e9
         row["status"] = "ok"
-        gpu = (placement.gpu_load(task["eval_load"]) if task["policy"] == "even"
+        gpu = (placement.gpu_load(task["eval_load"]) if settings.policy == "even"
                else np.asarray(rep.gpu_tokens))
     except EplbError as exc:
         row["status"] = f"{type(exc).__name__}: {exc}"
@@ -379,53 +433,34 @@ class CompareResult:
 
 def compare(
     traces: Mapping[str, Any] | Sequence[str | os.PathLike],
+    spec: CompareSpec | None = None,
     *,
-    solvers: Sequence[str] | None = None,
-    topologies: str | Sequence[str] = "4x8:288",
-    num_groups: int | None = None,
-    topk_groups: int | None = None,
-    policy: str = "even",
-    holdout: float = 0.0,
-    seed: int = 0,
-    time_limit: float | None = None,
-    solver_options: Mapping[str, Mapping[str, Any]] | None = None,
-    nvlink_gbps: float = NVLINK_GBPS,
-    rdma_gbps: float = RDMA_GBPS,
     workers: int = 1,
     scheduler: Any = None,
     progress: bool = True,
-    traffic: Mapping[str, Any] | None = None,
+    **keywords: Any,
 ) -> CompareResult:
-    """Sweep ``solvers`` (default: all registered but those needing ``previous=``) x
-    ``traces`` (``{name: Trace}`` or paths) x ``topologies`` (specs, see `parse_topologies`;
-    several slot counts = a redundancy sweep).
+    """Sweep the solvers x ``traces`` (``{name: Trace}`` or paths) x topologies of ``spec``
+    (a `CompareSpec`), or of the spec its fields given as keywords build (``solvers=``,
+    ``topologies=``, ``num_groups=``... as before specs; not both).
 
-    ``num_groups`` (default: each trace's ``meta["num_groups"]``; dropped for traces whose
-    expert count it does not divide), ``topk_groups`` (default: each trace's
-    ``meta["topk_groups"]``; with ``num_groups`` it selects the group-limited co-occurrence
-    model of `evaluation.traffic`), ``policy`` for the traffic model, ``holdout`` fraction
-    of windows scored out of sample, ``time_limit`` per solve, ``solver_options`` per solver
-    name, ``traffic`` extra `simulate` keywords (``hidden``, ``dispatch_bytes``...).
-    ``workers > 1``: local process pool; ``scheduler``: Dask address or Client (wins).
+    ``workers > 1``: local process pool; ``scheduler``: Dask address or Client (wins);
+    ``progress``: progress bars (and solvers' own, such as ilp's layers).
     """
 
-    check_policy(policy)
-    for name, value in (("nvlink_gbps", nvlink_gbps), ("rdma_gbps", rdma_gbps)):
-        Topology(1, 1, 1, **{name: value})  # raises TopologyError on a bad bandwidth
-    holdout = check_number("holdout", holdout, 0, 1, hi_open=True)
+    if spec is None:
+        unknown = sorted(set(keywords) - set(KEYWORDS))
+        if unknown:
+            raise InputError(f"compare() has no keyword {unknown[0]!r}; use one of "
+                             f"{', '.join(KEYWORDS)}")
+        spec = CompareSpec(**keywords)
+    elif not isinstance(spec, CompareSpec):
+        raise InputError(f"spec must be a CompareSpec, got {type(spec).__name__}")
+    elif keywords:
+        raise InputError(f"compare() takes a spec or its keywords, not both "
+                         f"(got spec and {', '.join(sorted(keywords))})")
     workers = check_int("workers", workers, 1, 1024)
-    seed = check_seed("seed", seed)
     progress = check_bool("progress", progress)
-    time_limit = check_opt_number("time_limit", time_limit, 0, 86400, lo_open=True)
-    num_groups = check_opt_int("num_groups", num_groups, 1)
-    topk_groups = check_opt_int("topk_groups", topk_groups, 1)
-    traffic = check_traffic_options(check_mapping("traffic", traffic))
-    solver_options = check_mapping("solver_options", solver_options)
-    for key, opts in solver_options.items():
-        check_mapping(f"solver_options[{key!r}]", opts)
-    if solvers is not None and (isinstance(solvers, (str, bytes)) or not isinstance(
-            solvers, (list, tuple)) or not all(isinstance(n, str) for n in solvers)):
-        raise InputError(f"solvers must be a list of solver names, got {str(solvers)[:40]}")
     if isinstance(traces, Mapping):
         for name, trace in traces.items():
             check_trace(trace, f"traces[{name!r}]")
@@ -443,32 +478,23 @@ def compare(
         traces = named
     if not traces:
         raise InputError("no traces given; pass at least one trace file")
+    num_groups = spec.num_groups
     for name, trace in traces.items():
         if trace.num_windows < 1:
             raise InputError(f"trace {name!r} has no windows")
         if num_groups is not None and trace.num_experts % num_groups:
             raise InputError(f"num_groups {num_groups} does not divide trace {name!r}'s "
                              f"{trace.num_experts} experts")
-    # by default every registered solver that can run on a load alone (not repair)
-    names = list(solvers) if solvers else [n for n in registry.available()
-                                            if not registry.needs_previous(n)]
-    for name in names:
-        registry.get(name)  # unknown names fail before any work
-    specs = parse_topologies(topologies)
+    names = spec.solver_names()  # unknown names fail before any work
+    solver_options = dict(spec.solver_options)
     if not progress:  # quiet: no solver prints its own progress either (ilp's layers)
-        solver_options = {**(solver_options or {})}
         for name in names:
             if "progress" in registry.options(name):
                 solver_options[name] = {"progress": False, **solver_options.get(name, {})}
     if "ilp" in names and (workers > 1 or scheduler is not None):
         # the sweep already runs tasks in parallel: one ilp layer at a time per task
-        solver_options = {**(solver_options or {})}
         solver_options["ilp"] = {"workers": 1, **solver_options.get("ilp", {})}
-    tasks = make_tasks(traces, names, specs, num_groups=num_groups, topk_groups=topk_groups,
-                       policy=policy,
-                       holdout=holdout, seed=seed, time_limit=time_limit,
-                       solver_options=solver_options, nvlink_gbps=nvlink_gbps,
-                       rdma_gbps=rdma_gbps, traffic=traffic)
+    tasks = make_tasks(traces, names, replace(spec, solver_options=solver_options))
 
     def run(items, fn, desc):
         return runners.run(fn, items, workers=workers, scheduler=scheduler, progress=progress,

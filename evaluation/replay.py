@@ -20,8 +20,8 @@ from eplb.evaluation.align import align, check_num_groups, check_trace, with_lay
 from eplb.evaluation.metrics import score_windows, summarize
 from eplb.evaluation.traffic import check_traffic_options, simulate_trace
 from eplb.executor.routing import check_policy
+from eplb.moves import replicas_moved
 from eplb.placement import Placement
-from eplb.solvers.analysis.migration import replicas_moved
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 from eplb.traces.model import Trace
 

@@ -1,6 +1,6 @@
 """How often ``greedy_weighted`` reaches ``total / G`` on tiny problems with ``P - E >= G - 1``
 spare slots (the chain layout's claim in docs/solvers.md), split by ``S <= 2`` (no chain layout)
-and ``S >= 3``, with the brute-force weighted optimum (tests/brute_force.py) to tell the
+and ``S >= 3``, with the brute-force weighted optimum (`eplb.testing.brute_force`) to tell the
 heuristic's misses from problems where ``total / G`` is out of reach.
 
 Run: ``python scripts/measure_chain_claim.py [--n 400] [--seed 0]``.
@@ -9,16 +9,12 @@ Run: ``python scripts/measure_chain_claim.py [--n 400] [--seed 0]``.
 from __future__ import annotations
 
 import argparse
-import sys
 from math import comb
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.brute_force
-
 from eplb import Topology, solvers
-from tests import brute_force as bf
+from eplb.testing import brute_force as bf
 
 
 def cases(rng: np.random.Generator, n: int):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from eplb.errors import InfeasibleError, InputError
+from eplb.moves import gpu_moves, replicas_moved
 from eplb.placement import Placement
 from eplb.registry import Registry
 from eplb.solvers.analysis.failures import (
@@ -30,9 +31,7 @@ from eplb.solvers.analysis.failures import (
     surviving,
     survivor_nodes,
 )
-from eplb.solvers.analysis.migration import replicas_moved
 from eplb.solvers.legacy import LEGACY, route
-from eplb.solvers.primitives.layout import moved as moves_between
 from eplb.solvers.primitives.relabel import relabel
 from eplb.solvers.primitives.validation import (
     check_layer_ids,
@@ -455,7 +454,7 @@ def solve(
         if live is None:
             moved = replicas_moved(previous, placement)
         else:  # orphans re-homed in `previous` still count as moves
-            moved = moves_between(live, placement.phy2log, E, small.slots_per_gpu)
+            moved = gpu_moves(live, placement.phy2log, small.num_gpus).sum(1)
         info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
     if name != requested or given != options:
         info["legacy"] = {"name": requested, "options": given}

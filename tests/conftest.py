@@ -39,12 +39,21 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
+# the expert-count dumps SGLang published for DeepSeek-V3 (docs/data.md): the tests assert
+# facts of these six, so they ask for them by name (other files in the folder are not theirs)
+DEEPSEEK_JSONS = ("decode_in1000out1000.json", "decode_in2000out100.json",
+                  "prefill_in1000out1000.json", "prefill_in1024.json", "prefill_in2048.json",
+                  "prefill_in512.json")
+
+
 @pytest.fixture(scope="session")
 def deepseek_jsons(shared_traces: Path) -> list[Path]:
-    files = sorted((shared_traces / "deepseek-v3-sglang").glob("*.json"))
-    if not files:
-        pytest.skip(f"no DeepSeek-V3 JSON files under {shared_traces / 'deepseek-v3-sglang'}")
-    return files
+    """The six published DeepSeek-V3 dumps, sorted by name; skips unless all are there."""
+    folder = shared_traces / "deepseek-v3-sglang"
+    missing = [n for n in DEEPSEEK_JSONS if not (folder / n).is_file()]
+    if missing:
+        pytest.skip(f"DeepSeek-V3 JSON files {', '.join(missing)} not found under {folder}")
+    return [folder / n for n in DEEPSEEK_JSONS]
 
 
 # request traces (Mooncake, Azure): $EPLB_REQUESTS when set, else ../shared/requests
@@ -61,6 +70,40 @@ def shared_requests() -> Path:
     return SHARED_REQUESTS
 
 
+def shared_file(folder: Path, *parts: str) -> Path:
+    """``folder / parts`` (a data folder's file), skipping the test when it is absent: the
+    folder $EPLB_DATA or $EPLB_REQUESTS names may hold other files than this checkout's."""
+    path = folder.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not found (the data lives outside the repo; point EPLB_DATA or "
+                    "EPLB_REQUESTS at a folder holding it, see docs/data.md)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mooncake_jsonl(shared_requests: Path) -> Path:
+    """The Mooncake conversation trace (JSON lines); skips when absent."""
+    return shared_file(shared_requests, "mooncake_conversation.jsonl")
+
+
+@pytest.fixture(scope="session")
+def azure_csv(shared_requests: Path) -> Path:
+    """The Azure LLM inference code trace (2023, CSV); skips when absent."""
+    return shared_file(shared_requests, "azure_code_2023.csv")
+
+
+@pytest.fixture(scope="session")
+def qwen_dir(shared_traces: Path) -> Path:
+    """The Qwen1.5-MoE per-rank CSV directory (six ranks); skips when absent."""
+    return shared_file(shared_traces, "qwen1.5-moe-harmoeny", "0", "moe_layer-0.csv").parents[1]
+
+
+@pytest.fixture(scope="session")
+def deepseek_prefill_json(shared_traces: Path) -> Path:
+    """SGLang's DeepSeek-V3 prefill expert-count dump (``prefill_in1024.json``)."""
+    return shared_file(shared_traces, "deepseek-v3-sglang", "prefill_in1024.json")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _checkout_stays_clean():
     """Tests write only to temporary folders: fail the run if the repository's top level
@@ -71,13 +114,26 @@ def _checkout_stays_clean():
     assert not new, f"tests wrote into the checkout: {new}"
 
 
-@pytest.fixture(autouse=True)
-def _solver_registry_unchanged():
-    """A test that registers a policy removes it again (register spies in a fixture that calls
-    `solvers.unregister`): a policy left behind fails the test that left it."""
-    registry = sys.modules.get("eplb.solvers.registry")  # not imported yet: nothing to check
+def registry_leaks(module: str, what: str):
+    """Generator for a guard fixture: names registered in ``module``'s registry (its
+    ``available()``) during the test and left there fail the test that left them. A module
+    not imported yet holds nothing to check."""
+    registry = sys.modules.get(module)
     before = registry.available() if registry else None
     yield
     if before is not None:
         left = sorted(set(registry.available()) - set(before))
-        assert not left, f"the test left solvers registered: {left}"
+        assert not left, f"the test left {what} registered: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _solver_registry_unchanged():
+    """A test that registers a policy removes it again (register spies in a fixture that calls
+    `solvers.unregister`): a policy left behind fails the test that left it."""
+    yield from registry_leaks("eplb.solvers.registry", "solvers")
+
+
+@pytest.fixture(autouse=True)
+def _balancer_registry_unchanged():
+    """The same guard for DP balancers (`serving.balancers.registry.unregister`)."""
+    yield from registry_leaks("eplb.evaluation.serving.balancers.registry", "balancers")

@@ -1,11 +1,16 @@
 """Junk thrown at every public function of the eplb core, traces and evaluation (solvers have
-their own): each call gets valid arguments except one, replaced by junk. The call may succeed
-(junk can be valid, e.g. ``seed=0``) but when it fails it raises an `EplbError`, never a
-TypeError, IndexError, OverflowError, AttributeError or a numpy warning turned error.
+their own): each call gets valid arguments except one, replaced by junk. A value of the wrong
+kind for its argument (`KINDS`: a string for a count, a float for an integer, ``None`` where
+``None`` means nothing, NaN for a number...) must be refused with an `EplbError`: a call that
+accepts it fails the test. A value of the right kind may still be refused (``seed=-1``, a
+shape that does not fit); any refusal is an `EplbError`, never a TypeError, IndexError,
+OverflowError, AttributeError or a numpy warning turned error.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 import os
 import warnings
 
@@ -462,6 +467,86 @@ def test_valid_call_works(cases, name):
     assert EXPECT[name](result, tmp), f"{name} returned {result!r}"
 
 
+# the kind of value each argument takes, where the baseline value does not say it (`_kind`)
+ARRAY, REAL, INT, STR, BOOL, MAPPING, ANY = "array", "real", "int", "str", "bool", "mapping", "any"
+KINDS = {
+    "format": STR, "ema": REAL, "windows": ANY, "layers": ANY, "by": ANY, "layer_ids": ARRAY,
+    "num_model_layers": INT, "num_experts": INT, "source_counts": ARRAY, "topk_ids": ARRAY,
+    "token_rank": ARRAY, "replica_share": ARRAY, "policy": STR, "topology": Topology,
+    "dtype": ANY, "skew": ANY, "title": STR, "meta": MAPPING, "frames": MAPPING,
+    "loads": MAPPING, "path": ANY, "text": STR, "name": STR, "scoring": STR, "ilp_time_limit": REAL,
+    "weights": ANY, "hidden": REAL, "bound": ANY, "dispatch_bytes": REAL, "combine_bytes": REAL,
+    "expert_bytes": REAL, "frac": REAL, "rate": REAL, "min_slots": INT, "traces": ANY,
+    "solvers": ANY, "topologies": ANY, "data": MAPPING
+}
+
+
+# the function whose signature a wrapped case calls (`_cases` wraps these in lambdas)
+SIGNATURE_OF = {"Placement": Placement, "ReferenceExecutor.forward": ReferenceExecutor.forward,
+                "compare.compare": compare.CompareSpec}
+# None is valid for these though their defaults are not None (history=None: all windows)
+OPTIONAL = {"history"}
+
+
+def _kind(name: str, fn, arg: str, base) -> tuple[object, bool]:
+    """``(kind, optional)`` of argument ``arg`` of case ``name`` whose valid value is ``base``:
+    optional when ``None`` is a valid value (the baseline or the signature's default)."""
+    try:
+        default = inspect.signature(SIGNATURE_OF.get(name, fn)).parameters[arg].default
+    except (KeyError, TypeError, ValueError):
+        default = inspect.Parameter.empty
+    optional = base is None or default is None or arg in OPTIONAL
+    if arg in KINDS:
+        return KINDS[arg], optional
+    if isinstance(base, (bool, np.bool_)):
+        return BOOL, optional
+    if isinstance(base, (int, np.integer)):
+        return INT, optional
+    if isinstance(base, (float, np.floating)):
+        return REAL, optional
+    if isinstance(base, str):
+        return STR, optional
+    if isinstance(base, (np.ndarray, list)):
+        return ARRAY, optional
+    if isinstance(base, dict):
+        return MAPPING, optional
+    if isinstance(base, (Placement, Topology, traces.Trace, MoELayer, kernels.DispatchLayout)):
+        return type(base), optional
+    return ANY, optional
+
+
+def _numeric_array(value) -> bool:
+    if isinstance(value, (str, bytes, dict)) or callable(value) or value is None:
+        return False
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return arr.dtype.kind in "iuf" and arr.ndim >= 1
+
+
+def is_junk(value, kind, optional: bool) -> bool:
+    """``value`` is not of ``kind`` (so every call must refuse it)."""
+    if value is None:
+        return not optional and kind not in (ANY, MAPPING)
+    if kind is ANY:
+        return False
+    if kind is BOOL:
+        return not isinstance(value, (bool, np.bool_))
+    if kind is INT:
+        return isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+    if kind is REAL:
+        return (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float))
+                or not math.isfinite(value))
+    if kind is STR:
+        return not isinstance(value, str)
+    if kind is ARRAY:
+        return not _numeric_array(value)
+    if kind is MAPPING:  # None is {} (eplb.args.check_mapping)
+        return not isinstance(value, dict)
+    return not isinstance(value, kind)
+
+
 @pytest.mark.parametrize("name", NAMES)
 @settings(
     max_examples=25,
@@ -489,11 +574,36 @@ def test_junk_raises_eplb_error(cases, name, data):
         try:
             fn(**call)
         except EplbError:
-            pass
+            return
         except (Exception, RecursionError) as exc:
             raise AssertionError(
                 f"{name}({arg}={junk!r}) raised {type(exc).__name__}: {exc}"
             ) from exc
+    kind, optional = _kind(name, fn, arg, kwargs[arg])
+    assert not is_junk(junk, kind, optional), f"{name}({arg}={junk!r}): junk was accepted"
+
+
+def test_the_kind_oracle_calls_wrong_kinds_junk():
+    """What `test_junk_raises_eplb_error` demands be refused: a value of another kind."""
+    assert is_junk("3", INT, False) and is_junk(2.0, INT, False) and is_junk(True, INT, False)
+    assert is_junk(None, INT, False) and not is_junk(None, INT, True)
+    assert is_junk(float("nan"), REAL, False) and is_junk("1e1", REAL, False)
+    assert is_junk(True, ARRAY, False) and is_junk("abc", ARRAY, False)
+    assert not is_junk(-1, INT, False) and not is_junk([1.0, 2.0], ARRAY, False)
+    assert is_junk(TOPO, Placement, False) and not is_junk(PLACEMENT, Placement, False)
+
+
+def test_wrong_kinds_are_refused_where_the_call_does_not_use_them(tmp_path):
+    """Issue 32: junk the junk test found accepted (a bandwidth given as True or a string, a
+    flag given None for a format that ignores it, token_rank=True for a policy without it)."""
+    with pytest.raises(EplbError, match="nvlink_gbps"):
+        Topology.parse("1x2", 12, nvlink_gbps=True)
+    with pytest.raises(EplbError, match="rdma_gbps"):
+        Topology(1, 2, 6, rdma_gbps="50")
+    with pytest.raises(EplbError, match="layer_ids_are_model_ids"):
+        pio.write_placement(PLACEMENT, tmp_path / "p.json", layer_ids_are_model_ids=None)
+    with pytest.raises(EplbError, match="token_rank"):
+        routing.route(IDS, PLACEMENT, policy="even", token_rank=True)
 
 
 def test_named_api_errors(tmp_path):

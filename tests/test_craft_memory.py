@@ -40,11 +40,11 @@ def test_permutes_gpus_and_is_locally_optimal(L, G, S, seed):
         assert not ((gain > 0) & (np.maximum(total[g] - gain, total + gain) < total[g])).any()
 
 
-def test_craft_at_no_redundant_slot_fits_uniform_memory(shared_traces):
+def test_craft_at_no_redundant_slot_fits_uniform_memory(deepseek_prefill_json):
     from eplb import Topology
     from eplb.solvers.policies.craft import replica_plan
 
-    dump = shared_traces / "deepseek-v3-sglang" / "prefill_in1024.json"
+    dump = deepseek_prefill_json
     load = np.asarray(json.loads(dump.read_text())["logical_count"], dtype=float)
     load = load[load.sum(1) > 0]
     L, E = load.shape

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from eplb import InfeasibleError, InputError, Topology, solvers, traces
 from eplb.solvers.primitives.deepseek_kernels import rebalance_experts
-from tests.deepseek_reference import rebalance as reference
+from eplb.testing.deepseek_reference import rebalance as reference
 
 README_LOAD = [
     [90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],

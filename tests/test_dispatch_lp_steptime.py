@@ -233,12 +233,13 @@ def test_lp_decode_step_never_slower_with_gemm_linear_in_picks(case):
     assert (b.layer_s <= a.layer_s * (1 + 1e-12)).all()
 
 
-def test_lp_without_overhead_can_be_slower_than_even_on_the_measured_curve(shared_traces):
+def test_lp_without_overhead_can_be_slower_than_even_on_the_measured_curve(
+        deepseek_prefill_json):
     # the counterexample docs/serving.md measures (scripts/lp_never_worse.py), pinned: Day-6
     # prefill, 256 tokens per rank; the busiest GPU still holds fewer picks
     cfg = serving.ClusterConfig.deepseek_day6()
     topo = cfg.topology("prefill")
-    load = traces.read(shared_traces / "deepseek-v3-sglang" / "prefill_in1024.json").load()
+    load = traces.read(deepseek_prefill_json).load()
     p = solvers.solve("deepseek", load, topo, num_groups=8)
     rng = np.random.default_rng(0)
     prob = load / load.sum(1, keepdims=True)

@@ -12,6 +12,7 @@ from eplb.evaluation import serving
 from eplb.evaluation.serving.advise import advise
 from eplb.evaluation.serving.config import EplbConfig, UnitConfig
 from tests._cli import run_cli
+from tests.conftest import shared_file
 
 DUMP = ("deepseek-v3-sglang", "decode_in1000out1000.json")  # under the shared traces
 UNITS = ("--set", "prefill.nodes=3", "--set", "prefill.gpus_per_node=4",
@@ -111,7 +112,7 @@ def test_cli_refusals_are_one_line(tmp_path, extra, needle):
 
 
 def test_advise_names_the_solver_that_does_not_fit(shared_traces):
-    dump = str(shared_traces.joinpath(*DUMP))
+    dump = str(shared_file(shared_traces, *DUMP))
     with pytest.raises(EplbError, match="solver 'lplb' on 5x4 GPUs with 260 slots"):
         advise(dump, "5x4", 260, phase="decode", tokens_per_rank=16, solver="lplb",
                redundant=(), max_tokens=32)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eplb import Placement, PlacementError, Topology, TraceError
+from eplb import Placement, PlacementError, Topology, TraceError, solvers
 from eplb.evaluation.align import align
 from eplb.evaluation.metrics import (
     balancedness,
@@ -19,6 +19,7 @@ from eplb.evaluation.metrics import (
     score_windows,
     summarize,
 )
+from eplb.solvers.analysis import bounds
 
 
 def random_placement(rng, topo, L, E, weighted=False):
@@ -101,9 +102,7 @@ def test_summaries():
     np.testing.assert_allclose(per["step_max_over_mean"], s["step_max_over_mean"])
 
 
-def test_lower_bound_ratio_when_available():
-    bounds = pytest.importorskip("eplb.solvers.analysis.bounds")
-    from eplb import solvers
+def test_lower_bound_ratio():
     rng = np.random.default_rng(1)
     topo = Topology(2, 4, 3)
     load = rng.random((5, 20)) * 100

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eplb import InputError, Placement, PlacementError, Topology, TopologyError
+from eplb import InputError, Placement, PlacementError, Topology, TopologyError, executor
 from eplb.evaluation.traffic import links, simulate, simulate_trace
 from eplb.executor.routing import dispatch_table, lp_plan, route
 
@@ -176,7 +176,6 @@ def test_token_mode_matches_per_token_reference(shape, policy, seed):
 
 
 def test_matches_reference_executor():
-    executor = pytest.importorskip("eplb.executor")
     rng = np.random.default_rng(3)
     topo = Topology(2, 4, 3)
     E, N, K = 20, 64, 4

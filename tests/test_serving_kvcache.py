@@ -222,11 +222,11 @@ def test_chain_makes_content_hashes_prefix_unique():
     assert s.match(b) == 0 and s.match(chain([5, 6, 8])) == 2
 
 
-def test_mooncake_hashes_are_prefix_chained(shared_requests):
+def test_mooncake_hashes_are_prefix_chained(mooncake_jsonl):
     """The assumption the store relies on, checked on the real trace: every hash id has one
     parent (the id before it, or none at position 0)."""
     parent: dict[int, int | None] = {}
-    with open(shared_requests / "mooncake_conversation.jsonl") as fh:
+    with open(mooncake_jsonl) as fh:
         for line in fh:
             h = json.loads(line)["hash_ids"]
             for i, x in enumerate(h):

@@ -175,8 +175,8 @@ def _oracle_cached(req: pd.DataFrame, hashes: list, block: int) -> np.ndarray:
     return out
 
 
-def test_kv_hit_rate_equals_prefix_oracle(shared_requests):
-    wl = W.read(shared_requests / "mooncake_conversation.jsonl").head(400)
+def test_kv_hit_rate_equals_prefix_oracle(mooncake_jsonl):
+    wl = W.read(mooncake_jsonl).head(400)
     wl = W.rescale(wl, rate=4.0)
     cfg = small_config(
         kv=KVConfig(store_capacity_blocks=None),

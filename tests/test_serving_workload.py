@@ -116,8 +116,8 @@ def test_summary_by_hand():
 
 
 # ------------------------------------------------------------------ real files
-def test_mooncake_real(shared_requests):
-    w = W.read(shared_requests / "mooncake_conversation.jsonl")
+def test_mooncake_real(mooncake_jsonl):
+    w = W.read(mooncake_jsonl)
     s = w.summary()
     assert s["count"] == 12031  # the README's figures
     assert round(s["input_mean"]) == 12035 and round(s["output_mean"]) == 343
@@ -126,10 +126,10 @@ def test_mooncake_real(shared_requests):
     assert 0.3 < s["prefix_hit_rate"] < 0.45  # measured 0.3736 (unbounded cache)
 
 
-def test_mooncake_hit_rate_equals_an_independent_prefix_count(shared_requests):
+def test_mooncake_hit_rate_equals_an_independent_prefix_count(mooncake_jsonl):
     hit = total = 0
     seen: set = set()
-    with open(shared_requests / "mooncake_conversation.jsonl") as fh:
+    with open(mooncake_jsonl) as fh:
         for line in fh:
             r = json.loads(line)
             k = 0
@@ -138,13 +138,13 @@ def test_mooncake_hit_rate_equals_an_independent_prefix_count(shared_requests):
             hit += min(512 * k, r["input_length"])
             total += r["input_length"]
             seen.update(r["hash_ids"])
-    w = W.read(shared_requests / "mooncake_conversation.jsonl")
+    w = W.read(mooncake_jsonl)
     assert int(w.cached_tokens().sum()) == hit
     assert w.summary()["prefix_hit_rate"] == hit / total
 
 
-def test_azure_real(shared_requests):
-    w = W.read(shared_requests / "azure_code_2023.csv")
+def test_azure_real(azure_csv):
+    w = W.read(azure_csv)
     a = w.requests["arrival_s"].to_numpy()
     assert len(w) == 8819 and a[0] == 0.0 and not w.has_hashes
     # 18:17:03.9799600 -> 18:17:04.0319600: 0.052 s; 7 fractional digits kept

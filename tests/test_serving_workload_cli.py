@@ -109,19 +109,17 @@ def test_convert_round_trip_rescale_and_head(tmp_path):
     assert any("Poisson" in n for n in W.read(tmp_path / "p.parquet").meta["notes"])
 
 
-def test_real_files(tmp_path, shared_requests):
-    code, out, err = run_cli(
-        "workload", "info", shared_requests / "mooncake_conversation.jsonl"
-    )
+def test_real_files(tmp_path, mooncake_jsonl, azure_csv):
+    code, out, err = run_cli("workload", "info", mooncake_jsonl)
     assert code == 0, err
     assert "12,031" in out and "(mooncake)" in out
-    code, out, err = run_cli("workload", "info", shared_requests / "azure_code_2023.csv")
+    code, out, err = run_cli("workload", "info", azure_csv)
     assert code == 0, err
     assert "8,819" in out and "no block hashes" in out
     code, out, err = run_cli(
         "workload",
         "convert",
-        shared_requests / "azure_code_2023.csv",
+        azure_csv,
         tmp_path / "a.parquet",
         "--speedup",
         4,

@@ -17,8 +17,8 @@ from eplb.solvers.analysis.bounds import lower_bound
 from eplb.solvers.primitives import pairing, pairing_exact
 from eplb.solvers.primitives.replication import waterfill
 from eplb.solvers.primitives.shares import optimal_shares
+from eplb.testing import brute_force as bf
 from eplb.tolerance import better
-from tests import brute_force as bf
 
 # ------------------------------------------------------------------------- brute force
 

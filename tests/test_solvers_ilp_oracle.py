@@ -1,4 +1,4 @@
-"""Every model `ilp` builds against the independent brute force of `tests.brute_force`, on
+"""Every model `ilp` builds against the independent brute force of `eplb.testing.brute_force`, on
 tiny instances: the returned placement is in the model's class, its reported objective is
 exact, the reported bound never exceeds the true optimum, and "optimal" is claimed only for
 the true optimum. Each model is run twice: through `solvers.solve` (warm start from the
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from eplb import Topology, solvers
 from eplb.solvers.primitives.ilp_model import LayerProblem, solve_layer
-from tests import brute_force as bf
+from eplb.testing import brute_force as bf
 
 LAMBDA = 3.0  # traffic weight of the traffic models
 PROOF = 1e-9  # relative precision of an "optimal" claim

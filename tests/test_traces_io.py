@@ -175,10 +175,8 @@ def test_real_deepseek_sglang_dumps(deepseek_jsons):
         assert picks.max() / picks.min() < 1.01  # every MoE layer sees (about) the same tokens
 
 
-def test_real_qwen_per_rank_directory(shared_traces):
-    d = shared_traces / "qwen1.5-moe-harmoeny"
-    if not d.is_dir():
-        pytest.skip(f"{d} not present")
+def test_real_qwen_per_rank_directory(qwen_dir):
+    d = qwen_dir
     t = traces.read(d)
     assert t.counts.shape == (2, 24, 60)
     assert t.source_counts.shape == (2, 24, 6, 60)
@@ -190,11 +188,8 @@ def test_real_qwen_per_rank_directory(shared_traces):
     assert t.source_counts[0, 0, 0].tolist() == first
 
 
-def test_real_files_convert_losslessly(shared_traces, tmp_path):
-    d = shared_traces / "qwen1.5-moe-harmoeny"
-    if not d.is_dir():
-        pytest.skip(f"{d} not present")
-    t = traces.read(d)
+def test_real_files_convert_losslessly(qwen_dir, tmp_path):
+    t = traces.read(qwen_dir)
     for name in ("q.npz", "q.parquet"):
         traces.write(t, tmp_path / name)
         assert traces.read(tmp_path / name).equals(t)

@@ -78,11 +78,12 @@ class RebalanceReport:
     """Weight moves of one `ReferenceExecutor.rebalance`, per placement layer.
 
     ``slots_changed, local_bytes, nvlink_bytes, rdma_bytes: int64[L]``; ``expert_bytes`` the
-    bytes of one expert's weights. ``slots_changed`` slots whose expert changed; each received
-    the expert's weights from a slot holding it under the old placement, preferring the same GPU
-    (``local_bytes``, no link), then the same node (``nvlink_bytes``), else another node
-    (``rdma_bytes``). ``bytes_moved`` counts bytes that crossed between ranks (NVLink + RDMA)
-    over all layers. ``moves`` lists, per layer, ``int64[changed, 3]`` rows
+    bytes of one expert's weights. ``slots_changed`` slots that received another expert (an
+    emptied slot receives nothing); each received the expert's weights from a slot holding it
+    under the old placement, preferring the same GPU (``local_bytes``, no link), then the same
+    node (``nvlink_bytes``), else another node (``rdma_bytes``). ``bytes_moved`` counts bytes
+    that crossed between ranks (NVLink + RDMA) over all layers: per layer, the
+    `eplb.moves.replicas_moved` copies. ``moves`` lists, per layer, ``int64[changed, 3]`` rows
     ``(destination slot, source slot, LINK_LOCAL/NVLINK/RDMA)``.
     """
 
@@ -101,14 +102,15 @@ class RebalanceReport:
 def weight_moves(old_row: ArrayLike, new_row: ArrayLike, topology: Topology) -> np.ndarray:
     """Plan the weight copies turning slot table ``old_row: int[P]`` into ``new_row: int[P]``.
 
-    Returns ``int64[changed, 3]``: ``(destination slot, source slot, link)`` for every slot whose
-    expert changes, the source holding that expert in ``old_row``: one on the destination's GPU
-    if any (``LINK_LOCAL``), else on its node (``LINK_NVLINK``), else the lowest such slot
-    elsewhere (``LINK_RDMA``); the lowest slot within a tier. All copies read the old weights.
+    Returns ``int64[changed, 3]``: ``(destination slot, source slot, link)`` for every slot that
+    receives another expert (a slot emptied to ``-1`` receives nothing), the source holding that
+    expert in ``old_row``: one on the destination's GPU if any (``LINK_LOCAL``), else on its
+    node (``LINK_NVLINK``), else the lowest such slot elsewhere (``LINK_RDMA``); the lowest slot
+    within a tier. All copies read the old weights.
     """
     old = np.asarray(old_row, dtype=np.int64)
     new = np.asarray(new_row, dtype=np.int64)
-    dst = np.flatnonzero(old != new)
+    dst = np.flatnonzero((old != new) & (new >= 0))
     if dst.size == 0:
         return np.zeros((0, 3), dtype=np.int64)
     S, gpn = topology.slots_per_gpu, topology.gpus_per_node

@@ -104,16 +104,16 @@ def route(
         raise InputError(f"topk_ids must be expert ids in 0..{E - 1}")
     ids = ids.astype(np.int64, copy=False)
     rank = None
-    if spec.needs_rank:
-        if token_rank is None:
-            raise InputError(f"the {policy} policy needs token_rank (source GPU of each token)")
+    if spec.needs_rank and token_rank is None:
+        raise InputError(f"the {policy} policy needs token_rank (source GPU of each token)")
+    if token_rank is not None:  # checked also where the policy does not use it
         rank = as_int_array("token_rank", token_rank)
         G = placement.topology.num_gpus
         if rank.shape != (len(ids),):
             raise InputError(f"token_rank must be int[{len(ids)}], got shape {rank.shape}")
         if rank.size and (rank.min() < 0 or rank.max() >= G):
             raise InputError(f"token_rank must be GPU ids in 0..{G - 1}")
-        rank = rank.astype(np.int64)
+        rank = rank.astype(np.int64) if spec.needs_rank else None
     return spec.fn(ids, placement, layer, rank, seed)
 
 

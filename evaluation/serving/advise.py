@@ -26,9 +26,10 @@ from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_exp
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
-from eplb.evaluation.serving.simulator.planner import gpu_balance, migration_bytes
+from eplb.evaluation.serving.simulator.planner import gpu_balance
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig
+from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
 

@@ -1,15 +1,18 @@
-"""Sweeps and comparison tables: `rate_sweep` (every config at every offered rate and seed, as
-``bench_serving --request-rate`` sweeps: latency percentiles, goodput and served fraction
-against offered rate), `sweep_table`, `plot_rate_sweep`, and `comparison_text` (a compared
-frame as mean, 95% interval and paired difference per metric). docs/serving.md, "Sweeps"."""
+"""Sweeps and comparison tables: `rate_sweep` (every config at every offered rate and seed of a
+`SweepSpec`, as ``bench_serving --request-rate`` sweeps: latency percentiles, goodput and
+served fraction against offered rate), `sweep_table`, `plot_rate_sweep`, and
+`comparison_text` (a compared frame as mean, 95% interval and paired difference per metric).
+docs/serving.md, "Sweeps"."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from eplb import runners
@@ -26,6 +29,7 @@ from eplb.evaluation.serving.workload.synth import rescale
 from eplb.format import text_table
 
 __all__ = [
+    "SweepSpec",
     "comparison_text",
     "compared_columns",
     "frame_text",
@@ -49,6 +53,8 @@ UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s"
 
 
 def _rates(rates: Sequence[float]) -> list[float]:
+    if isinstance(rates, (str, bytes)) or not isinstance(rates, Sequence | np.ndarray):
+        raise InputError(f"rates must be a list of req/s, got {rates!r}")
     out = []
     for r in rates:
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not (
@@ -61,10 +67,53 @@ def _rates(rates: Sequence[float]) -> list[float]:
     return out
 
 
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a rate sweep runs, checked once when built.
+
+    - ``rates: tuple[float, ...]``: offered rates, req/s (> 0, finite); the workload is
+      rescaled to each (order within sessions kept);
+    - ``seeds: tuple[int, ...]``: every config runs every rate with every seed (paired);
+    - ``duration_s``: simulated seconds per run, as in `simulate` (None: until every request
+      has finished);
+    - ``window: (t0, t1)``: simulated seconds the summary covers (None: the whole run).
+    """
+
+    rates: tuple[float, ...]
+    seeds: tuple[int, ...] = (0,)
+    duration_s: float | None = None
+    window: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rates", tuple(_rates(self.rates)))
+        try:
+            seeds = tuple(int(s) for s in self.seeds)
+        except (TypeError, ValueError):
+            raise InputError(f"seeds must be integers, got {self.seeds!r}") from None
+        if not seeds:
+            raise InputError("a rate sweep needs at least one seed")
+        object.__setattr__(self, "seeds", seeds)
+
+    def tasks(self, named: Mapping[str, ClusterConfig],
+              workload: Workload) -> tuple[list[dict], list[tuple[str, float, int]]]:
+        """One `compare.run_task` task per (config, rate, seed), and those keys."""
+        for cfg in named.values():
+            check_args(cfg, workload, 0, self.duration_s, 1.0)
+        scaled = {r: rescale(workload, rate=r) for r in self.rates}
+        tasks, keys = [], []
+        for name, cfg in named.items():
+            for r in self.rates:
+                for s in self.seeds:
+                    tasks.append({"name": name, "config": cfg, "workload": scaled[r], "seed": s,
+                                  "duration_s": self.duration_s, "window": self.window})
+                    keys.append((name, r, s))
+        return tasks, keys
+
+
 def rate_sweep(
     configs: Mapping[str, ClusterConfig] | Sequence[ClusterConfig],
     workload: Workload,
-    rates: Sequence[float],
+    rates: Sequence[float] | SweepSpec,
     seeds: Sequence[int] = (0,),
     *,
     duration_s: float | None = None,
@@ -73,25 +122,20 @@ def rate_sweep(
     scheduler: Any = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Simulate every config with ``workload`` rescaled to every offered rate (req/s; order
-    within sessions kept) and every seed: one row per ``(config, offered_rate, seed)`` with
-    the comparison metrics (`metrics.SOURCE`) and ``wall_s``. Runs on `eplb.runners`
-    (``workers`` processes or a Dask ``scheduler``), with a progress bar."""
+    """Simulate every config with ``workload`` at every offered rate and seed of a
+    `SweepSpec` (``rates``), or of the spec ``rates, seeds, duration_s, window`` build: one
+    row per ``(config, offered_rate, seed)`` with the comparison metrics (`metrics.SOURCE`)
+    and ``wall_s``. Runs on `eplb.runners` (``workers`` processes or a Dask ``scheduler``),
+    with a progress bar."""
     named = _named(configs)
-    rates = _rates(rates)
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise InputError("a rate sweep needs at least one seed")
-    for cfg in named.values():
-        check_args(cfg, workload, 0, duration_s, 1.0)
-    scaled = {r: rescale(workload, rate=r) for r in rates}
-    tasks, keys = [], []
-    for name, cfg in named.items():
-        for r in rates:
-            for s in seeds:
-                tasks.append({"name": name, "config": cfg, "workload": scaled[r], "seed": s,
-                              "duration_s": duration_s, "window": window})
-                keys.append((name, r, s))
+    if isinstance(rates, SweepSpec):
+        if (tuple(seeds), duration_s, window) != ((0,), None, None):
+            raise InputError("rate_sweep takes a SweepSpec or rates, seeds, duration_s and "
+                             "window, not both")
+        spec = rates
+    else:
+        spec = SweepSpec(rates, seeds, duration_s, window)
+    tasks, keys = spec.tasks(named, workload)
     out = runners.run(run_task, tasks, workers=workers, scheduler=scheduler,
                       progress=progress, desc="rate sweep", unit="run")
     rows = [{"config": n, "offered_rate": r, "seed": s, **metrics.row(res),

@@ -1,7 +1,7 @@
 """A unit's placement policy (`Planner`, one decision a `Plan`: a registered solver, ``static``,
 ``oracle`` or ``balanced``: `config.EplbMode`) and what moving a placement costs
-(`migration_bytes`); `emptied` drops failed GPUs' slots, `patch_orphans` re-homes the experts
-that lost every replica with the fewest moves and `Planner.emergency` applies
+(`eplb.moves.migration_bytes`); `emptied` drops failed GPUs' slots, `patch_orphans` re-homes
+the experts that lost every replica with the fewest moves and `Planner.emergency` applies
 ``eplb.emergency`` (``patch`` or ``resolve``); the initial placement is a runtime's default
 (`placements.trivial_placement`), solved, or a file (`placements.fit_placement`)
 (docs/serving.md, "Simulator", items 7 and 8)."""
@@ -19,6 +19,7 @@ from eplb.errors import InfeasibleError
 from eplb.evaluation.serving.config import EplbConfig, EplbMode, InitialPlacement
 from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
+from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.solvers.primitives.orphans import rehome_orphans
 from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
@@ -70,19 +71,6 @@ def patch_orphans(degraded: Placement, load: np.ndarray) -> Placement:
     orphans = int((degraded.logcnt == 0).sum())
     meta = {**degraded.meta, "solver": {"name": "patch", "orphans": orphans}}
     return Placement(phy2log, E, topo, share, meta, degraded.layer_ids).validate()
-
-
-def migration_bytes(old: Placement, new: Placement, expert_bytes: float) -> np.ndarray:
-    """``float64[G]``: bytes each GPU loads to move from ``old`` to ``new`` (a new replica on a
-    GPU that held no replica of that expert in that layer). The two may differ in slots per GPU
-    (a change of redundancy), not in layers or GPUs."""
-    topo = new.topology
-    L, G, S = new.num_layers, topo.num_gpus, topo.slots_per_gpu
-    a = old.phy2log.reshape(L, G, old.topology.slots_per_gpu)
-    b = new.phy2log.reshape(L, G, S)
-    held = (b[..., :, None] == a[..., None, :]).any(-1)  # [L, G, S]: b's slot was there
-    moved = (~held & (b >= 0)).sum(axis=(0, 2))
-    return moved * float(expert_bytes)
 
 
 def gpu_balance(placement: Placement | None, load: np.ndarray) -> float:

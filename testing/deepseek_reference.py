@@ -1,6 +1,7 @@
 """A deliberately plain, per-layer loop transcription of DeepSeek's EPLB algorithm as the issue
 states it in words (float32 arithmetic, pinned tie rule). Used as a test oracle for the
-vectorised `solvers.primitives.deepseek_kernels`; slow and obvious on purpose."""
+vectorised `solvers.primitives.deepseek_kernels` and as the loop baseline of the benchmarks
+(``from eplb.testing import deepseek_reference``); slow and obvious on purpose."""
 
 from __future__ import annotations
 

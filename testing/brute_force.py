@@ -8,7 +8,11 @@ numpy; nothing here imports `solvers`. Sizes must stay tiny (a few thousand tabl
   fixed table is ``max over expert sets A of w(A) / |GPUs holding some expert of A|``;
 - traffic: ``+ rdma_weight / G * sum_e w_e (1 - nodes holding e / N)``;
 - migration: ``+ migration_weight * moved``, ``moved`` = replicas a GPU holds that it did not
-  hold before (per GPU, per expert, the positive part of new minus old copies).
+  hold before (per GPU, per expert, the positive part of new minus old copies: the ilp's
+  migration term; what a rebalance transfers is `eplb.moves`).
+
+Tests, benchmarks and scripts share it (``from eplb.testing import brute_force``); so can a
+test of your own policy on tiny problems.
 """
 
 from __future__ import annotations
