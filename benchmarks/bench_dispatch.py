@@ -8,13 +8,13 @@ per token), sources spread evenly over the 32 GPUs.
 
 Timed per layer (best of ``--repeat`` runs, interleaved):
 
-- ``split``: `eplb.executor.minmax.split`, what ``lp`` solves per batch: the exact min-max
+- ``split``: `eplb.dispatch.minmax.split`, what ``lp`` solves per batch: the exact min-max
   integer split (Newton on max-flow cuts, OR-Tools) and which source node's picks take which
   replica (node-local first);
 - ``highs``: scipy's HiGHS on the LP of the same min-max split (no locality stage, so it does
   less); the baseline, measured in the same process. Its optimum rounded up must equal
   ``split``'s (checked on every layer before anything is printed);
-- ``route lp``: the whole ``lp`` routing of the batch (`eplb.executor.routing.route`: pick
+- ``route lp``: the whole ``lp`` routing of the batch (`eplb.dispatch.route`: pick
   counts, `split`, the per-source plan, a slot for each of the ``tokens x 8`` picks), and
   ``route even`` for reference.
 
@@ -36,8 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from eplb import Topology, solvers, traces
-from eplb.executor import minmax
-from eplb.executor.routing import route
+from eplb.dispatch import minmax, route
 
 BUNDLED = Path(__file__).resolve().parents[1] / "traces" / "data" / "deepseek-v3-calibrated.npz"
 

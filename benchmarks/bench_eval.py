@@ -4,7 +4,7 @@
    experts (4 x 8 GPUs, 288 slots, one deepseek placement) vs a loop over windows calling
    ``Placement.gpu_load`` and the per-layer ratios (the obvious implementation). Target: < 1 s.
 2. Token-level traffic: `evaluation.traffic.simulate` on 100,000 tokens x 58 layers x top-8 vs
-   (a) routing alone (`eplb.executor.routing.route` for every layer: the floor any exact count
+   (a) routing alone (`eplb.dispatch.route` for every layer: the floor any exact count
    pays) and (b) a per-token Python loop doing the same accounting, timed on a few hundred
    tokens and scaled linearly. Target: a few seconds.
 3. Counts-mode traffic (expectations) for the same load, 4x8 and 18x8 GPUs, both
@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 from eplb import Topology, solvers
+from eplb.dispatch import route
 from eplb.evaluation.metrics import score_windows
 from eplb.evaluation.traffic import simulate
-from eplb.executor.routing import route
 
 
 def best(fn, repeat: int) -> tuple[float, object]:

@@ -121,8 +121,8 @@ def _floats(text: str, flag: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
+    from eplb.dispatch import check_policy
     from eplb.evaluation.compare import CompareSpec, compare, parse_topologies
-    from eplb.executor.routing import check_policy
 
     check_outputs({"TRACE": args.traces},
                   {"-o": args.output, "--markdown": args.markdown, "--layers-csv": args.layers_csv},

@@ -55,9 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import traces
+    from eplb.dispatch import check_policy
     from eplb.evaluation.evaluate import SOURCES, evaluate
     from eplb.evaluation.tables import write_csv
-    from eplb.executor.routing import check_policy
     from eplb.io import read_placement
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},

@@ -12,7 +12,7 @@ from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
-# the dispatch policies --help names (the library checks the name: eplb.executor.routing)
+# the dispatch policies --help names (the library checks the name: eplb.dispatch)
 DISPATCH_NAMES = ("even", "random", "local_first", "weighted", "lp")
 TRACE_FORMATS = ("npz", "parquet", "csv", "sglang")  # what `eplb trace` writes
 

@@ -52,9 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from eplb import solvers, traces
+    from eplb.dispatch import check_policy
     from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary, replay_topology
     from eplb.evaluation.tables import write_csv
-    from eplb.executor.routing import check_policy
 
     check_outputs({"TRACE": args.trace}, {"-o": args.output, "--plot": args.plot})
     solvers.get(args.solver)

@@ -32,13 +32,13 @@ from eplb.args import (
     check_seed,
 )
 from eplb.atomic import atomic_write_text, os_errors
+from eplb.dispatch import check_policy, get
 from eplb.errors import EplbError, InputError, TopologyError
 from eplb.evaluation import plots
 from eplb.evaluation.align import check_trace, with_layers
 from eplb.evaluation.metrics import group_layer_bound, layer_bound, rescore, score, summarize
 from eplb.evaluation.tables import markdown, slug, write_csv
 from eplb.evaluation.traffic import check_traffic_options, simulate
-from eplb.executor.routing import check_policy
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+))?\s*$")
@@ -307,7 +307,8 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
             rep, row["traffic_source"] = simulate(placement, source_counts=src, **kw), "per-rank"
         else:
             rep, row["traffic_source"] = simulate(placement, load=task["eval_load"], **kw), "even"
-        if settings.policy != "even":  # balance as the asked-for dispatch routes the picks
+        split_as_placed = get(settings.policy).placement_split
+        if not split_as_placed:  # balance as the asked-for dispatch routes the picks
             layers = rescore(layers, rep.gpu_tokens, topo)
         row["balance_dispatch"] = settings.policy
         row.update(summarize(layers).drop("layers").to_dict())
@@ -320,7 +321,7 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
         row["nvlink_bytes_per_token_layer"] = row["nvlink_bytes"] / tokens / L
         row["alltoall_us_per_1k_tokens_layer"] = row["alltoall_seconds"] / tokens / L * 1e9
         row["status"] = "ok"
-        gpu = (placement.gpu_load(task["eval_load"]) if settings.policy == "even"
+        gpu = (placement.gpu_load(task["eval_load"]) if split_as_placed
                else np.asarray(rep.gpu_tokens))
     except EplbError as exc:
         row["status"] = f"{type(exc).__name__}: {exc}"
@@ -374,7 +375,7 @@ class CompareResult:
                     continue
                 label = TABLES.get(col, SUMMARY_COLUMNS.get(col, col))
                 policies = set(part.get("balance_dispatch", pd.Series(["even"])))
-                if col in _BALANCE and policies != {"even"}:
+                if col in _BALANCE and not all(get(p).placement_split for p in policies):
                     label += f"; picks as {', '.join(sorted(policies))} dispatch routes them"
                 pivot = part.pivot_table(index="trace", columns="solver", values=col,
                                          aggfunc="mean")

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from eplb.args import check_str
+from eplb.dispatch import check_policy
 from eplb.errors import InputError
 from eplb.evaluation.align import align, check_placement, check_trace
 from eplb.evaluation.metrics import score, summarize
 from eplb.evaluation.traffic import TrafficReport, simulate_trace
-from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.traces.model import Trace
 

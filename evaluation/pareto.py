@@ -16,11 +16,11 @@ from numpy.typing import ArrayLike
 
 from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_seed
+from eplb.dispatch import check_policy
 from eplb.errors import EplbError, InputError
 from eplb.evaluation.align import check_num_groups, check_trace
 from eplb.evaluation.metrics import _score, summarize
 from eplb.evaluation.traffic import _simulate, check_sizes, counts_source
-from eplb.executor.routing import check_policy
 from eplb.loads import as_real_array, check_load
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 from eplb.traces.model import Trace

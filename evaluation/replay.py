@@ -15,11 +15,11 @@ import pandas as pd
 
 from eplb import solvers
 from eplb.args import check_bool, check_mapping, check_number, check_opt_number, check_str
+from eplb.dispatch import check_policy
 from eplb.errors import InputError, TraceError
 from eplb.evaluation.align import align, check_num_groups, check_trace, with_layers
 from eplb.evaluation.metrics import score_windows, summarize
 from eplb.evaluation.traffic import check_traffic_options, simulate_trace
-from eplb.executor.routing import check_policy
 from eplb.moves import replicas_moved
 from eplb.placement import Placement
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology

@@ -23,7 +23,7 @@ slowest GPU decides the phase; ``alltoall_seconds = dispatch_seconds + combine_s
 No latency or congestion term: it is a bandwidth lower bound on the all-to-all.
 
 **Inputs.** Token-level (``topk_ids: int[N, L, K]`` + ``token_rank: int[N]``): layer ``l`` is
-routed by `eplb.executor.routing.route` with ``layer_index=l`` and ``seed``; every figure is an
+routed by `eplb.dispatch.route` with ``layer_index=l`` and ``seed``; every figure is an
 exact count and ``slots`` records the slot of each pick. Counts-only (``source_counts:
 float[L, G_src, E]`` tokens from each source rank, or ``load: float[L, E]`` with sources spread
 evenly over the GPUs): figures are expectations over tokens under these assumptions. (A trace
@@ -33,7 +33,7 @@ block of ``G / G_src`` GPUs, in both modes; see `simulate_trace`.)
 - *routing*: a pick of expert ``e`` goes to replica ``r`` with probability ``1 / logcnt[e]``
   (``even``, ``random``), ``replica_share`` (``weighted``), or to the fixed
   `dispatch_table` slot of its source (``local_first``), independently for every pick; for
-  ``lp`` each layer's expected picks are split as one batch (`routing.lp_plan`) and a pick of
+  ``lp`` each layer's expected picks are split as one batch (`eplb.dispatch.lp_plan`) and a pick of
   ``e`` from source ``s`` lands on GPU ``g`` with the plan's fraction of those picks. For
   ``random``/``weighted``/``local_first`` this is exact. For ``even`` it assumes a pick's
   position ``n*K+k`` is independent of its expert; when ``logcnt`` divides ``K`` the hash
@@ -71,9 +71,12 @@ How close that is to real tokens (``tests/test_eval_traffic.py``, stated toleran
   `traces.synth.token_level`) it is within -3% to -12% on RDMA and -3% to 0% on NVLink, and
   ranks hierarchical vs global placements as the tokens do (tested bound: -15% / +2%).
 
-Use token-level input when exact figures matter. Counts mode with every source alike has a fast
-path (`slot_routing`, `visit_probabilities`, `expected_copies`, `visit_probability` in closed
-form): the serving step-time model's, the same model evaluated once per GPU instead of per source.
+Use token-level input when exact figures matter. The co-occurrence model itself and each
+policy's expected split live with the dispatch policies (`eplb.dispatch.expect`,
+`Dispatch.expected_visits`). Counts mode with every source alike has a fast path
+(`Dispatch.routing` + `eplb.dispatch.expect.visit_probabilities`, then `expected_copies`;
+`visit_probability` in closed form): the serving step-time model's, the same model evaluated
+once per GPU instead of per source.
 
 The expected time is the time of the expected per-GPU bytes (not the expected maximum).
 """
@@ -96,10 +99,10 @@ from eplb.args import (
     check_seed,
     check_str,
 )
+from eplb.dispatch import Dispatch, check_policy, get, route
+from eplb.dispatch.expect import group_probs
 from eplb.errors import InputError, TopologyError
 from eplb.evaluation.align import align, check_counts_shape, check_placement
-from eplb.executor.lp_shares import lp_shares
-from eplb.executor.routing import check_policy, dispatch_table, lp_plan, route
 from eplb.loads import check_load
 from eplb.placement import Placement
 from eplb.topology import Topology
@@ -271,34 +274,6 @@ def _check_groups(num_groups, topk_groups, num_experts: int) -> tuple[int, int] 
     return int(num_groups), int(topk_groups)
 
 
-def _merged_share(phy2log: np.ndarray, weight: np.ndarray, per_bin: int) -> np.ndarray:
-    """``float64[L, P]``: ``weight`` summed over slots of one expert inside each bin of
-    ``per_bin`` consecutive slots, held by the first such slot (others 0)."""
-    L, P = phy2log.shape
-    B = P // per_bin
-    e = phy2log.reshape(L * B, per_bin)
-    w = weight.reshape(L * B, per_bin)
-    order = np.argsort(e, axis=1, kind="stable")
-    es = np.take_along_axis(e, order, 1)
-    ws = np.take_along_axis(w, order, 1)
-    start = np.ones_like(es, dtype=bool)
-    start[:, 1:] = es[:, 1:] != es[:, :-1]
-    idx = np.flatnonzero(start.ravel())
-    merged = np.zeros(ws.size)
-    merged[idx] = np.add.reduceat(ws.ravel(), idx)
-    out = np.empty_like(merged.reshape(L * B, per_bin))
-    np.put_along_axis(out, order, merged.reshape(L * B, per_bin), 1)
-    return out.reshape(L, P)
-
-
-def _policy_share(placement: Placement, policy: str) -> np.ndarray:
-    """``float64[L, P]``: probability that a pick of a slot's expert goes to that slot."""
-    if policy == "weighted":
-        return placement.share
-    cnt = np.take_along_axis(placement.logcnt, np.maximum(placement.phy2log, 0), 1)
-    return np.where(placement.phy2log >= 0, 1.0 / np.maximum(cnt, 1), 0.0)  # empty slots: 0
-
-
 def counts_source(L: int, E: int, G: int, *, source_counts=None, load=None, top_k=None,
                   num_groups=None, topk_groups=None):
     """Checked counts-mode routing source for ``L`` layers x ``E`` experts on ``G`` GPUs:
@@ -334,208 +309,25 @@ def _sources(L: int, E: int, G: int, source_counts, load) -> tuple[np.ndarray, s
 
 
 # ----------------------------------------------------------------- visit matrices
-def _group_probs(p: np.ndarray, top_k: int, groups: tuple[int, int] | None):
-    """Group model: ``gid: int64[E]``, ``q: float64[L, G, NG]`` (probability a token selects
-    each group) and ``r: float64[L, G, E]`` (inclusion of ``e`` given its group is selected)."""
-    L, G, E = p.shape
-    if groups is None:
-        return np.zeros(E, dtype=np.int64), np.ones((L, G, 1)), p
-    num_groups, topk_groups = groups
-    gid = np.arange(E, dtype=np.int64) // (E // num_groups)
-    pg = p.reshape(L, G, num_groups, E // num_groups)
-    mass = pg.sum(-1)  # expected picks per token in each group
-    q = np.clip(mass * (topk_groups / top_k), pg.max(-1), 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(q[..., gid] > 0, p / q[..., gid], 0.0)
-    return gid, q, np.minimum(r, 1.0)
-
-
-def _log_miss(term, key, q, bins):
-    """``float64[L, G, bins]``: log P(no pick in bin) from per-pick ``term`` (log of the
-    chance that a pick of that expert does not land in the bin, given its group is selected)
-    scattered by ``key = ((l * G + s) * NG + group) * bins + bin``."""
-    L, G, NG = q.shape
-    inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * G * NG * bins))
-    inner = inner.reshape(L, G, NG, bins)
-    with np.errstate(divide="ignore"):
-        return np.log(1.0 - q[..., None] + q[..., None] * inner).sum(2)
-
-
 def _expected_visits(
-    placement: Placement, src: np.ndarray, policy: str, top_k: int,
+    placement: Placement, src: np.ndarray, dispatch: Dispatch, top_k: int,
     groups: tuple[int, int] | None = None, tick=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Counts mode: ``gpu_tokens [L, G]``, ``visits [L, G, G]`` (expected tokens from ``s``
-    reaching GPU ``g``), ``node_visits [L, G, N]``, and the number of clipped inclusions.
-    ``tick(n)``, if given, is called as the ``lp`` policy finishes layers (progress)."""
-    topo = placement.topology
-    L, G, E = src.shape
-    N, S = topo.num_nodes, topo.slots_per_gpu
-    phy2log = placement.phy2log
+    reaching GPU ``g``), ``node_visits [L, G, N]``, and the number of clipped inclusions: the
+    co-occurrence model (`eplb.dispatch.expect`) through ``dispatch``'s expected split
+    (`Dispatch.expected_visits`). ``tick(n)``, if given, is called as a ``per_batch`` policy
+    finishes layers (progress)."""
     tokens = src.sum(-1) / top_k  # [L, G] tokens from each source
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(tokens[..., None] > 0, src / tokens[..., None], 0.0)  # [L, G, E]
     clipped = int((p > 1 + 1e-12).sum())
     p = np.minimum(p, 1.0)
-    gid, q, r = _group_probs(p, top_k, groups)
-    NG = q.shape[2]
-    lrow = np.arange(L)[:, None, None]
-    srow = np.arange(G)[None, :, None]
-    base = (lrow * G + srow) * NG  # [L, G, 1]
-    with np.errstate(divide="ignore"):
-        if policy == "local_first":
-            dest = _dispatch_stack(placement) // S  # [L, G, E]
-            gpu_tokens = np.bincount((lrow * G + dest).ravel(), src.ravel(),
-                                     minlength=L * G).reshape(L, G)
-            term = np.log1p(-r)  # [L, G, E]
-            grp = base + gid[None, None, :]
-            miss_g = _log_miss(term, grp * G + dest, q, G)
-            miss_n = _log_miss(term, grp * N + topo.node_of_gpu[dest], q, N)
-        elif policy == "lp":
-            gpu_tokens, miss_g, miss_n = _lp_expected(placement, src, r, q, gid, tick)
-        else:
-            share = _policy_share(placement, policy)  # [L, P]
-            total = src.sum(1)  # [L, E]
-            gpu_tokens = (np.take_along_axis(total, phy2log, 1) * share).reshape(L, G, S).sum(-1)
-            r_slot = np.take_along_axis(r, np.broadcast_to(phy2log[:, None, :], (L, G, G * S)), 2)
-            grp = base + gid[phy2log][:, None, :]  # [L, G, P]
-            wg = _merged_share(phy2log, share, S)  # [L, P]
-            wn = _merged_share(phy2log, share, S * topo.gpus_per_node)
-            miss_g = _log_miss(np.log1p(-np.minimum(r_slot * wg[:, None, :], 1.0)),
-                               grp * G + topo.gpu_of_slot[None, None, :], q, G)
-            miss_n = _log_miss(np.log1p(-np.minimum(r_slot * wn[:, None, :], 1.0)),
-                               grp * N + topo.node_of_slot[None, None, :], q, N)
+    gid, q, r = group_probs(p, top_k, groups)
+    gpu_tokens, miss_g, miss_n = dispatch.expected_visits(placement, src, r, q, gid, tick)
     visits = tokens[..., None] * -np.expm1(miss_g)
     node_visits = tokens[..., None] * -np.expm1(miss_n)
     return gpu_tokens, visits, node_visits, clipped
-
-
-# ------------------------------------------- counts mode, sources alike (the fast path)
-# When every source's picks follow one distribution (``load=``, or the step-time model's
-# steps), the visit probabilities do not depend on the source: the group-limited model above
-# is evaluated once per (layer, GPU) instead of per (layer, source, GPU), in O(L * P), from
-# tables prepared once per placement (`slot_routing`). `expected_copies` applies the
-# accounting (`_account`) to such visits. Same model, same numbers (tests/test_serving_steptime
-# compares the two paths); the step-time model and the serving simulator use this one.
-@dataclass(frozen=True, eq=False)
-class SlotRouting:
-    """Per-placement tables of the fast path (`slot_routing`, cached).
-
-    Shape: ``expert: int64[L, P]`` expert of each slot (0 for an empty one); ``share:
-    float64[L, P]`` share of its expert's picks a slot receives (`_policy_share`, 0 when
-    empty); ``w_gpu``, ``w_node: float64[L, P]`` that share summed over the expert's slots on
-    the same GPU / node, held by the first such slot (others 0); ``key_gpu``, ``key_node:
-    int64[L, P]`` bincount keys ``(layer, GPU or node, group)`` of each slot.
-    """
-
-    expert: np.ndarray
-    share: np.ndarray
-    w_gpu: np.ndarray
-    w_node: np.ndarray
-    key_gpu: np.ndarray
-    key_node: np.ndarray
-
-
-def _merge_bins(expert: np.ndarray, share: np.ndarray, per_bin: int) -> np.ndarray:
-    """`_merged_share` by pairwise comparison inside each bin (``float64[L, P]``; the fast
-    path's tables, kept apart from the sort-based one so each path's rounding stays put)."""
-    L, P = expert.shape
-    e = expert.reshape(L, P // per_bin, per_bin)
-    w = share.reshape(L, P // per_bin, per_bin)
-    same = e[..., :, None] == e[..., None, :]  # [L, B, S, S]
-    idx = np.arange(per_bin)
-    earlier = same & (idx[None, :] < idx[:, None])  # a same-expert slot before this one
-    first = ~earlier.any(-1)
-    merged = (same * w[..., None, :]).sum(-1)
-    return np.where(first, merged, 0.0).reshape(L, P)
-
-
-@lru_cache(maxsize=32)
-def slot_routing(
-    placement: Placement, policy: str, num_groups: int, topk_groups: int
-) -> SlotRouting:
-    """`SlotRouting` of ``placement`` under ``policy`` (``even``/``random``/``weighted``) with
-    ``num_groups`` expert groups of which a token selects ``topk_groups``."""
-    topo = placement.topology
-    empty = placement.phy2log < 0  # slots of failed GPUs: no expert, no picks
-    expert = np.maximum(placement.phy2log, 0)
-    L = expert.shape[0]
-    share = _policy_share(placement, policy)
-    if empty.any():
-        share = np.where(empty, 0.0, share)
-    ng = num_groups if topk_groups < num_groups else 1
-    group = expert // (placement.num_experts // ng)
-    rows = np.arange(L)[:, None]
-    key_gpu = (rows * topo.num_gpus + topo.gpu_of_slot[None, :]) * ng + group
-    key_node = (rows * topo.num_nodes + topo.node_of_slot[None, :]) * ng + group
-    return SlotRouting(
-        expert,
-        share,
-        _merge_bins(expert, share, topo.slots_per_gpu),
-        _merge_bins(expert, share, topo.slots_per_gpu * topo.gpus_per_node),
-        key_gpu,
-        key_node,
-    )
-
-
-def with_share(rt: SlotRouting, share: np.ndarray, topology: Topology) -> SlotRouting:
-    """``rt`` with another ``share: float64[L, P]`` per slot (e.g. the ``lp`` split of one
-    step, `eplb.executor.lp_shares`): the same slots and keys, merged weights recomputed."""
-    return SlotRouting(
-        rt.expert,
-        share,
-        _merge_bins(rt.expert, share, topology.slots_per_gpu),
-        _merge_bins(rt.expert, share, topology.slots_per_gpu * topology.gpus_per_node),
-        rt.key_gpu,
-        rt.key_node,
-    )
-
-
-def group_model(p: np.ndarray, top_k: int, num_groups: int, topk_groups: int):
-    """The group-limited model (`_group_probs`) for sources alike: ``q: float64[L, NG]`` (a
-    token selects a group; ``NG = 1`` without a limit) and ``r: float64[L, E]`` (an expert of
-    a selected group) from inclusion probabilities ``p: float64[L, E]``."""
-    groups = None if topk_groups >= num_groups else (num_groups, topk_groups)
-    if groups is None:
-        return np.ones((p.shape[0], 1)), p
-    _, q, r = _group_probs(p[:, None, :], top_k, groups)
-    return q[:, 0], r[:, 0]
-
-
-def visit_probabilities(
-    routing: SlotRouting,
-    p: np.ndarray,
-    topology: Topology,
-    *,
-    top_k: int,
-    num_groups: int,
-    topk_groups: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``v: float64[L, G]`` and ``vn: float64[L, N]``: probability that a token visits each
-    GPU and each node, from inclusion probabilities ``p: float64[L, E]`` (``top_k`` x each
-    expert's share of the picks, clipped at 1) routed by ``routing``."""
-    q, r = group_model(p, top_k, num_groups, topk_groups)
-    L = p.shape[0]
-    ng = q.shape[1]
-    rs = np.take_along_axis(r, routing.expert, 1)
-    out = []
-    for w, key, bins in (
-        (routing.w_gpu, routing.key_gpu, topology.num_gpus),
-        (routing.w_node, routing.key_node, topology.num_nodes),
-    ):
-        with np.errstate(divide="ignore"):
-            term = np.log1p(-np.minimum(rs * w, 1.0))
-        inner = np.exp(np.bincount(key.ravel(), term.ravel(), minlength=L * bins * ng))
-        inner = inner.reshape(L, bins, ng)
-        if ng == 1:
-            with np.errstate(divide="ignore"):  # a certain visit: log(0) = -inf, v = 1
-                miss = np.log(inner[..., 0])
-        else:
-            qq = q[:, None, :]
-            with np.errstate(divide="ignore"):
-                miss = np.log(np.maximum(1.0 - qq + qq * inner, 0.0)).sum(-1)
-        out.append(-np.expm1(miss))
-    return out[0], out[1]
 
 
 def expected_copies(src: np.ndarray, v: np.ndarray, vn: np.ndarray, topology: Topology):
@@ -575,78 +367,6 @@ def visit_probability(
     with np.errstate(divide="ignore", invalid="ignore"):
         miss = np.where(x > 0, (1 - q + q * (1 - r) ** h) ** (x / np.maximum(h, 1e-300)), 1.0)
     return 1.0 - miss
-
-
-def _dispatch_stack(placement: Placement) -> np.ndarray:
-    """``int64[L, G, E]``: `local_first` slot of each (source GPU, expert), per layer."""
-    return np.stack([dispatch_table(placement, i) for i in range(placement.num_layers)])
-
-
-@lru_cache(maxsize=8)
-def dispatch_tables(placement: Placement) -> np.ndarray:
-    """`_dispatch_stack` of ``placement``, cached (the step-time model asks once per step)."""
-    return _dispatch_stack(placement)
-
-
-def expected_slot_picks(
-    placement: Placement,
-    source_counts: np.ndarray,
-    policy: str,
-    *,
-    num_groups: int,
-    topk_groups: int,
-) -> np.ndarray:
-    """``float64[L, P]``: expected picks each slot serves, from picks per source GPU
-    ``source_counts: float[L, G, E]`` (``G`` the placement's GPUs) under ``policy``."""
-    if policy == "local_first":
-        L, P = placement.num_layers, placement.topology.num_slots
-        dest = dispatch_tables(placement)  # [L, G, E]
-        key = (np.arange(L)[:, None, None] * P + dest).ravel()
-        return np.bincount(key, source_counts.ravel(), L * P).reshape(L, -1)
-    total = source_counts.sum(1)  # [L, E]
-    if policy == "lp":  # the min-max split of the step's picks (GPU loads as `simulate`'s)
-        return np.take_along_axis(total, np.maximum(placement.phy2log, 0), 1) * lp_shares(
-            placement, total
-        )
-    rt = slot_routing(placement, policy, num_groups, topk_groups)
-    return np.take_along_axis(total, rt.expert, 1) * rt.share
-
-
-def _lp_expected(placement: Placement, src, r, q, gid, tick=None):
-    """Counts mode, ``lp``: each layer's expected picks ``src [G, E]`` are split as one batch
-    (`eplb.executor.routing.lp_plan`); a pick of ``e`` from ``s`` then lands on GPU ``g`` with
-    probability ``plan[s, e, g] / src[s, e]``. Returns ``gpu_tokens [L, G]`` and the log miss
-    probabilities ``[L, G, G]`` (GPUs) and ``[L, G, N]`` (nodes)."""
-    topo = placement.topology
-    L, G, E = src.shape
-    N = topo.num_nodes
-    NG = q.shape[2]
-    gpu_tokens = np.zeros((L, G))
-    miss_g = np.zeros((L, G, G))
-    miss_n = np.zeros((L, G, N))
-    node = topo.node_of_gpu
-    base = (np.arange(G)[:, None] * NG + gid[None, :])[..., None]  # [G, E, 1]
-    for layer in range(L):
-        plan = lp_plan(src[layer], placement, layer)  # [G, E, G]
-        gpu_tokens[layer] = plan.sum((0, 1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.where(src[layer][..., None] > 0, plan / src[layer][..., None], 0.0)
-        w = np.minimum(w, 1.0)
-        wn = np.zeros((G, E, N))
-        np.add.at(wn.transpose(2, 0, 1), node, w.transpose(2, 0, 1))
-        # a pick lands on one GPU, so its node shares sum to at most 1; float sums of the
-        # GPU shares may exceed that by an ulp, which with r = 1 (an expert in every token's
-        # top-k) made log1p(-r * wn) NaN: clipped, a certain pick gives log 0 = -inf (exact)
-        wn = np.minimum(wn, 1.0)
-        rr = r[layer][..., None]
-        ql = q[layer : layer + 1]
-        miss_g[layer] = _log_miss(np.log1p(-rr * w)[None], (base * G + np.arange(G))[None],
-                                  ql, G)[0]
-        miss_n[layer] = _log_miss(np.log1p(-rr * wn)[None], (base * N + np.arange(N))[None],
-                                  ql, N)[0]
-        if tick is not None:
-            tick(1)
-    return gpu_tokens, miss_g, miss_n
 
 
 def _token_visits_layer(slots: np.ndarray, rank: np.ndarray, topo: Topology):
@@ -730,7 +450,7 @@ def simulate(
     - ``load: float[L, E]`` with sources spread evenly over the GPUs: expectations.
 
     ``policy``: ``even``, ``random``, ``local_first``, ``weighted``, ``lp``
-    (`eplb.executor.routing`).
+    (`eplb.dispatch`).
     ``hidden`` elements per token vector; ``dispatch_bytes``/``combine_bytes`` per element
     (FP8 dispatch, BF16 combine by default). ``top_k`` (counts mode; default min(8, E))
     converts picks to tokens and must be one the counts can come from (no expert above 1/top_k
@@ -775,6 +495,7 @@ def _simulate(placement: Placement, *, ids, rank, src, label, policy: str, hidde
     topo = placement.topology
     lk = links(topo)
     L, G = placement.num_layers, topo.num_gpus
+    rule = get(policy)  # a checked per-pick policy
     meta: dict[str, Any] = {"policy": policy, "hidden": hidden, "dispatch_bytes": dispatch_bytes,
                             "combine_bytes": combine_bytes, "seed": seed, "topology": str(topo)}
     slots_out = None
@@ -805,7 +526,7 @@ def _simulate(placement: Placement, *, ids, rank, src, label, policy: str, hidde
         step = max(1, int(4e6 // (G * (groups or (1,))[0] * G)))
         parts = []
         bar = None
-        if progress and policy == "lp":  # one LP per layer: the slow counts-mode policy
+        if progress and rule.per_batch:  # one LP per layer: the slow counts-mode policy
             from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
             bar = tqdm(total=L, desc="lp dispatch", unit="layer")
@@ -814,7 +535,7 @@ def _simulate(placement: Placement, *, ids, rank, src, label, policy: str, hidde
             sub = Placement(placement.phy2log[rows], placement.num_experts, topo,
                             None if placement.replica_share is None
                             else placement.replica_share[rows])
-            parts.append(_expected_visits(sub, src[rows], policy, K, groups,
+            parts.append(_expected_visits(sub, src[rows], rule, K, groups,
                                           None if bar is None else bar.update))
         if bar is not None:
             bar.close()

@@ -712,7 +712,8 @@ def levers() -> dict:
     shipped shared-expert copies; duplication, issue 21 part 3: `DuplicateConfig`'s defaults,
     planner ~100 us per MoE layer and micro-batch and every copy's NVLink transfer on the
     critical path as in UltraEP, or prefetched under the previous layer with no planner)."""
-    from eplb.evaluation.serving.steptime.duplicate import DISPATCH, DuplicateConfig
+    from eplb.dispatch import DISPATCH
+    from eplb.evaluation.serving.config import DuplicateConfig
     out = {"lp": {"dispatch": "lp"}, "lp, no overhead": {"dispatch": "lp", "lp_overhead_s": 0.0},
            "waterfill": {"shared_expert": "waterfill"},
            "lp + waterfill": {"dispatch": "lp", "shared_expert": "waterfill"}}
@@ -846,7 +847,7 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
             f"{best['setting']}, {int(best['tokens_per_rank'])} per rank")
     ov = LP_OVERHEAD_S * m.moe_layers * 2
     out["lever_lp_overhead_ms"] = f"{1e3 * ov:.1f}"
-    from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig
+    from eplb.evaluation.serving.config import DuplicateConfig
     dup = DuplicateConfig()
     out["lever_dup_planner_ms"] = f"{1e3 * dup.planner_s * m.moe_layers * 2:.1f}"
     out["lever_dup_copy_us"] = f"{1e6 * m.expert_params / (day6_nvlink_gbps() * 1e9):.0f}"
@@ -873,8 +874,8 @@ def levers_study(files: list[Path], out: dict, steps: int = 4, seed: int = 0) ->
 def _gpu_and_node_imbalance(p, prob) -> tuple[float, float]:
     """Busiest GPU's and busiest node's mean GPU picks over the mean GPU's, even split of the
     expected load ``prob: float[L, E]`` through ``p``, averaged over layers."""
-    from eplb.evaluation import traffic
-    rt = traffic.slot_routing(p, "even", 8, 4)
+    from eplb.dispatch import get
+    rt = get("even").routing(p, 8, 4)
     slot = np.take_along_axis(prob, rt.expert, 1) * rt.share
     topo = p.topology
     g = slot.reshape(slot.shape[0], topo.num_gpus, -1).sum(-1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.executor.lp_shares import lp_shares
+from eplb.dispatch.lp_shares import lp_shares
 from eplb.solvers import solve
 from eplb.topology import Topology
 

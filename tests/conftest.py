@@ -137,3 +137,28 @@ def _solver_registry_unchanged():
 def _balancer_registry_unchanged():
     """The same guard for DP balancers (`serving.balancers.registry.unregister`)."""
     yield from registry_leaks("eplb.evaluation.serving.balancers.registry", "balancers")
+
+
+def _dispatch_entries() -> dict | None:
+    """``{registry kind: {name: id(entry)}}`` of the dispatch registries (routed and shared
+    expert), or None before `eplb.dispatch` is imported."""
+    if "eplb.dispatch" not in sys.modules:  # not imported yet: nothing registered to check
+        return None
+    from eplb.dispatch import DISPATCH, SHARED_EXPERT
+
+    return {reg.kind: {name: id(reg[name]) for name in reg} for reg in (DISPATCH, SHARED_EXPERT)}
+
+
+@pytest.fixture(autouse=True)
+def _dispatch_registry_unchanged():
+    """A test that registers a dispatch policy removes it again (`Registry.remove` in a
+    fixture), and one that removes or replaces a built-in puts it back: a registry left
+    changed fails the test that changed it."""
+    before = _dispatch_entries()
+    yield
+    if before is not None:
+        after = _dispatch_entries()
+        changed = sorted(f"{kind} {name!r}" for kind in after
+                         for name in set(after[kind]) | set(before[kind])
+                         if after[kind].get(name) != before[kind].get(name))
+        assert not changed, f"the test left dispatch policies registered or changed: {changed}"

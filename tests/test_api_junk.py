@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eplb import EplbError, Placement, Topology, traces
+from eplb import dispatch as routing
 from eplb import io as pio
 from eplb.evaluation import align, compare, metrics, pareto, plots, replay, tables, traffic
-from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank, kernels, routing
+from eplb.executor import MoELayer, ReferenceExecutor, even_token_rank, kernels
 from eplb.loads import check_load
 from eplb.traces import summary, synth
 

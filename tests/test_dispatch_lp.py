@@ -1,5 +1,5 @@
-"""The ``lp`` dispatch policy: exact min-max integer splits per batch (`eplb.executor.minmax`)
-and the routing built on it (`eplb.executor.routing`), checked against brute force."""
+"""The ``lp`` dispatch policy: exact min-max integer splits per batch (`eplb.dispatch.minmax`)
+and the routing built on it (`eplb.dispatch`), checked against brute force."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import Placement, Topology
+from eplb.dispatch import lp_plan, minmax, route
 from eplb.errors import InputError
-from eplb.executor import minmax
-from eplb.executor.routing import lp_plan, route
 
 
 # ------------------------------------------------------------------- the split

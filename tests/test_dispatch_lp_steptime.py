@@ -1,4 +1,4 @@
-"""``lp`` dispatch in counts mode (`eplb.executor.lp_shares`) and in the step-time model and
+"""``lp`` dispatch in counts mode (`eplb.dispatch.lp_shares`) and in the step-time model and
 simulator: the split is the min-max optimum (HiGHS oracle), shares are a distribution per
 expert, scale invariant, never route to failed GPUs; the step-time model's busiest GPU never
 carries more picks than under ``even``, and with expert GEMMs linear in picks a decode step is
@@ -13,14 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import Placement, Topology, solvers, traces
+from eplb.dispatch import gpu_slots, minmax
+from eplb.dispatch.lp_shares import LpShares, lp_shares
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
 from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.steptime.curves import LinearCurve
-from eplb.executor import minmax
-from eplb.executor.lp_shares import LpShares, lp_shares
-from eplb.executor.routing import gpu_slots
 
 
 def _gpu_loads(p: Placement, load: np.ndarray, share: np.ndarray) -> np.ndarray:

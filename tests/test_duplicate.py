@@ -1,4 +1,4 @@
-"""Per-micro-batch expert duplication (``dispatch="duplicate"``, `steptime.duplicate`, after
+"""Per-micro-batch expert duplication (``dispatch="duplicate"``, `eplb.dispatch.duplicate`, after
 UltraEP): the plan never puts two copies of an expert on one GPU, never exceeds the HBM budget,
 conserves picks (per layer and per expert), keeps copies inside the node and never raises a
 GPU's load above even split's; the step-time model with zero overheads never has a busier GPU
@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eplb.dispatch.duplicate import plan
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
 from eplb.evaluation.serving.advise import advise
+from eplb.evaluation.serving.config import DuplicateConfig
 from eplb.evaluation.serving.config.budget import with_duplicate_memory
 from eplb.evaluation.serving.config.model import deepseek_v3
 from eplb.evaluation.serving.simulator.planner import trivial_placement
-from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig, plan
 from eplb.evaluation.serving.steptime.routing import per_gpu
 from eplb.topology import Topology
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, PlacementError, Topology, TopologyError, executor
+from eplb.dispatch import dispatch_table, lp_plan, route
 from eplb.evaluation.traffic import links, simulate, simulate_trace
-from eplb.executor.routing import dispatch_table, lp_plan, route
 
 
 # ------------------------------------------------------------------ references

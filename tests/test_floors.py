@@ -126,3 +126,19 @@ def test_only_eplb_is_installed_at_the_top(name, tmp_path):
     finally:
         sys.path[:] = saved
     assert spec is None or REPO not in Path(spec.origin or "").resolve().parents
+
+
+def test_serving_config_imports_nothing_above_it():
+    """Inside serving, ``config/`` is the ground: the step-time model, the simulator and the
+    rest of serving read it, it reads none of them (a dispatch policy's settings live in
+    ``config.dispatch``, its behaviour in the core's `eplb.dispatch`)."""
+    folder = REPO / "evaluation" / "serving" / "config"
+    bad = []
+    for path in sorted(folder.rglob("*.py")):
+        for line, module in _imports(path):
+            if module.startswith("eplb.evaluation.serving") and not (
+                module == "eplb.evaluation.serving.config"
+                or module.startswith("eplb.evaluation.serving.config.")
+            ):
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+    assert not bad, "serving config imports above it:\n" + "\n".join(bad)

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers
+from eplb.dispatch import dispatch_table
 from eplb.errors import InfeasibleError
 from eplb.evaluation.traffic import simulate
-from eplb.executor.routing import dispatch_table
 from eplb.solvers.primitives import local_first
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing.strategies import placements, problems, token_routing

@@ -1,4 +1,4 @@
-"""Waterfill (`steptime.waterfill`, SGLang PR #19290): the waterline conserves the shared
+"""Waterfill (`eplb.dispatch.waterfill`, SGLang PR #19290): the waterline conserves the shared
 expert's tokens, never raises the busiest rank above the local split (nor above even split's
 routed load plus local shared work), equals local when routed loads and batches are balanced,
 moves only what it must; the step-time model, steady_state, the simulator and TOML honour
@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eplb import solvers
+from eplb.dispatch.waterfill import shipped, waterline
 from eplb.errors import InputError
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
 from eplb.evaluation.serving.config.model import deepseek_v3
-from eplb.evaluation.serving.steptime.waterfill import shipped, waterline
 
 
 @st.composite

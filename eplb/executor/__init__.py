@@ -1,10 +1,12 @@
 """Reference executor: one expert-parallel MoE layer driven by placement tables, in numpy.
 
-`MoELayer` (the dense truth), `ReferenceExecutor` (the layer on ``G`` simulated ranks), the
-kernels and the dispatch policies shared with ``eplb.evaluation.traffic``. Depends on the eplb
-core only. See docs/core.md, section "The reference executor".
+`MoELayer` (the dense truth), `ReferenceExecutor` (the layer on ``G`` simulated ranks) and the
+kernels; the dispatch policies it routes by are `eplb.dispatch`'s (``route``, ``POLICIES``,
+``check_policy``, ``dispatch_table`` are handed on from there). Depends on the eplb core only.
+See docs/core.md, section "The reference executor".
 """
 
+from eplb.dispatch import POLICIES, check_policy, dispatch_table, route
 from eplb.executor.executor import (
     ExecutorStats,
     RebalanceReport,
@@ -21,7 +23,6 @@ from eplb.executor.kernels import (
     expert_compute,
 )
 from eplb.executor.model import MoELayer, check_topk, swiglu
-from eplb.executor.routing import POLICIES, check_policy, dispatch_table, route
 
 __all__ = [
     "POLICIES",

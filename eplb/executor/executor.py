@@ -13,10 +13,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from eplb.args import check_int, check_number, check_seed
+from eplb.dispatch import check_policy
 from eplb.errors import InputError, PlacementError
 from eplb.executor import kernels
 from eplb.executor.model import MoELayer, check_topk
-from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -139,7 +139,7 @@ def weight_moves(old_row: ArrayLike, new_row: ArrayLike, topology: Topology) -> 
 class ReferenceExecutor:
     """Run ``layer`` expert-parallel on the ranks of ``placement.topology``.
 
-    ``policy`` picks the replica serving each pick (`eplb.executor.routing`), ``seed`` seeds the
+    ``policy`` picks the replica serving each pick (`eplb.dispatch`), ``seed`` seeds the
     ``random``/``weighted`` policies. Bytes per hidden element on the links: ``dispatch_bytes``
     and ``combine_bytes`` (default 1 and 2: FP8 dispatch and BF16 combine as in DeepSeek's
     deployment, the defaults of ``evaluation.traffic``), whatever dtype the simulation computes in.
@@ -162,7 +162,7 @@ class ReferenceExecutor:
             raise InputError(f"layer must be a MoELayer, got {type(layer).__name__}")
         self.layer = layer
         self.placement = self._check_placement(placement)
-        self.policy = check_policy(policy)
+        self.policy = check_policy(policy).name
         self.seed = check_seed("seed", seed)
         # a zero width would make every link check pass vacuously: > 0
         self.dispatch_bytes = check_number("dispatch_bytes", dispatch_bytes, 0, lo_open=True)

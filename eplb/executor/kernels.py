@@ -16,9 +16,9 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, DTypeLike
 
 from eplb.args import as_float_array, as_int_array
+from eplb.dispatch import route
 from eplb.errors import InputError
 from eplb.executor.model import swiglu
-from eplb.executor.routing import route
 from eplb.topology import Topology
 
 __all__ = [

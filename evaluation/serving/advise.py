@@ -21,14 +21,13 @@ import pandas as pd
 
 from eplb import solvers
 from eplb.errors import InfeasibleError, InputError
-from eplb.evaluation.serving.config import UnitConfig, kv_capacity_tokens
+from eplb.evaluation.serving.config import DuplicateConfig, UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
 from eplb.evaluation.serving.config.model import get_model
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
 from eplb.evaluation.serving.simulator.planner import gpu_balance
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
-from eplb.evaluation.serving.steptime.duplicate import DUPLICATE, DuplicateConfig
 from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
@@ -262,7 +261,7 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     except InputError as exc:
         ctx.notes.append(f"dispatch_duplicate skipped: {exc}")
         return []
-    return _on_today_and_rebalanced(ctx, "dispatch_duplicate", "duplicate", dispatch=DUPLICATE)
+    return _on_today_and_rebalanced(ctx, "dispatch_duplicate", "duplicate", dispatch="duplicate")
 
 
 BOUND_NOTE = (
@@ -354,14 +353,6 @@ class _Scorer:
             # empty slots (a replica budget) free their expert weights, as in steady_state
             self.kv_cap += freed_kv_tokens(ctx.model, S, placement_expert_slots(placement),
                                            placement.num_layers)
-        if opt.dispatch == DUPLICATE:  # the copies' spare HBM comes out of the KV cache
-            m = ctx.model
-            self.kv_cap = max(0, self.kv_cap - int(ctx.duplicate.hbm_gb * 1e9 // (
-                m.kv_bytes_per_token * m.num_layers)))
-        self.fits = self.kv_cap > 0
-        self.max_requests = self.kv_cap // kv_tokens
-        self.keep = 1.0 - stall_fraction
-        self.memo: dict[int, dict] = {}
         unit = UnitConfig(nodes=ctx.nodes, gpus_per_node=ctx.gpus_per_node,
                           slots_per_layer=opt.slots)  # the unit steady_state would build
         self.model = StepModel(ctx.phase, unit.topology(), model=ctx.model,
@@ -369,7 +360,16 @@ class _Scorer:
                                micro_batches=unit.micro_batches,
                                lp_overhead_s=ctx.lp_overhead_s,
                                shared_expert=opt.shared_expert,
-                               duplicate=ctx.duplicate if opt.dispatch == DUPLICATE else None)
+                               duplicate=ctx.duplicate)
+        spare = self.model.policy.reserved_bytes()  # e.g. duplication's copies' spare HBM
+        if spare:  # comes out of the KV cache
+            m = ctx.model
+            self.kv_cap = max(0, self.kv_cap - int(spare // (m.kv_bytes_per_token
+                                                             * m.num_layers)))
+        self.fits = self.kv_cap > 0
+        self.max_requests = self.kv_cap // kv_tokens
+        self.keep = 1.0 - stall_fraction
+        self.memo: dict[int, dict] = {}
         if placement is not None:  # on the unit's topology object
             placement = Placement(placement.phy2log, placement.num_experts, unit.topology(),
                                   placement.replica_share, placement.meta, placement.layer_ids)

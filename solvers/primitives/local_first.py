@@ -81,7 +81,7 @@ def _local(mask: np.ndarray, base: np.ndarray, extra: np.ndarray) -> np.ndarray:
 def slot_sources(phy2log: np.ndarray, num_experts: int, topology: Topology) -> np.ndarray:
     """``int64[L, P]``: source GPUs mapped to each slot of ``phy2log: int64[L, P]`` by
     ``local_first`` (as
-    `eplb.executor.routing.dispatch_table`; sums to ``G`` per expert). With several replicas of
+    `eplb.dispatch.dispatch_table`; sums to ``G`` per expert). With several replicas of
     an expert on one GPU the sources of that GPU's tiers are spread as the table does."""
     L, P = phy2log.shape
     G, S, gpn = topology.num_gpus, topology.slots_per_gpu, topology.gpus_per_node

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.config.cluster import ClusterConfig
+from eplb.evaluation.serving.config.dispatch import check_dispatch
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.placement import Placement
 from eplb.solvers.primitives.replica_budget import expert_slots_per_gpu
@@ -71,14 +72,16 @@ def with_placement_memory(config: ClusterConfig, phase: str, placement: Placemen
 
 
 def with_duplicate_memory(config: ClusterConfig) -> ClusterConfig:
-    """``config`` with each unit's KV capacity less the tokens ``duplicate.hbm_gb`` (the copies'
-    spare HBM per GPU) would hold, under ``dispatch="duplicate"``; unchanged otherwise or where
-    the capacity is unbounded (None). `InputError` if nothing is left for KV cache."""
-    if config.dispatch != "duplicate":
+    """``config`` with each unit's KV capacity less the tokens its dispatch policy's spare HBM
+    per GPU would hold (`Dispatch.reserved_bytes`: ``duplicate.hbm_gb`` for the copies of
+    ``dispatch="duplicate"``, none for the others); unchanged where nothing is reserved or the
+    capacity is unbounded (None). `InputError` if nothing is left for KV cache."""
+    spare = check_dispatch(config.dispatch).configure(hbm_gb=config.duplicate.hbm_gb)
+    if not spare.reserved_bytes():
         return config
     model = get_model(config.model)
     per_token = model.kv_bytes_per_token * model.num_layers
-    reserved = int(config.duplicate.hbm_gb * 1e9 // per_token)
+    reserved = int(spare.reserved_bytes() // per_token)
     changes = {}
     for phase in ("prefill", "decode"):
         unit = config.unit(phase)

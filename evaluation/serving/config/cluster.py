@@ -13,6 +13,12 @@ from typing import Any, get_args
 from eplb.atomic import atomic_write_text
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import limits, presets, toml
+from eplb.evaluation.serving.config.dispatch import (
+    DuplicateConfig,
+    check_dispatch,
+    check_shared_expert,
+    dispatch_names,
+)
 from eplb.evaluation.serving.config.faults import as_fault
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get_hardware
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
@@ -30,8 +36,6 @@ from eplb.evaluation.serving.config.schema import (
     _choice,
     _str,
 )
-from eplb.evaluation.serving.steptime.duplicate import DISPATCH, DUPLICATE, DuplicateConfig
-from eplb.evaluation.serving.steptime.waterfill import check_shared_expert
 from eplb.solvers.primitives.replica_graph import Graph, graph_misfit
 from eplb.topology import Topology
 
@@ -39,10 +43,10 @@ from eplb.topology import Topology
 @dataclass(frozen=True)
 class ClusterConfig:
     """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
-    ``decode`` units, the ``dispatch`` policy (`eplb.executor.routing`; ``lp_overhead_s``:
+    ``decode`` units, the ``dispatch`` policy (`eplb.dispatch`; ``lp_overhead_s``:
     seconds per MoE layer and micro-batch the ``lp`` split adds; ``shared_expert``: ``"local"``
-    or ``"waterfill"``, `steptime.waterfill`; ``duplicate``: the settings and costs of
-    ``dispatch="duplicate"``, `steptime.duplicate.DuplicateConfig`), ``eplb``, ``kv``,
+    or ``"waterfill"``, `eplb.dispatch.SHARED_EXPERT`; ``duplicate``: the settings and costs of
+    ``dispatch="duplicate"``, `config.dispatch.DuplicateConfig`), ``eplb``, ``kv``,
     ``slo``, ``routing``, ``scheduler`` blocks and ``faults`` (simulator fault objects or
     their tables). Seed-independent: the simulator takes the seed."""
 
@@ -108,8 +112,8 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
-        _choice("dispatch", self.dispatch, DISPATCH)
-        if self.dispatch == DUPLICATE:
+        _choice("dispatch", self.dispatch, dispatch_names())
+        if check_dispatch(self.dispatch).copies:
             for phase in PHASES:
                 try:
                     self.duplicate.check_usable(

@@ -13,9 +13,9 @@ from functools import cached_property
 
 from eplb import solvers
 from eplb.errors import InputError
+from eplb.evaluation.serving.config.dispatch import DuplicateConfig
 from eplb.evaluation.serving.config.hardware import Hardware
 from eplb.evaluation.serving.config.model import ModelSpec
-from eplb.evaluation.serving.steptime.duplicate import DuplicateConfig
 from eplb.topology import RDMA_GBPS, Topology
 
 PHASES = ("prefill", "decode")

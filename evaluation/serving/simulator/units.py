@@ -51,7 +51,7 @@ class Unit:
         self.version = 0
         self._routed: RoutedPlacement | None = None
         self._routed_w: int | None = None
-        self.fast = step_model.dispatch != "local_first"
+        self.fast = step_model.policy.alike  # prepare() serves its steps
         self.busy = False  # inside a step or a migration stall
         self.stalled = False
         self.pending_stall = None  # a plan waiting for the current step to end

@@ -2,8 +2,8 @@
 
 `batch` (`RankBatch`), `curves` (kernel tables as curves), `rank_side` (attention, shared
 expert, dense layers, head per DP rank), `routing` (the step's expert load through the
-placement, by the traffic model), `gpu_side` (routed experts per EP rank), `comm` (the
-all-to-all), `assemble` (overlap and breakdown), `breakdown` (`StepTime`), `model`
+placement, by the unit's `eplb.dispatch` policy), `gpu_side` (routed experts per EP rank),
+`comm` (the all-to-all), `assemble` (overlap and breakdown), `breakdown` (`StepTime`), `model`
 (`StepModel`, `step_time`). See docs/serving-calibration.md.
 """
 

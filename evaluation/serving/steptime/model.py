@@ -1,7 +1,8 @@
 """`StepModel`: seconds of one forward step of a prefill or decode unit, and why. It puts the
 parts together: the rank side (`rank_side`), the routing of the step's expert load through the
-placement (`routing`, the traffic model), the GPU side (`gpu_side`), the all-to-all (`comm`)
-and the overlap schedule with its breakdown (`assemble`); docs/serving-calibration.md."""
+placement by the unit's dispatch policy (`routing`, an `eplb.dispatch.Dispatch`), the GPU side
+(`gpu_side`), the all-to-all (`comm`) and the overlap schedule with its breakdown
+(`assemble`); docs/serving-calibration.md."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ from functools import lru_cache
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.config.dispatch import (
+    DuplicateConfig,
+    check_shared_expert,
+    unit_dispatch,
+)
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, h800
 from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3
 from eplb.evaluation.serving.steptime.assemble import Assembly
 from eplb.evaluation.serving.steptime.batch import RankBatch, check_phase
 from eplb.evaluation.serving.steptime.breakdown import StepTime
 from eplb.evaluation.serving.steptime.comm import Comm
-from eplb.evaluation.serving.steptime.duplicate import (
-    DUPLICATE,
-    DuplicateConfig,
-    check_dispatch,
-    plan,
-)
 from eplb.evaluation.serving.steptime.gpu_side import GpuSide
 from eplb.evaluation.serving.steptime.rank_side import RankSide
 from eplb.evaluation.serving.steptime.routing import (
@@ -31,8 +31,6 @@ from eplb.evaluation.serving.steptime.routing import (
     normalise,
     per_gpu,
 )
-from eplb.evaluation.serving.steptime.waterfill import check_shared_expert, shipped, waterline
-from eplb.executor.routing import check_policy
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -40,9 +38,12 @@ from eplb.topology import Topology
 class StepModel:
     """The step-time model of one unit (phase, shape, model, hardware, dispatch policy, and
     ``shared_expert``: ``"local"``, each rank runs its own tokens' shared expert, or
-    ``"waterfill"``, SGLang's waterline over the ranks, `waterfill`; ``dispatch="duplicate"``:
-    per-micro-batch expert copies inside each node on an even split, `duplicate`, with the
-    costs of ``duplicate``, a `DuplicateConfig`).
+    ``"waterfill"``, SGLang's waterline over the ranks, `eplb.dispatch.waterfill`;
+    ``dispatch="duplicate"``: per-micro-batch expert copies inside each node on an even split,
+    `eplb.dispatch.duplicate`, with the costs of ``duplicate``, a `DuplicateConfig`; ``lp``:
+    ``lp_overhead_s`` per MoE layer and micro-batch on the critical path). ``policy`` is the
+    unit's configured `eplb.dispatch.Dispatch` (`config.dispatch.unit_dispatch`), ``shared``
+    its shared-expert policy; every policy-specific number comes from them.
 
     Build once per unit and call `time` per step (`time_routed` on a `prepare`d placement is
     the simulator's hot path); `step_time` is the one-call form. ``topology`` gives the unit's
@@ -78,29 +79,16 @@ class StepModel:
                 f"{topology.num_slots} slots cannot hold the model's {model.num_experts} experts"
             )
         self.topology, self.model, self.hardware = topology, model, hardware
-        self.dispatch = check_dispatch(dispatch)
-        base = "even" if self.dispatch == DUPLICATE else check_policy(self.dispatch)
-        self.duplicate: DuplicateConfig | None = None
-        self._dup_s: np.ndarray | None = None  # the last step's copy seconds per layer
-        if self.dispatch == DUPLICATE:
-            dup = DuplicateConfig() if duplicate is None else duplicate
-            if not isinstance(dup, DuplicateConfig):
-                raise InputError(
-                    f"duplicate must be a DuplicateConfig, got {type(dup).__name__}"
-                )
-            self.expert_bytes = float(model.expert_params)  # FP8: one byte per parameter
-            dup.check_usable(topology.gpus_per_node, self.expert_bytes)
-            self.duplicate, self._dup_cap = dup, dup.copies_per_gpu(self.expert_bytes)
-        if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) or not (
-            0 <= lp_overhead_s < float("inf")
-        ):
-            raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
-        self.lp_overhead_s = float(lp_overhead_s) if self.dispatch == "lp" else 0.0
-        self.shared_expert = check_shared_expert(shared_expert, model)
+        self.policy = unit_dispatch(dispatch, topology, model, lp_overhead_s=lp_overhead_s,
+                                    duplicate=duplicate)
+        self.dispatch = self.policy.name
+        self._copy_s: np.ndarray | None = None  # the last plan's copy seconds per layer
+        self.shared = check_shared_expert(shared_expert, model)
+        self.shared_expert = self.shared.name
         self.micro_batches = micro_batches
         self.rank = RankSide(phase, model, hardware, micro_batches)
         self.gpu = GpuSide(topology, model, hardware)
-        self.routing = StepRouting(phase, topology, model, base)
+        self.routing = StepRouting(phase, topology, model, self.policy)
         self.comm = Comm(phase, topology, model, hardware)
         self.assembly = Assembly(phase, model, hardware, micro_batches, self.dispatch)
 
@@ -128,13 +116,8 @@ class StepModel:
             return moe, recv * mb, links, moe, links_eq
         self.routing.check_placement(placement)
         slot, recv, v, vn, report = self.routing.routed(placement, load, src)
-        if self.duplicate is not None:
-            if report is not None:
-                raise InputError(
-                    "dispatch 'duplicate' takes a step load float[L, E]; per-source loads "
-                    "float[L, G, E] need dispatch 'even' or 'local_first'"
-                )
-            moe, recv = self._duplicated(slot, placement, False)
+        if self.policy.copies:  # a step load float[L, E]: `routed` refuses per-source ones
+            moe, recv = self._copied(slot, placement, False)
             links = comm.links(src, recv, v, vn)
             if uniform:
                 return moe, recv * mb, links, moe, links
@@ -157,8 +140,8 @@ class StepModel:
         uniform = bool(np.all(src == src[0]))
         scale = (1.0 / mb) if picks else m.top_k * np.add.reduce(src)
         slot = self.routing.slot_picks(routed, dist, scale)
-        if self.duplicate is not None:
-            moe, recv = self._duplicated(slot, routed.placement, tabulated)
+        if self.policy.copies:
+            moe, recv = self._copied(slot, routed.placement, tabulated)
         else:
             recv = per_gpu(slot, self.topology.slots_per_gpu)
             moe = self.gpu.seconds_fast(slot, tabulated)
@@ -176,29 +159,26 @@ class StepModel:
         src = batch.tokens / mb
         scale = (1.0 / mb) if picks else m.top_k * np.add.reduce(src)
         slot = self.routing.slot_picks(routed, dist, scale)
-        if self.duplicate is not None:
-            moe, recv = self._duplicated(slot, routed.placement, tabulated)
+        if self.policy.copies:
+            moe, recv = self._copied(slot, routed.placement, tabulated)
         else:
             recv = per_gpu(slot, self.topology.slots_per_gpu)
             moe = self.gpu.seconds_fast(slot, tabulated)
         wf = None
-        if self.shared_expert == "waterfill":
-            wf = self._waterfill(batch, recv)[:3]
-        return self._lp_cost(
+        if self.shared.pooled:
+            wf = self._pooled_shared(batch, recv)[:3]
+        return self._charge(
             self.assembly.decode_step(batch, rank, src, recv, moe, self.comm.ll, wf)
         )
 
-    def _duplicated(self, slot: np.ndarray, placement: Placement, tabulated: bool):
+    def _copied(self, slot: np.ndarray, placement: Placement, tabulated: bool):
         """Expert-GEMM seconds and routed picks per GPU (``float64[L, G]`` each) of one
-        micro-batch's ``slot: float[L, P]`` picks after `duplicate.plan`'s copies (each copy one
-        more grouped-GEMM group on its GPU); keeps the copy seconds per layer (``_dup_s``: the
-        busiest GPU's sent or received copies over NVLink) for `_lp_cost`."""
-        topo, dup = self.topology, self.duplicate
+        micro-batch's ``slot: float[L, P]`` picks after the policy's per-micro-batch copies
+        (`eplb.dispatch.Duplicate.plan_step`; each copy one more grouped-GEMM group on its
+        GPU); keeps the copy seconds per layer (``_copy_s``: the busiest GPU's sent or received
+        copies over NVLink) for `_charge`."""
         curve = self.gpu.expert_table if tabulated else self.gpu.expert
-        one = self.expert_bytes / (topo.nvlink_gbps * 1e9)  # seconds of one copy over NVLink
-        p = plan(slot, placement.phy2log, topo.gpus_per_node, topo.slots_per_gpu,
-                 dup.experts, self._dup_cap, curve.seconds,
-                 one if dup.overlap == "none" else 0.0)
+        p = self.policy.plan_step(slot, placement, curve.seconds)
         moe = self.gpu.seconds_fast(p.slot, tabulated)
         made = p.gpu >= 0
         L, G = moe.shape
@@ -207,29 +187,29 @@ class StepModel:
             moe += np.bincount(
                 flat, weights=curve.seconds(p.picks[made]), minlength=L * G
             ).reshape(L, G)
-        busiest = np.maximum(p.copies(), p.sent()).max(1)  # [L] copies on the busiest GPU
-        self._dup_s = busiest * one
+        self._copy_s = self.policy.copy_seconds(p)
         return moe, p.recv
 
-    def _waterfill(self, batch: RankBatch, recv: np.ndarray):
-        """Waterfill's as-is shared work and extra copies for one micro-batch's routed picks
-        ``recv: float[L, G]``: ``(sh_act, out, inn, rd_out, rd_in)``, shared-expert seconds
-        per GPU and the shipped shared-expert tokens (`waterfill.shipped`), all ``float64[L,
-        G]``. One shared pick per token and shared expert, at the local GEMM's speed."""
+    def _pooled_shared(self, batch: RankBatch, recv: np.ndarray):
+        """A pooled shared expert's (waterfill's) as-is shared work and extra copies for one
+        micro-batch's routed picks ``recv: float[L, G]``: ``(sh_act, out, inn, rd_out,
+        rd_in)``, shared-expert seconds per GPU (`SharedExpert.split`) and the shipped
+        shared-expert tokens (`SharedExpert.shipped`), all ``float64[L, G]``. One shared pick
+        per token and shared expert, at the local GEMM's speed."""
         n = self.model.shared_experts
         own = n * batch.tokens / self.micro_batches
-        share = waterline(recv, np.add.reduce(own))
+        share = self.shared.split(recv, own)
         sh_act = n * self.rank.ffn.seconds(share / n)
-        return (sh_act, *shipped(share, own, self.topology.num_nodes))
+        return (sh_act, *self.shared.shipped(share, own, self.topology.num_nodes))
 
     def _assemble(self, batch: RankBatch, a1, a2, sh, gpu, *, balanced: bool) -> StepTime:
         rank = self.rank
         dense_r = rank.dense(batch, a1, a2)
         head_r = rank.head(batch.logits)
         sh_act = None
-        if self.shared_expert == "waterfill":
+        if self.shared.pooled:
             moe, recv, links, moe_eq, links_eq = gpu
-            sh_act, *extra = self._waterfill(batch, recv / self.micro_batches)
+            sh_act, *extra = self._pooled_shared(batch, recv / self.micro_batches)
             # decode: one class (every pick); prefill: NVLink, then RDMA
             pairs = [(extra[0], extra[1])] + [(extra[2], extra[3])] * (len(links) - 1)
             links = [
@@ -240,30 +220,18 @@ class StepModel:
         st = self.assembly.step(
             batch, a1, a2, sh, *gpu, dense_r, head_r, balanced=balanced, sh_act=sh_act
         )
-        return st if balanced else self._lp_cost(st)
+        return st if balanced else self._charge(st)
 
-    def _lp_cost(self, st: StepTime) -> StepTime:
-        """``st`` with the ``lp`` dispatch's per-layer solve on the critical path (``lp_overhead_s``
-        per MoE layer and micro-batch, in ``overhead``; ``meta["lp_s"]``), or duplication's
-        exposed planner and copy seconds (`_dup_cost`); unchanged otherwise."""
-        if self.duplicate is not None:
-            return self._dup_cost(st)
-        if not self.lp_overhead_s:
+    def _charge(self, st: StepTime) -> StepTime:
+        """``st`` with what the dispatch policy adds on the critical path
+        (`Dispatch.exposed`: ``lp``'s per-layer solve, ``meta["lp_s"]``; duplication's exposed
+        planner and copy seconds, ``meta["duplicate_s"]``) in ``overhead``; unchanged when it
+        adds nothing."""
+        L = self.model.moe_layers
+        cost = self.policy.exposed(L, self.micro_batches, st.layer_s, self._copy_s)
+        if cost is None:
             return st
-        extra = self.lp_overhead_s * self.model.moe_layers * self.micro_batches
-        return _with_overhead(st, extra, self.model.moe_layers, {"lp_s": extra})
-
-    def _dup_cost(self, st: StepTime) -> StepTime:
-        """``st`` with duplication's exposed cost per MoE layer and micro-batch: planner plus
-        copy seconds (``overlap="none"``), or what of them exceeds the layer's time per
-        micro-batch (``"previous_layer"``); ``meta["duplicate_s"]`` the step's total."""
-        dup, mb, L = self.duplicate, self.micro_batches, self.model.moe_layers
-        per = dup.planner_s + (np.zeros(L) if self._dup_s is None else self._dup_s)  # [L]
-        if dup.overlap == "previous_layer":
-            per = np.maximum(per - st.layer_s / mb, 0.0)
-        extra = float(mb * per.sum())
-        meta = {"duplicate_s": extra,
-                "duplicate_copy_s": 0.0 if self._dup_s is None else float(mb * self._dup_s.sum())}
+        extra, meta = cost
         return _with_overhead(st, extra, L, meta)
 
     # ------------------------------------------------------------------ public

@@ -1,19 +1,23 @@
-"""A step's expert load routed through a placement: picks per slot and per GPU, and (prefill)
-the visit probabilities the all-to-all needs, all from the traffic model (`evaluation.traffic`:
-its counts-mode fast path when sources route alike, `traffic.simulate` otherwise).
+"""A step's expert load routed through a placement by the unit's dispatch policy (an
+`eplb.dispatch.Dispatch`): picks per slot and per GPU, and (prefill) the visit probabilities
+the all-to-all needs. When every source routes alike, the policy's expected shares and the
+co-occurrence model (`eplb.dispatch.expect`); per-source loads or a per-source policy
+(``local_first``) go through the traffic model (`evaluation.traffic.simulate`).
 `RoutedPlacement` holds what stays fixed over many steps (`StepRouting.prepare`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from eplb.dispatch import Dispatch
+from eplb.dispatch.expect import SlotRouting, visit_probabilities
 from eplb.errors import InputError
 from eplb.evaluation import traffic
 from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES
 from eplb.evaluation.serving.config.model import ModelSpec
-from eplb.executor.lp_shares import LpShares
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -26,8 +30,9 @@ class RoutedPlacement:
     Shape: ``dist: float64[L, E]`` expected share of a layer's picks per expert; ``gather:
     int64[L * P]`` flat index ``layer * E + expert`` of each slot; ``share: float64[L, P]``
     share of its expert's picks a slot receives; ``v: float64[L, G]``, ``vn: float64[L, N]``
-    visit probability of each GPU / node (prefill; None in decode). ``lp``: the placement's
-    `LpShares` under ``lp`` dispatch (each step's picks are split again), else None.
+    visit probability of each GPU / node (prefill; None in decode). ``batch_shares``: under a
+    dispatch that splits each batch anew (``lp``), ``dist -> share`` of each step (its
+    `Dispatch.batch_shares`), else None.
     """
 
     placement: Placement | None
@@ -36,7 +41,7 @@ class RoutedPlacement:
     share: np.ndarray | None
     v: np.ndarray | None
     vn: np.ndarray | None
-    lp: LpShares | None = None
+    batch_shares: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def load(self) -> np.ndarray | None:
@@ -45,26 +50,20 @@ class RoutedPlacement:
 
 
 class StepRouting:
-    """Routing of one unit's steps (``phase``, ``topology``, ``model``, ``dispatch`` policy)."""
+    """Routing of one unit's steps (``phase``, ``topology``, ``model``) by its configured
+    dispatch ``policy``."""
 
-    def __init__(self, phase: str, topology: Topology, model: ModelSpec, dispatch: str):
-        self.phase, self.topology, self.model, self.dispatch = phase, topology, model, dispatch
-        self._lp: tuple[Placement, LpShares] | None = None  # the last placement's lp arcs
+    def __init__(self, phase: str, topology: Topology, model: ModelSpec, policy: Dispatch):
+        self.phase, self.topology, self.model, self.policy = phase, topology, model, policy
+        # the co-occurrence model's shape (`expect.visit_probabilities`)
+        self.groups = dict(top_k=model.top_k, num_groups=model.num_groups,
+                           topk_groups=model.topk_groups)
 
-    def lp_shares(self, placement: Placement) -> LpShares:
-        """`LpShares` of ``placement`` (kept for the last placement asked)."""
-        if self._lp is None or self._lp[0] is not placement:
-            self._lp = (placement, LpShares(placement))
-        return self._lp[1]
-
-    def slot_routing(self, placement: Placement, dist: np.ndarray | None = None):
-        """The traffic model's `SlotRouting` of ``placement`` under this unit's dispatch; for
-        ``lp``, with the min-max split of ``dist: float[L, E]`` as the slots' shares."""
+    def slot_routing(self, placement: Placement, dist: np.ndarray | None = None) -> SlotRouting:
+        """The policy's expected shares of ``placement`` as `SlotRouting` tables (a per-batch
+        policy splits ``dist: float[L, E]``)."""
         m = self.model
-        if self.dispatch != "lp":
-            return traffic.slot_routing(placement, self.dispatch, m.num_groups, m.topk_groups)
-        rt = traffic.slot_routing(placement, "even", m.num_groups, m.topk_groups)
-        return traffic.with_share(rt, self.lp_shares(placement)(dist), self.topology)
+        return self.policy.routing(placement, m.num_groups, m.topk_groups, dist)
 
     def check_placement(self, placement: Placement) -> None:
         if not isinstance(placement, Placement):
@@ -93,12 +92,12 @@ class StepRouting:
         (``float[L, E]`` or per source ``float[L, G, E]``): ``(slot: float[L, P] picks per
         slot, recv: float[L, G] picks per GPU, v, vn, report)``; ``v``/``vn`` the visit
         probabilities (fast path, prefill) or None, ``report`` the `traffic.TrafficReport`
-        (slow path: per-source loads or ``local_first``) or None."""
-        m, topo = self.model, self.topology
+        (slow path: per-source loads or a per-source policy) or None."""
+        m, topo, policy = self.model, self.topology, self.policy
         L, E, G, K = m.moe_layers, m.num_experts, topo.num_gpus, m.top_k
         total = src.sum()
         arr = check_step_load(load, L, G, E)
-        if arr.ndim == 2 and self.dispatch != "local_first":
+        if arr.ndim == 2 and policy.alike:
             dist = normalise(arr)
             picks = dist * (K * total)  # [L, E]
             rt = self.slot_routing(placement, dist)
@@ -106,9 +105,15 @@ class StepRouting:
             recv = slot.reshape(L, G, -1).sum(-1)
             if self.phase == "decode":  # low-latency kernels: picks only
                 return slot, recv, None, None, None
-            v, vn = self.visits(rt, dist)
+            # visit probabilities of a step whose picks follow ``dist`` (the fast path)
+            v, vn = visit_probabilities(rt, np.minimum(dist * K, 1.0), topo, **self.groups)
             return slot, recv, v, vn, None
-        # slow path: per-source distributions or local_first, via traffic.simulate
+        if not policy.per_pick:
+            raise InputError(
+                f"dispatch {policy.name!r} takes a step load float[L, E]; per-source loads "
+                "float[L, G, E] need dispatch 'even' or 'local_first'"
+            )
+        # slow path: per-source distributions or a per-source policy, via traffic.simulate
         if arr.ndim == 2:
             per_src = normalise(arr)[:, None, :] * (K * src)[None, :, None]
         else:
@@ -116,7 +121,7 @@ class StepRouting:
         report = traffic.simulate(
             placement,
             source_counts=per_src,
-            policy=self.dispatch,
+            policy=policy.name,
             hidden=m.hidden,
             dispatch_bytes=DISPATCH_BYTES,
             combine_bytes=COMBINE_BYTES,
@@ -125,36 +130,19 @@ class StepRouting:
             topk_groups=m.topk_groups,
             keep_slots=False,
         )
-        slot = traffic.expected_slot_picks(
-            placement,
-            per_src,
-            self.dispatch,
-            num_groups=m.num_groups,
-            topk_groups=m.topk_groups,
+        slot = policy.slot_picks(
+            placement, per_src, num_groups=m.num_groups, topk_groups=m.topk_groups
         )
         return slot, report.gpu_tokens, None, None, report
-
-    def visits(self, rt: traffic.SlotRouting, dist: np.ndarray):
-        """Visit probabilities ``(float[L, G], float[L, N])`` of a step whose picks follow
-        ``dist: float[L, E]`` (the traffic model's fast path)."""
-        m = self.model
-        return traffic.visit_probabilities(
-            rt,
-            np.minimum(dist * m.top_k, 1.0),
-            self.topology,
-            top_k=m.top_k,
-            num_groups=m.num_groups,
-            topk_groups=m.topk_groups,
-        )
 
     def prepare(self, placement: Placement, load) -> RoutedPlacement:
         """`RoutedPlacement` of ``placement`` (checked) with the expected ``load: float[L, E]``
         (None: uniform)."""
-        m, topo = self.model, self.topology
+        m, topo, policy = self.model, self.topology, self.policy
         self.check_placement(placement)
-        if self.dispatch == "local_first":
+        if not policy.alike:
             raise InputError(
-                "prepare() covers the even/random/weighted dispatch policies; local_first "
+                f"prepare() covers dispatch policies whose sources split alike; {policy.name} "
                 "routes per source rank: call time(batch, placement, load) instead"
             )
         L, E = m.moe_layers, m.num_experts
@@ -166,17 +154,18 @@ class StepRouting:
         gather = (np.arange(L)[:, None] * E + rt.expert).ravel()
         v = vn = None
         if self.phase == "prefill":
-            v, vn = self.visits(rt, dist)
-        lp = self.lp_shares(placement) if self.dispatch == "lp" else None
-        return RoutedPlacement(placement, dist, gather, rt.share, v, vn, lp)
+            v, vn = visit_probabilities(rt, np.minimum(dist * m.top_k, 1.0), topo,
+                                        **self.groups)
+        return RoutedPlacement(placement, dist, gather, rt.share, v, vn,
+                               policy.batch_shares(placement))
 
     def slot_picks(self, routed: RoutedPlacement, dist: np.ndarray, scale: float) -> np.ndarray:
         """``float64[L, P]``: picks per slot of one micro-batch on a prepared placement:
         ``dist: float[L, E]`` (the step's load) gathered to the slots, times each slot's
-        share and ``scale`` (picks of the micro-batch per unit of ``dist``); under ``lp`` the
-        shares are the min-max split of this ``dist``."""
+        share and ``scale`` (picks of the micro-batch per unit of ``dist``); under a per-batch
+        policy the shares are its split of this ``dist``."""
         slot = dist.ravel().take(routed.gather, mode="clip").reshape(self.model.moe_layers, -1)
-        slot *= routed.share if routed.lp is None else routed.lp(dist)
+        slot *= routed.share if routed.batch_shares is None else routed.batch_shares(dist)
         slot *= scale
         return slot
 

@@ -8,28 +8,28 @@ that rule on counts; `shipped` the shared-expert tokens it moves off their sourc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from eplb.errors import InputError
+from eplb.dispatch.shared import SharedExpert
 
-__all__ = ["SHARED_EXPERT", "check_shared_expert", "shipped", "waterline"]
-
-SHARED_EXPERT = ("local", "waterfill")
+__all__ = ["Waterfill", "shipped", "waterline"]
 
 
-def check_shared_expert(value, model) -> str:
-    """``value`` if it names a shared-expert policy usable with ``model`` (a `ModelSpec`),
-    else one `InputError` naming the field and the fix."""
-    if value not in SHARED_EXPERT:
-        raise InputError(
-            f"shared_expert must be one of {', '.join(map(repr, SHARED_EXPERT))}, got {value!r}"
-        )
-    if value == "waterfill" and model.shared_experts < 1:
-        raise InputError(
-            f"shared_expert 'waterfill' needs a model with a shared expert; "
-            f"{model.name!r} has none: use shared_expert 'local'"
-        )
-    return value
+@dataclass(frozen=True)
+class Waterfill(SharedExpert):
+    """``waterfill``: the shared tokens of all ranks poured by `waterline` onto the ranks'
+    routed picks; `shipped` what moves."""
+
+    name = "waterfill"
+    pooled = True
+
+    def split(self, routed, own):
+        return waterline(routed, np.add.reduce(own))
+
+    def shipped(self, share, own, nodes):
+        return shipped(share, own, nodes)
 
 
 def waterline(routed: np.ndarray, total: np.ndarray | float) -> np.ndarray:

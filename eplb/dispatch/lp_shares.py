@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import max_flow
 
+from eplb.dispatch.tables import gpu_slots
 from eplb.errors import InputError
-from eplb.executor.routing import gpu_slots
 from eplb.placement import Placement
 
 __all__ = ["LpShares", "lp_shares"]
