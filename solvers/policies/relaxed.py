@@ -21,7 +21,7 @@ from eplb.solvers.primitives.group_placement import (
     global_fallback,
 )
 from eplb.solvers.primitives.layout import duplicates
-from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.relabel import node_map, relabel_map
 from eplb.solvers.primitives.validation import NonNegInt, Range, check_groups
 from eplb.solvers.registry import register
 from eplb.tolerance import REL_TOL
@@ -118,11 +118,12 @@ def design_counts(
         share[lay], per[lay] = _node_state(load[lay], k[lay], topology)
         cur[lay] = best[gain]
         active = lay
-    return _fill(load, k, topology)
+    return _fill(load, k, topology, homemask)
 
 
-def _fill(load: np.ndarray, k: np.ndarray, topology: Topology) -> np.ndarray:
-    """Fill every node's free slots with replicas of experts it already holds, the largest
+def _fill(load: np.ndarray, k: np.ndarray, topology: Topology, home: np.ndarray) -> np.ndarray:
+    """Fill every node's free slots with replicas of experts whose home it is (``home:
+    bool[L, N, E]``; never one more off-node replica than the budget allowed), the largest
     per-replica load first (at most one per GPU while possible)."""
     gpn, S = topology.gpus_per_node, topology.slots_per_gpu
     L, N, E = k.shape
@@ -132,8 +133,8 @@ def _fill(load: np.ndarray, k: np.ndarray, topology: Topology) -> np.ndarray:
         if not (left > 0).any():
             break
         _, per = _node_state(load, k, topology)
-        capped = np.where((k > 0) & (k < gpn), per, -np.inf)
-        any_ = np.where(k > 0, per, -np.inf)  # duplicates only when unavoidable
+        capped = np.where(home & (k < gpn), per, -np.inf)
+        any_ = np.where(home, per, -np.inf)  # duplicates only when unavoidable
         pick = np.where(np.isfinite(capped.max(2))[..., None], capped, any_)
         e = pick.argmax(2)
         li, bi = np.nonzero(left > 0)
@@ -162,6 +163,7 @@ def _lf_max(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.nda
 @register(
     "relaxed",
     guarantees=lambda o, topology, groups: {"group_contract"} if o["relax"] == 0 else set(),
+    needs_groups=True,
 )
 def relaxed(
     load: np.ndarray,
@@ -202,10 +204,14 @@ def relaxed(
     best = np.where(keep, theirs, mine)
     relabeled = False
     if previous is not None:
-        moved = relabel(Placement(phy2log, E, topology), previous).phy2log
-        moved, _ = local_first.polish(load, moved, topology, budget=budget)
+        moved, target = relabel_map(Placement(phy2log, E, topology), previous)
+        moved, _ = local_first.polish(load, moved.phy2log, topology, budget=budget)
         ok = ~(_lf_max(load, moved, topology) > best * (1 + REL_TOL))
         phy2log = np.where(ok[:, None], moved, phy2log)
+        # the relabeled layers' nodes moved: the groups' home nodes with them
+        nodes = node_map(target, topology.gpus_per_node)
+        group_node = np.where(ok[:, None], np.take_along_axis(nodes, group_node, 1), group_node)
+        home = np.repeat(group_node, E // groups, axis=1)
         relabeled = True
     off = topology.node_of_slot[None, :] != np.take_along_axis(home, phy2log, 1)
     nodes = local_first.node_counts(phy2log, E, topology) > 0  # [L, N, E]
