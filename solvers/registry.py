@@ -572,13 +572,13 @@ def _contract_on_real_nodes(call: _Call, out: _Out) -> None:
         return
     real = survivor_nodes(topology, out.slots)  # [G'] the real node of each surviving GPU
     if out.small.num_nodes == len(set(real.tolist())):  # whole nodes failed: renumber nodes
-        if "group_to_node" in info:
-            node = real[:: out.small.gpus_per_node]  # the real node of each survivors' node
-            info["group_to_node"] = node[np.asarray(info["group_to_node"], dtype=np.int64)].tolist()
-        return
-    if not (info.get("policy") == "hierarchical" or "group_contract" in _declared(call)):
+        _renumber_nodes(info, real[:: out.small.gpus_per_node])
         return
     groups, E = call.common["num_groups"], call.num_experts
+    if groups is None or not (
+        info.get("policy") == "hierarchical" or "group_contract" in _declared(call)
+    ):  # no groups, no contract to keep
+        return
     rows = call.load if call.load.ndim == 2 else call.load.mean(0)
     out.placement, fixed, dropped = keep_contract(out.placement, rows, topology, out.slots, groups)
     if dropped:  # honest fallback: the placement is a global one
@@ -593,6 +593,13 @@ def _contract_on_real_nodes(call: _Call, out: _Out) -> None:
         info["group_to_node"] = real_group_nodes(
             out.placement.phy2log, E, topology, out.slots, groups
         ).tolist()
+
+
+def _renumber_nodes(info: dict[str, Any], real: np.ndarray) -> None:
+    """``group_to_node`` of a placement on the nodes left after whole nodes failed, in the
+    real nodes' numbers (``real: int64[N']``, the real node of each node left)."""
+    if "group_to_node" in info:
+        info["group_to_node"] = real[np.asarray(info["group_to_node"], dtype=np.int64)].tolist()
 
 
 def _count_moves(call: _Call, out: _Out) -> None:

@@ -7,6 +7,9 @@ runs" (``meta``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,223 +20,260 @@ from eplb.topology import Topology
 
 __all__ = ["CHECKED_FIELDS", "assert_meta_truthful"]
 
-# the fields recomputed (others, e.g. seconds, params or a policy's own notes, are not)
-CHECKED_FIELDS = (
-    "duplicates", "group_to_node", "foreign_replicas", "foreign_budget", "covered_experts",
-    "fully_replicated", "used_slots", "expert_slots_per_gpu", "total_slots", "objective_sum",
-    "bound_sum", "objective", "objective_max", "bound", "bound_min", "gap", "gap_max",
-    "gap_mean", "status", "optimal_layers", "replicas_moved", "replicas_moved_total",
-)
 _RTOL = 1e-9  # sums of the same loads in another order
 
 
+@dataclass
+class _View:
+    """The placement, its load and meta, read plainly: experts per GPU and per node."""
+
+    p: Placement
+    load: np.ndarray  # float64[L, E]
+    info: dict
+    previous: Placement | None
+
+    @cached_property
+    def gpus(self) -> list[list[list[int]]]:
+        """``[layer][gpu]``: the experts on each GPU (empty slots left out)."""
+        return [_gpus(row, self.p.topology.slots_per_gpu) for row in self.p.phy2log]
+
+    @cached_property
+    def alive(self) -> list[int]:
+        t = self.p.topology
+        return [g for g in range(t.num_gpus) if g not in set(t.failed_gpus)]
+
+    @cached_property
+    def peak(self) -> np.ndarray:
+        """``float64[L]`` max GPU load per layer."""
+        return self.p.gpu_load(self.load).max(1)
+
+    @cached_property
+    def nodes_real(self) -> bool:
+        """Node-naming meta is read on the real nodes unless a node is partly failed (`solve`
+        places the survivors as one node then; node meta of a policy that does not keep the
+        contract describes that one node)."""
+        t = self.p.topology
+        dead = np.zeros(t.num_gpus, dtype=bool)
+        dead[list(t.failed_gpus)] = True
+        per = dead.reshape(t.num_nodes, t.gpus_per_node)
+        return not bool((per.any(1) & ~per.all(1)).any())
+
+    @cached_property
+    def on_node(self) -> list[list[set[int]]]:
+        """``[layer][node]``: the experts with a replica on each node."""
+        gpn, N = self.p.topology.gpus_per_node, self.p.topology.num_nodes
+        return [[set().union(*(layer[g] for g in range(n * gpn, (n + 1) * gpn)))
+                 for n in range(N)] for layer in self.gpus]
+
+    def field(self, name: str):
+        return self.info[name]
+
+
 def _gpus(row: np.ndarray, S: int) -> list[list[int]]:
-    """The experts on each GPU of one layer's ``row: int64[P]`` (empty slots left out)."""
     return [[int(e) for e in row[g * S:(g + 1) * S] if e >= 0] for g in range(row.size // S)]
 
 
-def _node_view(topo: Topology) -> tuple[bool, np.ndarray]:
-    """``(nodes_real, live_nodes)``: whether node-naming meta can be read on the real nodes
-    (no node is partly failed; a partly failed node makes `solve` place the survivors as one
-    node, and node meta of a policy that does not keep the contract then describes that one
-    node) and ``int64[K]`` the nodes with a live GPU."""
-    gpn = topo.gpus_per_node
-    dead = np.zeros(topo.num_gpus, dtype=bool)
-    dead[list(topo.failed_gpus)] = True
-    per = dead.reshape(topo.num_nodes, gpn)
-    partial = bool((per.any(1) & ~per.all(1)).any())
-    return not partial, np.flatnonzero(~per.all(1))
+def _equal(v: _View, name: str, want) -> None:
+    assert v.field(name) == want, f"meta {name} is {v.field(name)!r}, the placement gives {want!r}"
 
 
-def _close(a: float, b: float, what: str, tol: float = _RTOL) -> None:
-    scale = max(abs(a), abs(b))
-    assert abs(a - b) <= tol * scale + 1e-300, f"meta {what} is {a!r}, the placement gives {b!r}"
+def _close(got: float, want: float, name: str, tol: float = _RTOL) -> None:
+    assert abs(got - want) <= tol * max(abs(got), abs(want)) + 1e-300, (
+        f"meta {name} is {got!r}, the placement gives {want!r}"
+    )
+
+
+def _duplicates(v: _View) -> None:
+    """Surplus replicas sharing a GPU with one of their expert, all layers."""
+    _equal(v, "duplicates", sum(len(g) - len(set(g)) for layer in v.gpus for g in layer))
+
+
+def _fully_replicated(v: _View) -> None:
+    """Experts on every live GPU, the fewest over the layers."""
+    _equal(v, "fully_replicated",
+           min(len(set.intersection(*(set(layer[g]) for g in v.alive))) for layer in v.gpus))
+
+
+def _used_slots(v: _View) -> None:
+    _equal(v, "used_slots", [sum(len(g) for g in layer) for layer in v.gpus])
+
+
+def _expert_slots_per_gpu(v: _View) -> None:
+    """The most non-empty slots one GPU holds over all layers."""
+    G = v.p.topology.num_gpus
+    _equal(v, "expert_slots_per_gpu", max(sum(len(layer[g]) for layer in v.gpus)
+                                          for g in range(G)))
+
+
+def _total_slots(v: _View) -> None:
+    used = int((v.p.phy2log >= 0).sum())
+    assert v.field("total_slots") >= used, (
+        f"meta total_slots {v.field('total_slots')!r} is below the {used} slots used"
+    )
+
+
+def _objective_sum(v: _View) -> None:
+    """The summed max GPU loads; ``bound_sum`` at most it."""
+    _close(float(v.field("objective_sum")), float(v.peak.sum()), "objective_sum")
+    if "bound_sum" in v.info:
+        assert v.field("bound_sum") <= v.peak.sum() * (1 + _RTOL), (
+            f"meta bound_sum {v.field('bound_sum')!r} is above the placement's "
+            f"{float(v.peak.sum())!r}"
+        )
+
+
+def _group_to_node(v: _View) -> None:
+    """``group_to_node[l][k]``: a node holding a replica of every expert of group ``k``."""
+    if not v.nodes_real:
+        return
+    g2n = v.field("group_to_node")
+    N, M = v.p.topology.num_nodes, v.p.num_experts // len(g2n[0])
+    for layer, row in enumerate(g2n):
+        for grp, node in enumerate(row):
+            need = set(range(grp * M, (grp + 1) * M))
+            has = v.on_node[layer][node] & need if 0 <= node < N else set()
+            assert has == need, (
+                f"meta group_to_node says layer {layer} group {grp} is on node {node}, which "
+                f"holds {sorted(has)} of its experts {sorted(need)}"
+            )
+
+
+def _foreign_replicas(v: _View) -> None:
+    """Replicas off their group's node (``group_to_node``), at most ``foreign_budget``."""
+    if not v.nodes_real or "group_to_node" not in v.info:
+        return
+    g2n = v.field("group_to_node")
+    topo = v.p.topology
+    M, per_node = v.p.num_experts // len(g2n[0]), topo.gpus_per_node * topo.slots_per_gpu
+    off = [sum(1 for s, e in enumerate(row) if e >= 0 and s // per_node != g2n[layer][e // M])
+           for layer, row in enumerate(v.p.phy2log)]
+    _equal(v, "foreign_replicas", off)
+    if "foreign_budget" in v.info:
+        assert max(off) <= v.field("foreign_budget"), (
+            f"{max(off)} replicas off their group's node, above foreign_budget "
+            f"{v.field('foreign_budget')!r}"
+        )
+
+
+def _covered_experts(v: _View) -> None:
+    """Experts with a replica on every node that has a live GPU."""
+    if not v.nodes_real:
+        return
+    gpn = v.p.topology.gpus_per_node
+    live = sorted({g // gpn for g in v.alive})
+    _equal(v, "covered_experts",
+           [len(set.intersection(*(layer[n] for n in live))) for layer in v.on_node])
+
+
+def _replicas_moved(v: _View) -> None:
+    """Replicas on a GPU that did not hold that expert in ``previous`` (a multiset difference
+    per GPU; the core's one meaning of a move will replace it, issue 32 part 3)."""
+    if v.previous is None:
+        return
+    old = [_gpus(row, v.p.topology.slots_per_gpu) for row in v.previous.phy2log]
+    moved = [sum(sum((Counter(n[g]) - Counter(o[g])).values()) for g in range(len(n)))
+             for n, o in zip(v.gpus, old, strict=True)]
+    _equal(v, "replicas_moved", moved)
+    _equal(v, "replicas_moved_total", sum(moved))
+
+
+def _objective(v: _View) -> None:
+    """Per layer: the max GPU load, plus ``rdma_weight * expected_rdma / G`` and
+    ``migration_weight * replicas_moved`` where the solve priced them."""
+    if not isinstance(v.field("objective"), list):
+        return
+    params = v.info.get("params") or {}
+    lam = float(v.info.get("rdma_weight") or params.get("rdma_weight") or 0.0)
+    mu = float(params.get("migration_weight") or 0.0)
+    want = v.peak.copy()
+    if lam:
+        if not v.nodes_real:
+            return  # priced on the survivors' one node (docs)
+        want = want + lam * _rdma(v) / len(v.alive)
+    if mu and v.previous is not None:
+        want = want + mu * np.asarray(v.info.get("replicas_moved", np.zeros(len(want))))
+    obj = np.asarray(v.field("objective"), dtype=np.float64)
+    for layer, (a, b) in enumerate(zip(obj, want, strict=True)):
+        _close(float(a), float(b), f"objective[{layer}]")
+    if "objective_max" in v.info:
+        _close(float(v.field("objective_max")), float(obj.max()), "objective_max")
+
+
+def _rdma(v: _View) -> np.ndarray:
+    """Expected RDMA picks per layer on the live nodes (`traffic_cost.expected_rdma`)."""
+    from eplb.solvers.primitives.traffic_cost import expected_rdma  # lazy: testing <- solvers
+
+    topo = v.p.topology
+    if not topo.failed_gpus:
+        return expected_rdma(v.p, v.load)
+    S, gpn = topo.slots_per_gpu, topo.gpus_per_node  # whole nodes failed: the nodes left
+    keep = (np.asarray(v.alive)[:, None] * S + np.arange(S)).ravel()
+    return expected_rdma(v.p.phy2log[:, keep], v.load, Topology(len(v.alive) // gpn, gpn, S))
+
+
+def _certificate(v: _View) -> None:
+    """``bound <= objective``, ``gap = 1 - bound / objective``, ``optimal`` only where the
+    bound proves it, and the aggregates."""
+    obj = np.asarray(v.field("objective"), dtype=np.float64)
+    bound = np.asarray(v.field("bound"), dtype=np.float64)
+    bad = bound > obj * (1 + REL_TOL) + 1e-300
+    assert not bad.any(), (
+        f"meta bound[{int(np.argmax(bad))}] {bound[bad][0]!r} is above the objective "
+        f"{obj[bad][0]!r} of the returned placement"
+    )
+    if "bound_min" in v.info:
+        _close(float(v.field("bound_min")), float(bound.min()), "bound_min")
+    if "gap" in v.info:
+        gap = np.maximum(np.where(obj > 0, 1 - bound / np.where(obj > 0, obj, 1), 0.0), 0)
+        got = np.asarray(v.field("gap"), dtype=np.float64)
+        assert np.allclose(got, gap, rtol=1e-9, atol=PROOF_TOL), (
+            f"meta gap is {got.tolist()}, 1 - bound / objective gives {gap.tolist()}"
+        )
+        for agg, val in (("gap_max", got.max()), ("gap_mean", got.mean())):
+            if agg in v.info:
+                _close(float(v.field(agg)), float(val), agg)
+    status = list(v.info.get("status", []))
+    for layer, s in enumerate(status):
+        assert s != "optimal" or proven(bound[layer], obj[layer]), (
+            f"meta status says layer {layer} is optimal, but its bound {bound[layer]!r} does "
+            f"not prove the objective {obj[layer]!r}"
+        )
+    if "optimal_layers" in v.info:
+        _equal(v, "optimal_layers", status.count("optimal"))
+
+
+# field -> its check (run when the field is in meta["solver"]); fields named in a check's
+# docstring beside its key are checked with it
+_CHECKS: dict[str, Callable[[_View], None]] = {
+    "duplicates": _duplicates,
+    "fully_replicated": _fully_replicated,
+    "used_slots": _used_slots,
+    "expert_slots_per_gpu": _expert_slots_per_gpu,
+    "total_slots": _total_slots,
+    "objective_sum": _objective_sum,  # and bound_sum
+    "group_to_node": _group_to_node,
+    "foreign_replicas": _foreign_replicas,  # and foreign_budget
+    "covered_experts": _covered_experts,
+    "replicas_moved": _replicas_moved,  # and replicas_moved_total
+    "objective": _objective,  # and objective_max
+    "bound": _certificate,  # with objective: bound_min, gap, gap_max, gap_mean, status, ...
+}
+# the fields recomputed (others, e.g. seconds, params or a policy's own notes, are not)
+CHECKED_FIELDS = (*_CHECKS, "bound_sum", "foreign_budget", "replicas_moved_total",
+                  "objective_max", "bound_min", "gap", "gap_max", "gap_mean", "status",
+                  "optimal_layers")
 
 
 def assert_meta_truthful(
     p: Placement, load: ArrayLike, *, previous: Placement | None = None
 ) -> None:
     """Raise ``AssertionError`` naming the first ``meta["solver"]`` field of ``p`` (for
-    ``load: float[L, E]``) that its placement contradicts (`CHECKED_FIELDS`).
-
-    ``duplicates``: surplus replicas sharing a GPU with one of their expert, all layers;
-    ``group_to_node[l][k]``: a node holding a replica of every expert of group ``k``;
-    ``foreign_replicas[l]``: replicas off their group's node (``<= foreign_budget``);
-    ``covered_experts[l]``: experts on every live node; ``fully_replicated``: experts on every
-    live GPU, the fewest over layers; ``used_slots[l]``: non-empty slots;
-    ``expert_slots_per_gpu``: the most non-empty slots one GPU holds over all layers
-    (``total_slots`` at least their sum); ``objective_sum``: the summed max GPU loads
-    (``bound_sum`` at most it); ``objective[l]``: the max GPU load (plus ``rdma_weight *
-    expected_rdma / G`` and ``migration_weight * moves`` where the solve priced them), with
-    ``bound <= objective``, ``gap = 1 - bound / objective``, ``optimal`` only where
-    ``bound`` proves it, and the aggregates; ``replicas_moved[l]``: replicas on a GPU that did
-    not hold that expert in ``previous`` (a multiset difference per GPU). Node-naming fields
-    are read on the real nodes unless a node is partly failed (docs)."""
+    ``load: float[L, E]``; ``previous``: the live placement it was solved against) that its
+    placement contradicts. The fields (`CHECKED_FIELDS`) and what each must be are the
+    docstrings of the checks; node-naming fields are read on the real nodes unless a node is
+    partly failed (docs/solvers.md)."""
     info = dict(p.meta.get("solver") or {})
-    load = np.asarray(load, dtype=np.float64)
-    topo = p.topology
-    S, G = topo.slots_per_gpu, topo.num_gpus
-    gpn = topo.gpus_per_node
-    alive = [g for g in range(G) if g not in set(topo.failed_gpus)]
-    gpus = [_gpus(row, S) for row in p.phy2log]
-    nodes_real, live_nodes = _node_view(topo)
-    if "duplicates" in info:
-        dup = sum(len(g) - len(set(g)) for layer in gpus for g in layer)
-        assert info["duplicates"] == dup, (
-            f"meta duplicates is {info['duplicates']!r}, the placement has {dup}"
-        )
-    if "fully_replicated" in info:
-        full = min(len(set.intersection(*(set(layer[g]) for g in alive))) for layer in gpus)
-        assert info["fully_replicated"] == full, (
-            f"meta fully_replicated is {info['fully_replicated']!r}, but {full} experts are on "
-            "every GPU (fewest over the layers)"
-        )
-    used = (p.phy2log >= 0).sum(1)
-    if "used_slots" in info:
-        assert list(info["used_slots"]) == used.tolist(), (
-            f"meta used_slots is {info['used_slots']!r}, the placement uses {used.tolist()}"
-        )
-    if "expert_slots_per_gpu" in info:
-        most = max(sum(len(layer[g]) for layer in gpus) for g in range(G))
-        assert info["expert_slots_per_gpu"] == most, (
-            f"meta expert_slots_per_gpu is {info['expert_slots_per_gpu']!r}, the fullest GPU "
-            f"holds {most}"
-        )
-    if "total_slots" in info:
-        assert info["total_slots"] >= int(used.sum()), (
-            f"meta total_slots {info['total_slots']!r} is below the {int(used.sum())} used"
-        )
-    gl = p.gpu_load(load)  # [L, G]
-    peak = gl.max(1)
-    if "objective_sum" in info:
-        _close(float(info["objective_sum"]), float(peak.sum()), "objective_sum")
-        if "bound_sum" in info:
-            assert info["bound_sum"] <= peak.sum() * (1 + _RTOL), (
-                f"meta bound_sum {info['bound_sum']!r} is above the placement's "
-                f"{float(peak.sum())!r}"
-            )
-    if nodes_real:
-        _check_nodes(info, p, gpus, live_nodes)
-    if "replicas_moved" in info and previous is not None:
-        old = [_gpus(row, S) for row in previous.phy2log]
-        moved = [
-            sum(sum((Counter(n[g]) - Counter(o[g])).values()) for g in range(G))
-            for n, o in zip(gpus, old, strict=True)
-        ]
-        assert list(info["replicas_moved"]) == moved, (
-            f"meta replicas_moved is {info['replicas_moved']!r}, the placement moves {moved}"
-        )
-        assert info.get("replicas_moved_total") == sum(moved), (
-            f"meta replicas_moved_total is {info.get('replicas_moved_total')!r}, not {sum(moved)}"
-        )
-    if "objective" in info and isinstance(info["objective"], list):
-        _check_objective(info, p, load, peak, previous, nodes_real, gpn)
-
-
-def _check_nodes(info: dict, p: Placement, gpus: list, live_nodes: np.ndarray) -> None:
-    """``group_to_node``, ``foreign_replicas``, ``foreign_budget``, ``covered_experts`` on the
-    real nodes."""
-    topo, E = p.topology, p.num_experts
-    gpn = topo.gpus_per_node
-    on_node = [
-        [set().union(*(layer[g] for g in range(n * gpn, (n + 1) * gpn)))
-         for n in range(topo.num_nodes)]
-        for layer in gpus
-    ]
-    g2n = info.get("group_to_node")
-    if g2n is not None:
-        k = len(g2n[0])
-        M = E // k
-        for layer, row in enumerate(g2n):
-            for grp, node in enumerate(row):
-                need = set(range(grp * M, (grp + 1) * M))
-                has = on_node[layer][node] & need if 0 <= node < topo.num_nodes else set()
-                assert has == need, (
-                    f"meta group_to_node says layer {layer} group {grp} is on node {node}, "
-                    f"which holds {sorted(has)} of its experts {sorted(need)}"
-                )
-        if "foreign_replicas" in info:
-            S = topo.slots_per_gpu
-            off = []
-            for layer, row in enumerate(p.phy2log):
-                home = np.repeat(np.asarray(g2n[layer]), M)
-                off.append(int(sum(1 for s, e in enumerate(row)
-                                   if e >= 0 and s // S // gpn != home[e])))
-            assert list(info["foreign_replicas"]) == off, (
-                f"meta foreign_replicas is {info['foreign_replicas']!r}, the placement has {off} "
-                "replicas off their group's node"
-            )
-            if "foreign_budget" in info:
-                assert max(off) <= info["foreign_budget"], (
-                    f"{max(off)} replicas off their group's node, above foreign_budget "
-                    f"{info['foreign_budget']!r}"
-                )
-    if "covered_experts" in info:
-        cov = [len(set.intersection(*(layer[n] for n in live_nodes))) for layer in on_node]
-        assert list(info["covered_experts"]) == cov, (
-            f"meta covered_experts is {info['covered_experts']!r}, {cov} experts are on every "
-            "live node"
-        )
-
-
-def _check_objective(info, p, load, peak, previous, nodes_real, gpn) -> None:
-    """``objective`` per layer (with the priced traffic and moves), ``bound``, ``gap``,
-    ``status`` and the aggregates."""
-    from eplb.solvers.primitives.traffic_cost import expected_rdma  # lazy: testing <- solvers
-
-    obj = np.asarray(info["objective"], dtype=np.float64)
-    params = info.get("params") or {}
-    lam = float(info.get("rdma_weight") or params.get("rdma_weight") or 0.0)
-    mu = float(params.get("migration_weight") or 0.0)
-    want = peak.copy()
-    if lam:
-        if not nodes_real:
-            return  # priced on the survivors' one node (docs)
-        topo = p.topology
-        live = [g for g in range(topo.num_gpus) if g not in set(topo.failed_gpus)]
-        if topo.failed_gpus:  # whole nodes failed: the traffic of the nodes left
-            keep = np.repeat(np.asarray(live) * topo.slots_per_gpu, topo.slots_per_gpu) + (
-                np.tile(np.arange(topo.slots_per_gpu), len(live)))
-            small = Topology(len(live) // gpn, gpn, topo.slots_per_gpu)
-            rdma = expected_rdma(p.phy2log[:, keep], load, small)
-        else:
-            rdma = expected_rdma(p, load)
-        want = want + lam * rdma / len(live)
-    if mu and previous is not None:
-        want = want + mu * np.asarray(info.get("replicas_moved", np.zeros(len(obj))))
-    for layer, (a, b) in enumerate(zip(obj, want, strict=True)):
-        _close(float(a), float(b), f"objective[{layer}]", 1e-9)
-    if "objective_max" in info:
-        _close(float(info["objective_max"]), float(obj.max()), "objective_max")
-    if "bound" not in info:
-        return
-    bound = np.asarray(info["bound"], dtype=np.float64)
-    bad = bound > obj * (1 + REL_TOL) + 1e-300
-    assert not bad.any(), (
-        f"meta bound[{int(np.argmax(bad))}] {bound[bad][0]!r} is above the objective "
-        f"{obj[bad][0]!r} of the returned placement"
-    )
-    if "bound_min" in info:
-        _close(float(info["bound_min"]), float(bound.min()), "bound_min")
-    if "gap" in info:
-        gap = np.where(obj > 0, 1 - bound / np.where(obj > 0, obj, 1), 0.0)
-        got = np.asarray(info["gap"], dtype=np.float64)
-        assert np.allclose(got, np.maximum(gap, 0), rtol=1e-9, atol=PROOF_TOL), (
-            f"meta gap is {got.tolist()}, 1 - bound / objective gives {gap.tolist()}"
-        )
-        if "gap_max" in info:
-            _close(float(info["gap_max"]), float(got.max()), "gap_max")
-        if "gap_mean" in info:
-            _close(float(info["gap_mean"]), float(got.mean()), "gap_mean")
-    if "status" in info:
-        status = list(info["status"])
-        for layer, s in enumerate(status):
-            assert s != "optimal" or proven(bound[layer], obj[layer]), (
-                f"meta status says layer {layer} is optimal, but its bound {bound[layer]!r} "
-                f"does not prove the objective {obj[layer]!r}"
-            )
-        if "optimal_layers" in info:
-            assert info["optimal_layers"] == status.count("optimal"), (
-                f"meta optimal_layers is {info['optimal_layers']!r}, status lists "
-                f"{status.count('optimal')}"
-            )
+    view = _View(p, np.asarray(load, dtype=np.float64), info, previous)
+    for name, check in _CHECKS.items():
+        if name in info and (name != "bound" or "objective" in info):
+            check(view)
