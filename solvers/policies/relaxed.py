@@ -118,27 +118,36 @@ def design_counts(
         share[lay], per[lay] = _node_state(load[lay], k[lay], topology)
         cur[lay] = best[gain]
         active = lay
-    return _fill(load, k, topology, homemask)
+    return _fill(load, k, topology, homemask, foreign - used)
 
 
-def _fill(load: np.ndarray, k: np.ndarray, topology: Topology, home: np.ndarray) -> np.ndarray:
-    """Fill every node's free slots with replicas of experts whose home it is (``home:
-    bool[L, N, E]``; never one more off-node replica than the budget allowed), the largest
-    per-replica load first (at most one per GPU while possible)."""
+def _fill(
+    load: np.ndarray, k: np.ndarray, topology: Topology, home: np.ndarray, left_off: np.ndarray
+) -> np.ndarray:
+    """Fill every node's free slots with replicas of experts it already holds, the largest
+    per-replica load first (at most one per GPU while possible); an expert off its home node
+    (``home: bool[L, N, E]``) only while the layer's off-node budget lasts (``left_off:
+    int64[L]``, replicas; before issue 33 the fill could exceed it)."""
     gpn, S = topology.gpus_per_node, topology.slots_per_gpu
     L, N, E = k.shape
     k = k.copy()
+    left_off = np.array(left_off, dtype=np.int64, copy=True)
     for _ in range(gpn * S):
-        left = gpn * S - k.sum(2)  # [L, N]
-        if not (left > 0).any():
+        if not (k.sum(2) < gpn * S).any():
             break
-        _, per = _node_state(load, k, topology)
-        capped = np.where(home & (k < gpn), per, -np.inf)
-        any_ = np.where(home, per, -np.inf)  # duplicates only when unavoidable
-        pick = np.where(np.isfinite(capped.max(2))[..., None], capped, any_)
-        e = pick.argmax(2)
-        li, bi = np.nonzero(left > 0)
-        k[li, bi, e[li, bi]] += 1
+        _, per = _node_state(load, k, topology)  # one state per step, every node picks on it
+        for b in range(N):  # node by node, so the off-node budget is counted exactly
+            li = np.nonzero(k[:, b].sum(1) < gpn * S)[0]
+            if not li.size:
+                continue
+            kb, pb = k[li, b], per[li, b]  # [n, E]
+            ok = (kb > 0) & (home[li, b] | (left_off[li, None] > 0))
+            capped = np.where(ok & (kb < gpn), pb, -np.inf)
+            any_ = np.where(ok, pb, -np.inf)  # duplicates only when unavoidable
+            pick = np.where(np.isfinite(capped.max(1))[:, None], capped, any_)
+            e = pick.argmax(1)
+            k[li, b, e] += 1
+            left_off[li] -= ~home[li, b, e]
     return k
 
 
