@@ -10,7 +10,11 @@ peers benchmark (4x8:288, 18x8:288, 8x8:320), in one process:
   better);
 - equal memory: ``craft`` with ``max_gpu_slots = L * S'`` (every GPU keeps at most ``S'``
   experts per layer on average) against ``greedy`` on ``S'`` slots per GPU, for each ``S'``
-  from the fewest that hold the experts to ``S - 1``: the ratio of the sums.
+  from the fewest that hold the experts to ``S - 1``: the ratio of the sums;
+- fewer slots (``--budgets``, redundant slots per layer on average): ``craft`` at ``L * (E +
+  N)`` used slots against ``greedy`` with every slot (``greedy / craft``: how much of greedy's
+  balance craft keeps with fewer slots) and against uniform replication with craft's packer
+  at the same budget (``uniform / craft``, the ratio docs/solvers.md's craft table reports).
 
 Target: no layer worse with every slot used, every sum ratio ``<= 1`` at equal memory.
 Run: ``python benchmarks/bench_craft_greedy.py`` (numbers in docs/solvers.md, "craft").
@@ -50,7 +54,10 @@ def dumps() -> dict[str, np.ndarray]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", nargs="*", help="topology names (default: all)")
+    ap.add_argument("--budgets", default="8,16",
+                    help="redundant slots per layer on average for the fewer-slots rows")
     args = ap.parse_args()
+    budgets = [int(x) for x in args.budgets.split(",") if x]
     loads = dumps()
     print(f"{len(loads)} dumps: {', '.join(loads)}")
     print("full: every slot used; worse: layers where craft's max GPU load > greedy's; "
@@ -80,10 +87,19 @@ def main() -> None:
                 ratio = gs / cs.gpu_load(load).max(1).sum()
                 worst_mem = min(worst_mem, ratio)
                 mem.append(f"S'={s}: {ratio:.5f}")
+            fewer = []
+            for n in budgets:
+                if E + n >= topo.num_slots:
+                    continue
+                p = solvers.solve("craft", load, topo, total_slots=L * (E + n))
+                cs = p.gpu_load(load).max(1).sum()
+                fewer.append(f"N={n}: {g.sum() / cs:.5f} / "
+                             f"{p.meta['solver']['uniform_objective_sum'] / cs:.5f}")
             print(f"  {name:24s} worse {int(worse.sum()):2d}/{L}  worst layer "
                   f"{(c / g).max():.5f}  sum {g.sum() / c.sum():.5f}  "
                   f"time {(t2 - t1) / max(t1 - t0, 1e-9):5.1f}x  "
-                  f"memory {'; '.join(mem) or '-'}")
+                  f"memory {'; '.join(mem) or '-'}  "
+                  f"fewer slots (greedy all / craft, uniform / craft) {'; '.join(fewer) or '-'}")
     print(f"\nmost layers worse on one dump: {worst_layers}; smallest equal-memory sum ratio: "
           f"{worst_mem:.5f} (target: 0 layers, >= 1)")
 
