@@ -72,7 +72,9 @@ def test_partial_node_failure_is_in_the_problems():
     assert seen["whole"] and seen["part"]
 
 
-ILP = {"deterministic_time": 0.05, "workers": 1, "max_examples": 10}
+# the exact models search each layer: fewer examples (tests/test_solvers_ilp_oracle.py checks
+# every model against brute force)
+ILP = {"deterministic_time": 0.05, "workers": 1, "max_examples": 6}
 SOLVER_OPTIONS = {
     "deepseek": [{}],
     "greedy": [{}],
@@ -84,7 +86,7 @@ SOLVER_OPTIONS = {
         ILP,
         {**ILP, "hierarchical": True},
     ],
-    "ilp_weighted": [{"workers": 1, "max_examples": 10}],
+    "ilp_weighted": [{"workers": 1, "max_examples": 6}],
     "craft": [],  # tests/test_solvers_craft.py runs check_solver (redundancy 0.5)
     "lplb": [],  # tests/test_solvers_lplb.py runs check_solver where its graphs fit
     "relaxed": [],  # tests/test_solvers_relaxed.py runs check_solver at relax 0, 0.5 and 1
@@ -206,13 +208,3 @@ def test_the_problems_reach_what_policies_get_wrong():
 
     collect()
     assert all(seen.values()), seen
-
-
-@pytest.mark.parametrize("name", ["wrong_without_groups", "wrong_on_survivors",
-                                  "absolute_threshold"])
-def test_the_issues_three_broken_policies_are_caught_at_25_examples(name):
-    """The three policies of issue 33 part 4 (caught only at 100 examples before), at the
-    default 25."""
-    b = BROKEN[name]
-    report = check_solver(b.fn, raise_on_failure=False, **b.kwargs)
-    assert b.caught_by in report.failed, report
