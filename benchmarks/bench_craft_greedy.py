@@ -1,8 +1,8 @@
 """``craft`` against ``greedy`` on the same slots, on the real dumps (issue 36, target 5).
 
 For every real dump (the six DeepSeek-V3 SGLang count files and the Qwen1.5-MoE per-rank
-folder in ``$EPLB_DATA`` or ``../shared/traces``, plus the bundled calibrated trace) and every topology of the
-peers benchmark (4x8:288, 18x8:288, 8x8:320), in one process:
+folder in ``$EPLB_DATA`` or ``../shared/traces``, plus the bundled calibrated trace) and every
+topology of the peers benchmark (4x8:288, 18x8:288, 8x8:320), in one process:
 
 - every slot used (``craft`` at its default ``redundancy=1``) against ``greedy``: the layers
   where ``craft``'s max GPU load is above ``greedy``'s (beyond ``1e-12`` relative), the worst

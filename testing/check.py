@@ -1,10 +1,11 @@
 """`check_solver`: the invariant suite of the toolkit's solvers, for any policy.
 
 Properties ``places``, ``valid``, ``deterministic``, ``lower_bound``, ``scale_invariant``,
-``previous_relabels``, ``no_duplicates`` / ``group_contract`` (where declared), ``failed_gpus``,
-``bad_input`` (and ``windows``), each a derandomised hypothesis test through `solvers.solve` on
-problems of 1-5 layers, some with failed GPUs. See docs/solvers.md, section "The properties
-`check_solver` runs".
+``previous_relabels``, ``no_duplicates`` / ``group_contract`` (where declared), ``meta``,
+``failed_gpus``, ``bad_input`` (and ``windows``), each a derandomised hypothesis test through
+`solvers.solve` on problems of 1-5 layers (with and without groups, some with failed GPUs,
+loads at extreme scales, a live placement with empty slots) and on hard cases. See
+docs/solvers.md, section "The properties `check_solver` runs".
 """
 
 from __future__ import annotations
