@@ -2,13 +2,14 @@
 
 Runs `check_solver` (default settings unless --max-examples) on every policy of
 `eplb.testing.broken` and prints, per property, how many of them it catches and which, then
-per broken policy the properties that failed. For issue 18 part 6's note:
-``python scripts/check_solver_catches.py``.
+per broken policy the properties that failed and the seconds its check took. For issue 18
+part 6's and issue 33 part 4's notes: ``python scripts/check_solver_catches.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 from eplb.format import text_table
 from eplb.testing import check_solver
@@ -20,11 +21,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-examples", type=int, default=25, help="hypothesis examples per property")
     args = ap.parse_args()
-    failed = {}
+    failed, seconds = {}, {}
     for name, b in BROKEN.items():
+        start = time.process_time()
         report = check_solver(
             b.fn, max_examples=args.max_examples, raise_on_failure=False, **b.kwargs
         )
+        seconds[name] = time.process_time() - start
         failed[name] = report.failed
     rows = []
     for prop in PROPERTIES:
@@ -34,14 +37,16 @@ def main() -> None:
     print("property: of check_solver; caught: broken policies it fails; which: their names")
     print(text_table(rows, ["property", "caught", "which"]))
     print()
-    print("broken policy: what is wrong; first: the property meant to catch it; failed: all failed")
+    print("broken policy: what is wrong; first: the property meant to catch it; failed: all "
+          "failed; cpu s: its check's CPU seconds")
     print(
         text_table(
             [
-                [n, b.wrong, b.caught_by, ", ".join(failed[n]) or "NONE (not caught)"]
+                [n, b.wrong, b.caught_by, ", ".join(failed[n]) or "NONE (not caught)",
+                 f"{seconds[n]:.1f}"]
                 for n, b in BROKEN.items()
             ],
-            ["broken policy", "what is wrong", "first", "failed"],
+            ["broken policy", "what is wrong", "first", "failed", "cpu s"],
         )
     )
     missed = [n for n, f in failed.items() if not f]

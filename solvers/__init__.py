@@ -18,6 +18,7 @@ from eplb.solvers.registry import (
     get,
     group_fallback,
     load_plugins,
+    needs_groups,
     needs_previous,
     options,
     register,
@@ -29,5 +30,5 @@ from eplb.solvers.registry import (
 )
 
 __all__ = ["available", "check_options", "get", "options", "register", "resolve", "solve"]
-__all__ += ["group_fallback", "load_plugins", "needs_previous", "takes_previous"]
+__all__ += ["group_fallback", "load_plugins", "needs_groups", "needs_previous", "takes_previous"]
 __all__ += ["takes_windows", "unregister"]

@@ -32,7 +32,8 @@ from eplb.solvers.analysis.failures import (
     survivor_nodes,
 )
 from eplb.solvers.legacy import LEGACY, route
-from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.layout import duplicates
+from eplb.solvers.primitives.relabel import node_map, relabel_map
 from eplb.solvers.primitives.validation import (
     check_layer_ids,
     check_num_groups,
@@ -64,6 +65,7 @@ class Spec:
     group_fallback: bool = False  # num_groups need not divide the experts (see register)
     needs_previous: bool = False  # the policy cannot run without previous= (see register)
     guarantees: Any = frozenset()  # names or fn(options, topology, num_groups) -> names
+    needs_groups: Any = False  # bool or fn(options) -> bool: num_groups is required
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
@@ -71,7 +73,7 @@ _REGISTRY: Registry[Spec] = Registry("solver")
 
 def _spec(
     fn: SolverFn, windows: bool = False, group_fallback: bool = False,
-    needs_previous: bool = False, guarantees: Any = (),
+    needs_previous: bool = False, guarantees: Any = (), needs_groups: Any = False,
 ) -> Spec:
     sig = inspect.signature(fn)
     try:
@@ -102,8 +104,12 @@ def _spec(
             raise InputError(
                 f"unknown guarantees {sorted(guarantees - GUARANTEES)}; known: {sorted(GUARANTEES)}"
             )
+    if not callable(needs_groups) and not isinstance(needs_groups, bool):
+        raise InputError(f"needs_groups must be True, False or a function, got {needs_groups!r}")
+    if needs_groups is not False and "num_groups" not in common:
+        raise TypeError(f"{fn.__name__} needs num_groups but does not take it")
     return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous,
-                guarantees)
+                guarantees, needs_groups)
 
 
 def register(
@@ -113,6 +119,7 @@ def register(
     group_fallback: bool = False,
     needs_previous: bool = False,
     guarantees: Any = (),
+    needs_groups: Any = False,
 ) -> Callable[[SolverFn], SolverFn]:
     """Decorator adding a policy to the registry under ``name`` (see module docstring).
 
@@ -121,7 +128,9 @@ def register(
     (any integer ``>= 1``); the policy falls back where the groups do not apply (``deepseek``:
     the global policy whenever ``num_groups % num_nodes != 0``, as DeepSeek's).
     ``needs_previous=True``: the policy only runs against a live placement (``repair``);
-    sweeps leave it out by default.
+    sweeps leave it out by default. ``needs_groups``: the policy refuses ``num_groups=None``
+    (``True``, or a function ``options -> bool`` when an option decides: ``ilp`` with
+    ``hierarchical=True``); `check_solver` then gives it problems with groups only.
     ``guarantees``: what every placement of the policy keeps beyond validity, checked by
     `eplb.testing.check_solver`: names from `GUARANTEES` (``"no_duplicates"``: no GPU holds two
     replicas of an expert; ``"group_contract"``: each of ``num_groups`` groups of consecutive
@@ -138,7 +147,7 @@ def register(
             raise InputError(f"{flag} must be True or False, got {value!r}")
 
     def deco(fn: SolverFn) -> SolverFn:
-        spec = _spec(fn, windows, group_fallback, needs_previous, guarantees)
+        spec = _spec(fn, windows, group_fallback, needs_previous, guarantees, needs_groups)
         _REGISTRY.add(name, spec, same=lambda old, new: old.fn is new.fn)
         return fn
 
@@ -165,6 +174,15 @@ def takes_previous(name: str) -> bool:
 def needs_previous(name: str) -> bool:
     """Whether policy ``name`` only runs with ``previous=`` (registered ``needs_previous``)."""
     return _lookup(name).needs_previous
+
+
+def needs_groups(name: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether policy ``name`` with ``options`` (defaults filled in) requires ``num_groups``
+    (registered ``needs_groups``: ``hierarchical``, ``relaxed``, ``ilp`` /
+    ``ilp_weighted`` with ``hierarchical=True``)."""
+    spec = _lookup(name)
+    need = spec.needs_groups
+    return bool(need({**spec.options, **(options or {})}) if callable(need) else need)
 
 
 def guarantees(
@@ -353,8 +371,9 @@ def solve(
     of ``previous`` if given, else ``0..L-1``); exports need the model's ids.
     ``num_groups``: expert groups (must divide the experts, except for a policy registered
     with ``group_fallback``: ``deepseek``) for group-limited routing.
-    ``previous``: the live placement; the result's GPUs, nodes and slots are relabeled
-    (`solvers.primitives.relabel`, loads unchanged) to keep its replicas where they were, unless
+    ``previous``: the live placement (it may leave slots empty, ``-1``); the result's GPUs,
+    nodes and slots are relabeled (`solvers.primitives.relabel`, loads unchanged; meta that
+    names nodes, ``group_to_node``, follows) to keep its replicas where they were, unless
     the policy placed against ``previous`` itself (``meta["solver"]["relabeled"]``: ``repair``,
     ``ilp`` with migration terms); ``meta["solver"]["replicas_moved"]`` (per layer) and
     ``replicas_moved_total`` count the rest.
@@ -365,12 +384,77 @@ def solve(
     ``topology.failed_gpus``: the policy places on the surviving GPUs and their slots stay
     empty (-1); ``previous`` may then be the live placement from before (more) GPUs failed,
     and ``replicas_moved`` counts moves onto surviving GPUs (`solvers.analysis.failures`).
+
+    Stages: `_checked_call` (the boundary's checks), `_place` (the policy, on the survivors
+    when GPUs failed), `_relabel`, `_contract_on_real_nodes`, `_count_moves`, `_finish`.
     """
+    call = _checked_call(
+        name, load, topology, num_groups, previous, seed, time_limit, layer_ids, options
+    )
+    out = _place(call)
+    _relabel(call, out)
+    _contract_on_real_nodes(call, out)
+    _count_moves(call, out)
+    return _finish(call, out)
+
+
+@dataclass
+class _Call:
+    """One `solve` call as checked at the boundary: the policy that runs and its inputs."""
+
+    name: str  # the policy that runs (old spellings mapped)
+    spec: Spec
+    load: np.ndarray  # float64[L, E], or float64[W, L, E] for a policy taking windows
+    topology: Topology
+    ids: np.ndarray | None  # int64[L] model layer ids, or None (0..L-1)
+    opts: dict[str, Any]  # the policy's options, checked
+    common: dict[str, Any]  # num_groups, previous, seed, time_limit as passed to the policy
+    legacy: dict[str, Any] | None  # the call as made, when an old spelling was mapped
+
+    @property
+    def num_experts(self) -> int:
+        return self.load.shape[-1]
+
+    @property
+    def previous(self) -> Placement | None:
+        return self.common["previous"]
+
+    def run(self, load: np.ndarray, topology: Topology, previous: Placement | None):
+        """The policy on ``load`` and ``topology`` (the survivors' when GPUs failed)."""
+        c = {**self.common, "previous": previous}
+        fn = self.spec.fn
+        return fn(load, topology, **{k: v for k, v in c.items() if k in self.spec.common},
+                  **self.opts)
+
+
+@dataclass
+class _Out:
+    """What the stages of `solve` pass on: the placement (on ``small``, the survivors'
+    topology when GPUs failed), its ``meta["solver"]`` being built, the time taken, and for
+    failed GPUs the surviving ``slots`` and the live placement's surviving slots ``live``
+    (moves count from them) and ``previous`` restricted to the survivors."""
+
+    placement: Placement
+    info: dict[str, Any]
+    seconds: float
+    small: Topology
+    previous: Placement | None
+    slots: np.ndarray | None = None
+    live: np.ndarray | None = None
+
+
+def _checked_call(
+    name, load, topology, num_groups, previous, seed, time_limit, layer_ids, options
+) -> _Call:
+    """`solve`'s arguments checked once: old spellings routed, the load (or windows), layer
+    ids, seed, time limit, options and the live placement."""
     requested, given = name, dict(options)
     name, options = (
         route(name, options, previous is not None) if isinstance(name, str) else (name, options)
     )
-    spec = _lookup(name)
+    spec = _lookup(name)  # an InputError for anything that is not a solver name
+    routed = name != requested or given != options
+    legacy = {"name": requested, "options": given} if routed else None
     load, ids = _problem_ids(load, layer_ids, spec.windows)
     divides = not spec.group_fallback
     if spec.windows:
@@ -380,98 +464,177 @@ def solve(
     L, E = load.shape[-2:]
     if ids is not None:
         ids = check_layer_ids(ids, L)
-    seed = check_seed(seed)
-    time_limit = check_time_limit(time_limit)
-    opts = check_options(name, options)
-    if previous is not None:
-        if not isinstance(previous, Placement):
-            raise InputError(f"previous must be a Placement, got {type(previous).__name__}")
-        if (
-            not _same_cluster(previous.topology, topology)
-            or previous.phy2log.shape != (L, topology.num_slots)
-            or previous.num_experts != E
-        ):
-            raise InputError(
-                f"previous placement is [{previous.num_layers} layers, {previous.num_experts} "
-                f"experts, {previous.num_slots} slots on {previous.topology}] but the problem is "
-                f"[{L} layers, {E} experts, {topology.num_slots} slots on {topology}]"
-            )
-        if not topology.failed_gpus:  # with failures it may have lost an expert's replicas
-            previous.validate()
-        if ids is None:
-            ids = previous.layer_ids
     common = {
         "num_groups": None if num_groups is None else int(num_groups),
         "previous": previous,
-        "seed": seed,
-        "time_limit": time_limit,
+        "seed": check_seed(seed),
+        "time_limit": check_time_limit(time_limit),
     }
+    opts = check_options(name, options)
+    if previous is not None:
+        _check_previous(previous, topology, L, E)
+        if ids is None:
+            ids = previous.layer_ids
+    return _Call(name, spec, load, topology, ids, opts, common, legacy)
+
+
+def _check_previous(previous, topology: Topology, L: int, E: int) -> None:
+    """The live placement is one of this problem (the same cluster, perhaps before some of
+    its failed GPUs failed) and valid; empty slots (-1) are allowed."""
+    if not isinstance(previous, Placement):
+        raise InputError(f"previous must be a Placement, got {type(previous).__name__}")
+    if (
+        not _same_cluster(previous.topology, topology)
+        or previous.phy2log.shape != (L, topology.num_slots)
+        or previous.num_experts != E
+    ):
+        raise InputError(
+            f"previous placement is [{previous.num_layers} layers, {previous.num_experts} "
+            f"experts, {previous.num_slots} slots on {previous.topology}] but the problem is "
+            f"[{L} layers, {E} experts, {topology.num_slots} slots on {topology}]"
+        )
+    if not topology.failed_gpus:  # with failures it may have lost an expert's replicas
+        previous.validate()
+
+
+def _place(call: _Call) -> _Out:
+    """Run the policy, timed; with failed GPUs on the survivors (`solve_surviving`), an
+    `InfeasibleError` there saying so. Returns the validated placement of the problem's
+    shape (on the survivors' topology)."""
+    topology, previous = call.topology, call.previous
     start = time.perf_counter()
+    if topology.failed_gpus:  # place on the survivors, expand in _finish
 
-    def run(ld, topo, prev):
-        c = {**common, "previous": prev}
-        return spec.fn(ld, topo, **{k: v for k, v in c.items() if k in spec.common}, **opts)
+        def run(load, small, prev):
+            try:
+                return call.run(load, small, prev)
+            except InfeasibleError as err:
+                raise InfeasibleError(_on_survivors(call.name, topology, small, err)) from None
 
-    live = None  # the live placement's surviving slots as they are (moves count from them)
-    if topology.failed_gpus:  # place on the survivors, expand below (solvers.analysis.failures)
-        if previous is not None:
-            live = previous.phy2log[:, surviving(topology)[1]]
-        out, previous, small, slots = solve_surviving(run, load, topology, previous=previous)
+        live = None if previous is None else previous.phy2log[:, surviving(topology)[1]]
+        out, prev, small, slots = solve_surviving(run, call.load, topology, previous=previous)
     else:
-        out, small = run(load, topology, previous), topology
+        out = call.run(call.load, topology, previous)
+        prev, small, slots, live = previous, topology, None, None
     seconds = time.perf_counter() - start
-    placement = _as_placement(out, name, E, small)
+    placement = _as_placement(out, call.name, call.num_experts, small)
+    L = call.load.shape[-2]
     if placement.num_layers != L:
         raise InputError(
-            f"solver {name!r} returned {placement.num_layers} layers for a {L}-layer problem"
+            f"solver {call.name!r} returned {placement.num_layers} layers for a {L}-layer problem"
         )
     info = dict(placement.meta.get("solver") or {})
-    if previous is not None:  # relabeling is part of the solve: timed with it
-        if not info.get("relabeled"):
-            start = time.perf_counter()
-            placement = relabel(placement, previous).validate()
-            seconds += time.perf_counter() - start
-    declared = spec.guarantees
-    if callable(declared):
-        declared = declared({**spec.options, **opts}, topology, num_groups)
-    if (
-        topology.failed_gpus
-        and small.num_nodes < len(set(survivor_nodes(topology, slots).tolist()))
-        and (info.get("policy") == "hierarchical" or "group_contract" in declared)
-    ):  # a partly failed node: the survivors form one node; keep the contract on the real ones
-        rows = load if load.ndim == 2 else load.mean(0)
-        placement, fixed, dropped = keep_contract(placement, rows, topology, slots, num_groups)
-        if dropped:  # honest fallback: the placement is a global one
-            info.update(policy="global", contract_dropped=dropped, fallback=dropped)
-        else:
-            if fixed:
-                _uncertify(info, placement, rows, fixed)
-            if "group_to_node" in info:  # the survivors' one node -> the real nodes
-                info["group_to_node"] = real_group_nodes(
-                    placement.phy2log, E, topology, slots, num_groups
-                ).tolist()
-    if previous is not None:
-        if live is None:
-            moved = replicas_moved(previous, placement)
-        else:  # orphans re-homed in `previous` still count as moves
-            moved = gpu_moves(live, placement.phy2log, small.num_gpus).sum(1)
-        info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
-    if name != requested or given != options:
-        info["legacy"] = {"name": requested, "options": given}
-    if topology.failed_gpus:
-        placement = expand(placement, topology, slots).validate()
+    return _Out(placement, info, seconds, small, prev, slots, live)
+
+
+def _on_survivors(name: str, topology: Topology, small: Topology, err: Exception) -> str:
+    """A policy's refusal on the survivors' topology, said in the user's terms."""
+    return (
+        f"solver {name!r} cannot place on the {small.num_gpus} GPUs that survive failed GPUs "
+        f"{list(topology.failed_gpus)} of the {topology.num_nodes}x{topology.gpus_per_node}x"
+        f"{topology.slots_per_gpu} cluster: solve places on the survivors as "
+        f"Topology({small.num_nodes}, {small.gpus_per_node}, {small.slots_per_gpu}) (whole "
+        f"failed nodes drop out; a partly failed node makes the survivors one node): {err}"
+    )
+
+
+def _relabel(call: _Call, out: _Out) -> None:
+    """Relabel against the live placement (timed with the solve) unless the policy placed
+    against it itself; ``group_to_node`` follows the nodes."""
+    if out.previous is None or out.info.get("relabeled"):
+        return
+    start = time.perf_counter()
+    placement, target = relabel_map(out.placement, out.previous)
+    out.placement = placement.validate()
+    out.seconds += time.perf_counter() - start
+    if "group_to_node" in out.info:
+        nodes = node_map(target, out.small.gpus_per_node)
+        g2n = np.asarray(out.info["group_to_node"], dtype=np.int64)
+        out.info["group_to_node"] = np.take_along_axis(nodes, g2n, 1).tolist()
+
+
+def _declared(call: _Call) -> frozenset[str]:
+    g = call.spec.guarantees
+    if callable(g):
+        g = g({**call.spec.options, **call.opts}, call.topology, call.common["num_groups"])
+    return frozenset(g)
+
+
+def _contract_on_real_nodes(call: _Call, out: _Out) -> None:
+    """Meta and placement on the real nodes after GPUs failed: where whole nodes failed the
+    survivors' nodes are renumbered (``group_to_node`` follows); on a partly failed node the
+    survivors form one node: a contract policy's layers that split a group over two real
+    nodes are re-placed (`keep_contract`, ``duplicates`` recounted), or the placement says it
+    is a global one."""
+    topology, info = call.topology, out.info
+    if not topology.failed_gpus:
+        return
+    real = survivor_nodes(topology, out.slots)  # [G'] the real node of each surviving GPU
+    if out.small.num_nodes == len(set(real.tolist())):  # whole nodes failed: renumber nodes
+        _renumber_nodes(info, real[:: out.small.gpus_per_node])
+        return
+    groups, E = call.common["num_groups"], call.num_experts
+    if groups is None or not (
+        info.get("policy") == "hierarchical" or "group_contract" in _declared(call)
+    ):  # no groups, no contract to keep
+        return
+    rows = call.load if call.load.ndim == 2 else call.load.mean(0)
+    out.placement, fixed, dropped = keep_contract(out.placement, rows, topology, out.slots, groups)
+    if dropped:  # honest fallback: the placement is a global one
+        info.update(policy="global", contract_dropped=dropped, fallback=dropped)
+        return
+    if fixed:
+        _uncertify(info, out.placement, rows, fixed)
+        if "duplicates" in info:
+            dup = duplicates(out.placement.phy2log, topology.slots_per_gpu)
+            info["duplicates"] = int(dup.sum())
+    if "group_to_node" in info:  # the survivors' one node -> the real nodes
+        info["group_to_node"] = real_group_nodes(
+            out.placement.phy2log, E, topology, out.slots, groups
+        ).tolist()
+
+
+def _renumber_nodes(info: dict[str, Any], real: np.ndarray) -> None:
+    """``group_to_node`` of a placement on the nodes left after whole nodes failed, in the
+    real nodes' numbers (``real: int64[N']``, the real node of each node left)."""
+    if "group_to_node" in info:
+        info["group_to_node"] = real[np.asarray(info["group_to_node"], dtype=np.int64)].tolist()
+
+
+def _count_moves(call: _Call, out: _Out) -> None:
+    """``replicas_moved`` (per layer) and ``replicas_moved_total`` against the live placement
+    (`eplb.moves`: the executor's meaning, a copy already on that GPU is not a move)."""
+    if out.previous is None:
+        return
+    if out.live is None:
+        moved = replicas_moved(out.previous, out.placement)
+    else:  # orphans re-homed in `previous` still count as moves
+        moved = gpu_moves(out.live, out.placement.phy2log, out.small.num_gpus).sum(1)
+    out.info.update(replicas_moved=moved.tolist(), replicas_moved_total=int(moved.sum()))
+
+
+def _finish(call: _Call, out: _Out) -> Placement:
+    """Expand to the real topology (failed GPUs' slots -1) and record ``meta["solver"]``:
+    ``name``, ``params``, ``seconds``, ``legacy``; the model layer ids."""
+    placement, info = out.placement, out.info
+    if call.legacy is not None:
+        info["legacy"] = call.legacy
+    if call.topology.failed_gpus:
+        placement = expand(placement, call.topology, out.slots).validate()
+    c = call.common
     info.update(
-        name=name,
-        params={"num_groups": common["num_groups"], "seed": seed, "time_limit": time_limit, **opts},
-        seconds=seconds,
+        name=call.name,
+        params={"num_groups": c["num_groups"], "seed": c["seed"], "time_limit": c["time_limit"],
+                **call.opts},
+        seconds=out.seconds,
     )
     return Placement(
         placement.phy2log,
-        E,
-        topology,
+        call.num_experts,
+        call.topology,
         placement.replica_share,
         {**placement.meta, "solver": info},
-        ids if ids is not None else None,
+        call.ids,
     )  # the tables were validated above; only meta and layer ids are new
 
 

@@ -22,7 +22,8 @@ def assert_valid_placement(
     Always: ``p`` is a `Placement` whose `Placement.validate` passes (every slot holds an
     expert, every expert has a replica, shares are ``>= 0`` and sum to 1 per expert).
     ``load: float[L, E]``: the placement has its shape, and the GPU loads account for every
-    token exactly once. ``no_duplicates``: no GPU holds two replicas of one expert.
+    token exactly once (relative `SUM_TOL`, and the rounding of subnormal shares).
+    ``no_duplicates``: no GPU holds two replicas of one expert.
     ``group_contract``: the number of expert groups (``E / group_contract`` consecutive
     experts each) that must each live on a single node, as DeepSeek's hierarchical policy.
     """
@@ -40,7 +41,10 @@ def assert_valid_placement(
             raise AssertionError(f"placement is for [{L}, {E}] but load has shape {load.shape}")
         gpu = p.gpu_load(load)
         total = load.sum(1)
-        bad = ~np.isclose(gpu.sum(1), total, rtol=SUM_TOL, atol=0)
+        # absolute part: an even split of a subnormal load rounds each replica's share by up to
+        # the smallest float (issue 33: [[5e-324]] on two slots sums to 0)
+        tiny = topo.num_slots * float(np.finfo(np.float64).smallest_subnormal)
+        bad = ~np.isclose(gpu.sum(1), total, rtol=SUM_TOL, atol=tiny)
         if bad.any():
             layer = int(np.argmax(bad))
             raise AssertionError(

@@ -99,6 +99,63 @@ def falls_back_anyway(load, topology, num_groups=None):
     return Placement(out, load.shape[1], topology, meta=meta)
 
 
+def wrong_without_groups(load, topology, *, num_groups=None):
+    """Right with ``num_groups``; without it (a default it never tested) drops an expert."""
+    out = _greedy(load, topology, num_groups)
+    E = load.shape[1]
+    if num_groups is None and E > 1:
+        out[out == E - 1] = 0
+    return out
+
+
+def wrong_on_survivors(load, topology):
+    """Right on the clusters it was tried on; on one node of 4 or more GPUs (the flat node
+    the survivors of a partly failed 2 x 3 or 2 x 2 cluster form) drops an expert."""
+    out = _greedy(load, topology)
+    E = load.shape[1]
+    if topology.num_nodes == 1 and topology.gpus_per_node >= 4 and E > 1:
+        out[out == E - 1] = 0
+    return out
+
+
+def absolute_threshold(load, topology):
+    """Treats layers above 1e6 tokens as a measurement glitch: a round robin there."""
+    out = _greedy(load, topology)
+    L, E = load.shape
+    big = load.sum(1) > 1e6
+    out[big] = np.arange(topology.num_slots) % E
+    return out
+
+
+def stale_group_to_node(load, topology, *, num_groups=None):
+    """Declares the group contract; places as ``hierarchical`` and then swaps the first two
+    nodes' GPUs, leaving ``meta["solver"]["group_to_node"]`` as it was before the swap."""
+    if num_groups is None:
+        return _greedy(load, topology)
+    p = solvers.get("hierarchical")(load, topology, num_groups=num_groups)
+    out = p.phy2log.copy()
+    if topology.num_nodes > 1:
+        n = topology.gpus_per_node * topology.slots_per_gpu
+        out[:, : 2 * n] = np.concatenate([out[:, n : 2 * n], out[:, :n]], axis=1)
+    return Placement(out, load.shape[1], topology, meta=p.meta)
+
+
+def zero_duplicates_reported(load, topology):
+    """Places as ``greedy`` (two replicas of an expert on a GPU where it must) and reports
+    ``meta["solver"]["duplicates"] = 0`` all the same."""
+    p = solvers.get("greedy")(load, topology)
+    return Placement(p.phy2log, load.shape[1], topology, meta={"solver": {"duplicates": 0}})
+
+
+def crashes_on_empty_slots(load, topology, *, previous=None):
+    """Reads the live placement's replica counts with ``np.bincount`` per layer: a live
+    placement with an empty slot (-1, as ``craft`` leaves or a failed GPU has) crashes it."""
+    if previous is not None:
+        for row in previous.phy2log:
+            np.bincount(row, minlength=load.shape[1])
+    return _greedy(load, topology)
+
+
 def wrong_shape(load, topology):
     return _greedy(load, topology)[:, :-1]
 
@@ -151,6 +208,31 @@ BROKEN: dict[str, Broken] = {
     ),
     "drops_an_expert": Broken(drops_an_expert, "drops an expert (more than 3 experts)", "valid"),
     "wrong_shape": Broken(wrong_shape, "returns one slot too few", "valid"),
+    "wrong_without_groups": Broken(
+        wrong_without_groups, "drops an expert when num_groups is None", "valid"
+    ),
+    "wrong_on_survivors": Broken(
+        wrong_on_survivors,
+        "drops an expert on one node of >= 4 GPUs (survivors of a partial failure)",
+        "failed_gpus",
+    ),
+    "absolute_threshold": Broken(
+        absolute_threshold, "round robin on layers above 1e6 tokens", "scale_invariant"
+    ),
+    "stale_group_to_node": Broken(
+        stale_group_to_node,
+        "swaps two nodes after reporting group_to_node",
+        "meta",
+        {"guarantees": {"group_contract"}},
+    ),
+    "zero_duplicates_reported": Broken(
+        zero_duplicates_reported, "reports duplicates 0 where it placed some", "meta"
+    ),
+    "crashes_on_empty_slots": Broken(
+        crashes_on_empty_slots,
+        "np.bincount on a live placement with empty slots (-1)",
+        "previous_relabels",
+    ),
     "nondeterministic": Broken(nondeterministic, "shuffles each call", "deterministic"),
     "half_integer": Broken(half_integer, "returns expert ids + 0.5", "valid"),
     "mutates_load": Broken(mutates_load, "writes into the load", "valid"),

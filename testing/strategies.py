@@ -13,7 +13,9 @@ from numpy.typing import ArrayLike
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-__all__ = ["failed_gpus", "loads", "placements", "problems", "token_routing", "topologies"]
+__all__ = [
+    "SCALES", "failed_gpus", "loads", "placements", "problems", "token_routing", "topologies",
+]
 
 
 _LAYERS = st.integers(1, 2)
@@ -63,6 +65,12 @@ def topologies(
     )
 
 
+# load scales drawn on purpose by problems(scales=True): far below and far above a token
+# count, powers of two (exact: integer counts stay integer multiples of a unit; a layer's
+# total stays under solve's 2**53 limit)
+SCALES = (1.0, 2.0**-1000, 2.0**-30, 2.0**30)
+
+
 @st.composite
 def problems(
     draw,
@@ -73,11 +81,15 @@ def problems(
     max_layers: int = 2,
     spare_slots: int = 2,
     failures: bool = False,
-) -> tuple[np.ndarray, Topology, int]:
+    no_groups: bool = False,
+    scales: bool = False,
+) -> tuple[np.ndarray, Topology, int | None]:
     """``(load: float64[L, E], topology, num_groups)`` with ``E = num_groups * M``,
     ``num_groups`` a multiple of the nodes and ``S`` between the fewest slots per GPU that
     hold the experts and ``spare_slots`` more. ``failures``: the topology may have failed
-    GPUs (a whole node or part of one; the survivors still hold the experts)."""
+    GPUs (none, a whole node, or part of one, each drawn as often; the survivors still hold
+    the experts). ``no_groups``: ``num_groups`` is None in half the problems. ``scales``: the
+    load is multiplied by one of `SCALES` (extreme ones as often as 1)."""
     N = draw(st.integers(1, max_nodes))
     gpn = draw(st.integers(1, max_gpus_per_node))
     groups = N * draw(st.integers(1, 2))
@@ -87,46 +99,78 @@ def problems(
     S0 = max(1, -(-E // G))
     S = draw(st.integers(S0, S0 + spare_slots))
     load = draw(loads(st.integers(1, max_layers), E))
+    if scales:
+        load = load * draw(st.sampled_from(SCALES))
     topo = Topology(N, gpn, S)
     if failures and G > 1:
-        failed = draw(failed_gpus(topo, E))
+        kind = draw(st.sampled_from(["none", "node", "part"]))
+        failed = draw(failed_gpus(topo, E, kind=kind)) if kind != "none" else []
         if failed:
             topo = topo.with_failed(failed)
+    if no_groups and draw(st.booleans()):
+        return load, topo, None
     return load, topo, groups
 
 
 @st.composite
-def failed_gpus(draw, topology: Topology, num_experts: int) -> list[int]:
-    """Sorted GPU indices to fail (possibly none): a whole node, or some GPUs of nodes, such
-    that the surviving slots still hold ``num_experts`` experts."""
+def failed_gpus(
+    draw, topology: Topology, num_experts: int, *, kind: str | None = None
+) -> list[int]:
+    """Sorted GPU indices to fail (possibly none) such that the surviving slots still hold
+    ``num_experts`` experts: ``kind="node"`` a whole node (where one can fail), ``"part"`` at
+    least one GPU short of a whole node (the survivors then form one node for a policy), None
+    either (or none)."""
     G, S, gpn = topology.num_gpus, topology.slots_per_gpu, topology.gpus_per_node
     most = G - -(-num_experts // S)  # survivors must hold every expert
     if most < 1:
         return []
-    if draw(st.booleans()) and topology.num_nodes > 1 and gpn <= most:
+    if kind is None:
+        kind = "node" if draw(st.booleans()) else "any"
+    if kind == "node" and topology.num_nodes > 1 and gpn <= most:
         node = draw(st.integers(0, topology.num_nodes - 1))
         return list(range(node * gpn, (node + 1) * gpn))
-    k = draw(st.integers(0, most))
-    return sorted(draw(st.lists(st.integers(0, G - 1), min_size=k, max_size=k, unique=True)))
+    k = draw(st.integers(1 if kind == "part" else 0, most))
+    out = sorted(draw(st.lists(st.integers(0, G - 1), min_size=k, max_size=k, unique=True)))
+    if kind == "part" and gpn > 1 and len(out) % gpn == 0:  # not whole nodes: spare one GPU
+        node = out[0] // gpn
+        if all(node * gpn + i in out for i in range(gpn)):
+            out.remove(node * gpn + gpn - 1)
+    return out
 
 
 @st.composite
 def placements(
-    draw, load_or_experts: ArrayLike | int, topology: Topology, layers: int | None = None
+    draw,
+    load_or_experts: ArrayLike | int,
+    topology: Topology,
+    layers: int | None = None,
+    *,
+    empty_slots: bool | None = False,
 ) -> Placement:
     """A random valid `Placement` of ``E`` experts (``load_or_experts``: a ``[L, E]`` load or
-    ``E``; ``layers`` defaults to the load's)."""
+    ``E``; ``layers`` defaults to the load's) on the live slots of ``topology`` (a failed
+    GPU's slots ``-1``); every expert at least once, duplicates on a GPU allowed.
+    ``empty_slots``: ``True`` leaves some live slots empty (``-1``, as ``craft`` does; at
+    least one per layer wherever the live slots outnumber the experts), ``None`` draws
+    whether to, ``False`` (default) fills every live slot."""
     if isinstance(load_or_experts, (int, np.integer)):
         E, L = int(load_or_experts), layers or 1
     else:
         L, E = np.shape(load_or_experts)
-    P = topology.num_slots
+    live = np.flatnonzero(topology.slot_alive)
+    if empty_slots is None:
+        empty_slots = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    rows = [
-        rng.permutation(np.concatenate([np.arange(E), rng.integers(0, E, P - E)])) for _ in range(L)
-    ]
-    return Placement(np.array(rows, dtype=np.int64), E, topology)
+    rows = np.full((L, topology.num_slots), -1, dtype=np.int64)
+    for layer in range(L):
+        used = live.size
+        if empty_slots and live.size > E:
+            used = int(rng.integers(E, live.size))  # E .. live - 1 used slots
+        slots = rng.choice(live, size=used, replace=False)
+        rows[layer, slots] = rng.permutation(np.concatenate([np.arange(E),
+                                                             rng.integers(0, E, used - E)]))
+    return Placement(rows, E, topology)
 
 
 @st.composite

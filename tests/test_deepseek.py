@@ -230,6 +230,15 @@ def test_api_preconditions_name_the_value():
         rebalance_experts(np.ones((1, 12)), 16, 3, 3, 8)
 
 
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0)])
+def test_empty_weight_is_an_input_error(shape):
+    """Issue 33: ``rebalance_experts(np.zeros((0, 8)), 16, 4, 2, 4)`` raised a raw
+    ``ValueError`` (a reshape); DeepSeek's fails there too (a max over an empty ``logcnt``),
+    so it is an `InputError` naming the shape."""
+    with pytest.raises(InputError, match=rf"weight has shape \({shape[0]}, {shape[1]}\)"):
+        rebalance_experts(np.zeros(shape), 16, 4, 2, 4)
+
+
 def test_group_count_off_the_nodes_falls_back_to_global_like_deepseek():
     """Issue 19 part 5: DeepSeek's ``rebalance_experts`` (and vLLM's port, whose
     ``test_parameter_validation`` uses this input) takes the global policy whenever

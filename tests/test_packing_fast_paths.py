@@ -5,7 +5,7 @@ water-filling, and the bound that skips DeepSeek's hierarchical candidate."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from eplb import Topology
@@ -36,8 +36,7 @@ def test_best_swap_equals_masking_every_duplicate(E, G, S, X, kind, seed):
     swaps (``d > 0``, below the heavy GPU's load), and finds one exactly when it exists.
     Few experts on many slots make most minima duplicates."""
     rng = np.random.default_rng(seed)
-    if G * S < E:
-        return
+    assume(G * S >= E)
     load = _load(rng, X, E, kind)
     counts = np.stack([1 + rng.multinomial(G * S - E, np.ones(E) / E) for _ in range(X)])
     if (counts > G).any():
@@ -76,8 +75,7 @@ def test_lpt_first_round_and_incremental_waterfill_change_nothing(E, G, S, X, ki
     zero node penalty takes the loop), and water-filling updated in place equals the
     recomputing loop (a zero bonus takes it), zero loads and caps included."""
     rng = np.random.default_rng(seed)
-    if G * S < E:
-        return
+    assume(G * S >= E)
     load = _load(rng, X, E, kind)
     if zeros:
         load[rng.random((X, E)) < 0.4] = 0.0
@@ -99,8 +97,7 @@ def test_skipped_hierarchical_candidate_could_not_win(N, gpn, S, groups, kind, s
     rng = np.random.default_rng(seed)
     E = 16
     topo = Topology(N, gpn, S)
-    if topo.num_slots < E or groups % N:
-        return
+    assume(topo.num_slots >= E and groups % N == 0)
     load = _load(rng, 6, E, kind) + rng.random((6, E)) * 0.01
     best = max_load(load, even_split.pack_even(load, topo.num_gpus, S).phy2log(), S)
     best *= rng.choice([0.9, 1.0, 1.1, 1.5], size=best.shape)  # bounds to beat, both ways
@@ -121,8 +118,7 @@ def test_skipped_global_candidate_could_not_win(N, gpn, S, kind, edge, seed):
     rng = np.random.default_rng(seed)
     E = 12
     topo = Topology(N, gpn, S)
-    if topo.num_slots < E:
-        return
+    assume(topo.num_slots >= E)
     load = _load(rng, 6, E, kind) + rng.random((6, E)) * 0.01
     glob = max_load(load, placement_table(load, topo, None)[0], S)
     best = glob * edge  # bounds to beat at and around the candidate's own value

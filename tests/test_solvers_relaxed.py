@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from eplb import InputError, Placement, Topology, solvers
@@ -149,7 +149,7 @@ def test_relaxed_contract_budget_and_never_worse_than_hierarchical(prob, relax):
     try:
         p = solvers.solve("relaxed", load, topo, num_groups=groups, relax=relax)
     except InfeasibleError:
-        return
+        reject()
     h = solvers.solve("hierarchical", load, topo, num_groups=groups)
     info = p.meta["solver"]
     home = np.repeat(np.asarray(info["group_to_node"]), E // groups, axis=1)  # [L, E]

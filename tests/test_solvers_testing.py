@@ -72,6 +72,7 @@ def test_a_correct_plain_function_passes():
         "lower_bound",
         "scale_invariant",
         "previous_relabels",
+        "meta",
         "failed_gpus",
         "bad_input",
     }

@@ -183,6 +183,7 @@ def lever_craft(ctx: Context) -> list[Option]:
     memory), within today's slots; the slots left empty free KV cache. N above today's
     redundant slots is skipped with a note (no room to give a hot layer more)."""
     from eplb.solvers.policies.craft import replica_plan
+    from eplb.solvers.primitives.layout import max_load
     from eplb.solvers.primitives.replica_budget import layer_curves
 
     L, E = ctx.load.shape
@@ -205,16 +206,26 @@ def lever_craft(ctx: Context) -> list[Option]:
                              f"more than uniform N={n}'s {cap} routed experts on one GPU over "
                              f"{L} layers")
             continue
+        s = min(topo.slots_per_gpu, cap // L)  # greedy in this memory: s slots per GPU
+        g = craft_curves.greedy.get(s)
+        g_sum = None if g is None else float(max_load(ctx.load, g, topo.slots_per_gpu).sum())
         info = {"N": n, "total_slots": plan["total_slots"],
                 "objective_sum": plan["objective"],
                 "uniform_objective_sum": plan["uniform_objective"],
+                "greedy_objective_sum": g_sum, "greedy_slots_per_gpu": None if g_sum is None else s,
                 "bound_sum": plan["bound"], "split_source": plan["source"],
                 "expert_slots_per_gpu": plan["expert_slots_per_gpu"],
                 "used_slots": plan["used_slots"].tolist()}
         ctx.meta.setdefault("craft", []).append(info)
+        vs_greedy = (f"greedy on {s} slots per GPU (the most this memory holds) "
+                     f"{g_sum:,.0f} ({g_sum / max(plan['objective'], 1e-300):.4f}x)"
+                     if g_sum is not None else
+                     f"greedy cannot place in this memory ({s} slots per GPU hold fewer than "
+                     f"{E} experts)")
         ctx.notes.append(
             f"craft N={n}: summed per-layer max GPU load {plan['objective']:,.0f} tokens against "
-            f"{plan['uniform_objective']:,.0f} for N={n} in every layer with the same packer "
+            f"{vs_greedy} and {plan['uniform_objective']:,.0f} for N={n} in every layer with "
+            f"craft's packer "
             f"({plan['uniform_objective'] / max(plan['objective'], 1e-300):.4f}x), bound "
             f"{plan['bound']:,.0f}; {plan['total_slots']:,} used slots, "
             f"{plan['expert_slots_per_gpu']} routed experts on the fullest GPU over {L} layers "

@@ -75,9 +75,7 @@ def solve_surviving(
         )
     prev = None
     if previous is not None:
-        old = previous.phy2log[:, slots]
-        if (old < 0).any():  # a GPU failed since: keep what survives
-            old = np.where(old < 0, 0, old)
+        old = previous.phy2log[:, slots]  # -1 here: a slot the live placement left empty
         rows = load if load.ndim == 2 else load.mean(0)
         old = rehome_orphans(old, previous.num_experts, rows, small.slots_per_gpu)[0]
         prev = Placement(old, previous.num_experts, small, None, previous.meta, previous.layer_ids)

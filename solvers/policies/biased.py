@@ -3,6 +3,7 @@ ROCm/ATOM PR #1210: "top-K fully replicated"): per layer the hottest experts get
 every GPU, as many as the redundant slots allow (``K = (P - E) // (G - 1)``); the slots left
 over give the next hottest experts one more replica each; LPT (`solvers.primitives.packing`)
 packs the replicas without two of one expert on a GPU. No swap search: it is a baseline.
+``meta["solver"]["fully_replicated"]`` is read from the placement (experts on every GPU).
 docs/solvers.md, "biased".
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.placement import Placement
+from eplb.solvers.primitives.layout import gpu_counts
 from eplb.solvers.primitives.packing import lpt
 from eplb.solvers.registry import register
 from eplb.topology import Topology
@@ -42,7 +44,14 @@ def biased(load: np.ndarray, topology: Topology) -> Placement:
     deterministic, no options."""
     G, S = topology.num_gpus, topology.slots_per_gpu
     counts = replica_counts(load, G, topology.num_slots)
-    packed = lpt(load, counts, G, S)
-    K = int((counts == G).sum(1).min()) if G > 1 else 0
-    info = {"policy": "biased", "fully_replicated": K}
-    return Placement(packed.phy2log(), load.shape[1], topology, meta={"solver": info})
+    phy2log = lpt(load, counts, G, S).phy2log()
+    info = {"policy": "biased", "fully_replicated": fully_replicated(phy2log, load.shape[1], S)}
+    return Placement(phy2log, load.shape[1], topology, meta={"solver": info})
+
+
+def fully_replicated(phy2log: np.ndarray, num_experts: int, slots_per_gpu: int) -> int:
+    """Experts with a replica on every GPU, the fewest over the layers of ``phy2log:
+    int64[L, P]`` (read from the placement: ``K`` where the packing keeps the ``K`` hottest
+    on every GPU, every expert when all are)."""
+    on = gpu_counts(phy2log, num_experts, slots_per_gpu) > 0  # [L, G, E]
+    return int(on.all(1).sum(1).min())

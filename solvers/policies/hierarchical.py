@@ -21,7 +21,7 @@ from eplb.solvers.registry import register
 from eplb.topology import Topology
 
 
-@register("hierarchical", guarantees={"group_contract"})
+@register("hierarchical", guarantees={"group_contract"}, needs_groups=True)
 def hierarchical(
     load: np.ndarray,
     topology: Topology,

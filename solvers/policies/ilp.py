@@ -44,6 +44,7 @@ from eplb.topology import Topology
         ({"group_contract"} if o["hierarchical"] else set())
         | (set() if o["duplicates"] else {"no_duplicates"})
     ),
+    needs_groups=lambda o: o["hierarchical"],
 )
 def ilp(
     load: np.ndarray,
@@ -98,13 +99,16 @@ def ilp(
     # previous changes nothing but labels
     duplicates = bool(duplicates) or E < S  # fewer experts than slots: duplicates are forced
     pairing_ok = S == 2 and duplicates and not (hierarchical or rdma_weight or migration)
-    # the pairing method certifies with its own LP; the analytic bound needs no LP then
+    # the pairing method certifies with its own LP; the analytic bound needs no LP then. A
+    # live placement with empty slots is a candidate too: only the closed-form bounds, which
+    # hold for any number of used slots, certify then
+    partial = migration and bool((previous.phy2log < 0).any())
     lb = lower_bound(
         load,
         topology,
         num_groups=groups,
         hierarchical=hierarchical,
-        lp=False if pairing_ok else "auto",
+        lp=False if pairing_ok or partial else "auto",
     )
     problems = [
         LayerProblem(

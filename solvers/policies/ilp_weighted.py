@@ -31,6 +31,7 @@ from eplb.topology import Topology
 @register(
     "ilp_weighted",
     guarantees=lambda o, topology, groups: {"group_contract"} if o["hierarchical"] else set(),
+    needs_groups=lambda o: o["hierarchical"],
 )
 def ilp_weighted(
     load: np.ndarray,

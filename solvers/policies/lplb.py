@@ -19,7 +19,12 @@ from eplb.topology import Topology
 @register("lplb", guarantees=("no_duplicates",))
 def lplb(load: np.ndarray, topology: Topology, *, graph: Graph = "hypercube") -> Placement:
     """LPLB placement of ``load: float64[L, E]`` on ``graph`` (module docstring); an
-    ``InfeasibleError`` names the misfit where the topology does not fit the graph."""
+    ``InfeasibleError`` names the misfit where the topology does not fit the graph.
+
+    After GPU failures `solve` gives it the survivors' topology (one node of the surviving
+    GPUs when a node is partly failed), which a graph rarely fits (``E % G`` and the spare
+    slots per GPU): lplb then refuses, the error naming the survivors; place with another
+    solver (``greedy``) while GPUs are down."""
     why = graph_misfit(load.shape[1], topology, graph)
     if why is not None:
         raise InfeasibleError(why)

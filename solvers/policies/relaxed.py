@@ -21,7 +21,7 @@ from eplb.solvers.primitives.group_placement import (
     global_fallback,
 )
 from eplb.solvers.primitives.layout import duplicates
-from eplb.solvers.primitives.relabel import relabel
+from eplb.solvers.primitives.relabel import node_map, relabel_map
 from eplb.solvers.primitives.validation import NonNegInt, Range, check_groups
 from eplb.solvers.registry import register
 from eplb.tolerance import REL_TOL
@@ -118,26 +118,36 @@ def design_counts(
         share[lay], per[lay] = _node_state(load[lay], k[lay], topology)
         cur[lay] = best[gain]
         active = lay
-    return _fill(load, k, topology)
+    return _fill(load, k, topology, homemask, foreign - used)
 
 
-def _fill(load: np.ndarray, k: np.ndarray, topology: Topology) -> np.ndarray:
+def _fill(
+    load: np.ndarray, k: np.ndarray, topology: Topology, home: np.ndarray, left_off: np.ndarray
+) -> np.ndarray:
     """Fill every node's free slots with replicas of experts it already holds, the largest
-    per-replica load first (at most one per GPU while possible)."""
+    per-replica load first (at most one per GPU while possible); an expert off its home node
+    (``home: bool[L, N, E]``) only while the layer's off-node budget lasts (``left_off:
+    int64[L]``, replicas; before issue 33 the fill could exceed it)."""
     gpn, S = topology.gpus_per_node, topology.slots_per_gpu
     L, N, E = k.shape
     k = k.copy()
+    left_off = np.array(left_off, dtype=np.int64, copy=True)
     for _ in range(gpn * S):
-        left = gpn * S - k.sum(2)  # [L, N]
-        if not (left > 0).any():
+        if not (k.sum(2) < gpn * S).any():
             break
-        _, per = _node_state(load, k, topology)
-        capped = np.where((k > 0) & (k < gpn), per, -np.inf)
-        any_ = np.where(k > 0, per, -np.inf)  # duplicates only when unavoidable
-        pick = np.where(np.isfinite(capped.max(2))[..., None], capped, any_)
-        e = pick.argmax(2)
-        li, bi = np.nonzero(left > 0)
-        k[li, bi, e[li, bi]] += 1
+        _, per = _node_state(load, k, topology)  # one state per step, every node picks on it
+        for b in range(N):  # node by node, so the off-node budget is counted exactly
+            li = np.nonzero(k[:, b].sum(1) < gpn * S)[0]
+            if not li.size:
+                continue
+            kb, pb = k[li, b], per[li, b]  # [n, E]
+            ok = (kb > 0) & (home[li, b] | (left_off[li, None] > 0))
+            capped = np.where(ok & (kb < gpn), pb, -np.inf)
+            any_ = np.where(ok, pb, -np.inf)  # duplicates only when unavoidable
+            pick = np.where(np.isfinite(capped.max(1))[:, None], capped, any_)
+            e = pick.argmax(1)
+            k[li, b, e] += 1
+            left_off[li] -= ~home[li, b, e]
     return k
 
 
@@ -162,6 +172,7 @@ def _lf_max(load: np.ndarray, phy2log: np.ndarray, topology: Topology) -> np.nda
 @register(
     "relaxed",
     guarantees=lambda o, topology, groups: {"group_contract"} if o["relax"] == 0 else set(),
+    needs_groups=True,
 )
 def relaxed(
     load: np.ndarray,
@@ -202,10 +213,14 @@ def relaxed(
     best = np.where(keep, theirs, mine)
     relabeled = False
     if previous is not None:
-        moved = relabel(Placement(phy2log, E, topology), previous).phy2log
-        moved, _ = local_first.polish(load, moved, topology, budget=budget)
+        moved, target = relabel_map(Placement(phy2log, E, topology), previous)
+        moved, _ = local_first.polish(load, moved.phy2log, topology, budget=budget)
         ok = ~(_lf_max(load, moved, topology) > best * (1 + REL_TOL))
         phy2log = np.where(ok[:, None], moved, phy2log)
+        # the relabeled layers' nodes moved: the groups' home nodes with them
+        nodes = node_map(target, topology.gpus_per_node)
+        group_node = np.where(ok[:, None], np.take_along_axis(nodes, group_node, 1), group_node)
+        home = np.repeat(group_node, E // groups, axis=1)
         relabeled = True
     off = topology.node_of_slot[None, :] != np.take_along_axis(home, phy2log, 1)
     nodes = local_first.node_counts(phy2log, E, topology) > 0  # [L, N, E]

@@ -39,24 +39,42 @@ def counts_to_target(
     return c
 
 
+def _fill_counts(load: np.ndarray, counts: np.ndarray, slots: int, cap: int) -> np.ndarray:
+    """``int64[L, E]``: ``counts`` of a live placement with empty slots raised to fill all
+    ``slots`` of each row, one replica at a time to the expert with the largest per-replica
+    load below ``cap`` replicas (water-filling)."""
+    c = counts.copy()
+    P = int(slots)
+    rows = np.arange(c.shape[0])
+    for _ in range(P - int(c.sum(1).min())):
+        short = c.sum(1) < P
+        per = np.where(c < cap, load / np.maximum(c, 1), -np.inf)
+        e = per.argmax(1)
+        c[rows[short], e[short]] += 1
+    return c
+
+
 def _repoint(w: np.ndarray, row: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``row: int64[P]`` with slots re-pointed so the replica counts become ``counts``."""
+    """``row: int64[P]`` with slots re-pointed so the replica counts become ``counts``
+    (``counts.sum() == P``); empty slots (``-1``) are the first to take a gained replica."""
     E = w.size
     G = row.size // 2
     row = row.copy()
-    have = np.bincount(row, minlength=E)
+    have = np.bincount(row[row >= 0], minlength=E)
     lose = np.repeat(np.arange(E), np.maximum(have - counts, 0))
     gain = np.repeat(np.arange(E), np.maximum(counts - have, 0))
-    if not lose.size:
+    empty = np.nonzero(row < 0)[0]
+    if not lose.size and not empty.size:
         return row
     size = w / np.maximum(counts, 1)
-    pair = size[row].reshape(G, 2).sum(1)
-    freed: list[int] = []
+    held = np.where(row >= 0, size[np.maximum(row, 0)], 0.0)  # [P] an empty slot weighs 0
+    pair = held.reshape(G, 2).sum(1)
+    freed: list[int] = empty.tolist()
     for e in lose:
         slots = [s for s in np.nonzero(row == e)[0] if s not in freed]
         freed.append(max(slots, key=lambda s: (pair[s // 2], -s)))  # heaviest GPU, lowest slot
     slots = np.array(freed)
-    by_partner = slots[np.argsort(size[row[slots ^ 1]], kind="stable")]  # lightest partner 1st
+    by_partner = slots[np.argsort(held[slots ^ 1], kind="stable")]  # lightest partner 1st
     by_size = gain[np.argsort(-size[gain], kind="stable")]
     row[by_partner] = by_size
     return row
@@ -129,7 +147,7 @@ def chain_repair(
     improved to the target, the counts of ``fresh: int64[L, P]``); the others keep ``live``."""
     L, E = load.shape
     G = live.shape[1] // 2
-    c0 = replica_counts(live, E)
+    c0 = _fill_counts(load, replica_counts(live, E), live.shape[1], num_gpus)
     candidates = [counts_to_target(load, c0, target, num_gpus), replica_counts(fresh, E)]
     out = live.copy()
     ok = np.zeros(L, dtype=bool)

@@ -188,6 +188,10 @@ def rebalance_experts(
     w = np.asarray(weight, dtype=np.float64)
     if w.ndim != 2:
         raise InputError(f"weight must be 2-D [layers, experts], got shape {w.shape}")
+    if 0 in w.shape:  # DeepSeek's fails here too (a max over an empty logcnt)
+        raise InputError(
+            f"weight has shape {w.shape}: at least one layer and one expert are needed"
+        )
     w32 = w.astype(np.float32)
     L, E = w.shape
     hierarchical = is_hierarchical(num_groups, num_nodes)

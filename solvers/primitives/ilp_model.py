@@ -113,27 +113,34 @@ class LayerResult:
 # ----------------------------------------------------------------------------- objective
 def gpu_load_row(w: np.ndarray, slots: np.ndarray, S: int, share=None) -> np.ndarray:
     """``float64[G]`` GPU loads of one layer's ``slots: int64[P]`` for ``w: float[E]``
-    (``share: float[P]``, default the even split)."""
-    cnt = np.bincount(slots, minlength=w.size)
-    per = w[slots] * (1.0 / cnt[slots] if share is None else share)
-    return per.reshape(-1, S).sum(1)
+    (``share: float[P]``, default the even split; ``-1``: an empty slot)."""
+    used = slots >= 0
+    e = np.maximum(slots, 0)
+    cnt = np.bincount(slots[used], minlength=w.size)
+    per = w[e] * (1.0 / np.maximum(cnt[e], 1) if share is None else share)
+    return np.where(used, per, 0.0).reshape(-1, S).sum(1)
 
 
 def _rdma_row(w: np.ndarray, slots: np.ndarray, N: int) -> float:
     node = np.repeat(np.arange(N), slots.size // N)
     held = np.zeros((w.size, N), dtype=bool)
-    held[slots, node] = True
+    used = slots >= 0
+    held[slots[used], node[used]] = True
     return float((w * (1 - held.sum(1) / N)).sum())
 
 
+def _gpu_expert(slots: np.ndarray, S: int, E: int) -> np.ndarray:
+    """``int64[G, E]`` replicas of each expert on each GPU of ``slots: int64[P]`` (``-1``
+    empty)."""
+    key = np.arange(slots.size) // S * E + slots
+    return np.bincount(key[slots >= 0], minlength=slots.size // S * E).reshape(-1, E)
+
+
 def _moved_row(slots: np.ndarray, prev: np.ndarray | None, S: int, E: int) -> int:
+    # moves as `layout.moved` counts them (the core's one primitive replaces both, issue 32)
     if prev is None:
         return 0
-    G = slots.size // S
-    key = np.arange(slots.size) // S * E
-    a = np.bincount(key + prev, minlength=G * E)
-    b = np.bincount(key + slots, minlength=G * E)
-    return int(np.maximum(b - a, 0).sum())
+    return int(np.maximum(_gpu_expert(slots, S, E) - _gpu_expert(prev, S, E), 0).sum())
 
 
 def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
@@ -153,7 +160,7 @@ def admissible(pb: LayerProblem, slots: np.ndarray) -> bool:
     if pb.duplicates:
         return True
     e = np.sort(np.asarray(slots).reshape(-1, pb.S), axis=1)
-    return not (e[:, 1:] == e[:, :-1]).any()
+    return not ((e[:, 1:] == e[:, :-1]) & (e[:, 1:] >= 0)).any()
 
 
 # ----------------------------------------------------------------------------- CP-SAT
@@ -376,7 +383,7 @@ def _cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | 
                 terms.append(-coef * h)
                 hints.append((h, int((warm.reshape(N, -1)[n] == e).any())))
     if pb.migration:
-        old = np.bincount(np.arange(P) // S * E + pb.previous, minlength=G * E).reshape(G, E)
+        old = _gpu_expert(pb.previous, S, E)
         moved_terms = []
         for e in range(E):
             for g in range(G):
@@ -525,6 +532,12 @@ def _weighted(pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float
     return out
 
 
+def _partial(pb: LayerProblem) -> bool:
+    """The live layer leaves slots empty: it is a candidate the model (every slot used) does
+    not hold, so the model's bound proves nothing about it (the analytic bound does)."""
+    return pb.migration and bool((pb.previous < 0).any())
+
+
 # ----------------------------------------------------------------------------- one layer
 def solve_layer(
     pb: LayerProblem, wall: float | None = None, deadline: float | None = None
@@ -551,7 +564,8 @@ def solve_layer(
         val = objective(pb, pb.previous) if admissible(pb, pb.previous) else np.inf
         if val < best:
             best_slots, best_share, best = pb.previous, None, val
-        warm, warm_share = best_slots, best_share
+        if (best_slots >= 0).all():  # the model's hints need every slot used
+            warm, warm_share = best_slots, best_share
     bound = pb.bound
     method, stopped = "cpsat", None
     if np.isfinite(best) and not better(bound, best):
@@ -590,7 +604,7 @@ def solve_layer(
             val = objective(pb, slots, share)
             if better(val, best) and admissible(pb, slots):
                 best_slots, best_share, best = slots, share, val
-        if res["exact_model"] and res["cp_bound"] is not None:
+        if res["exact_model"] and res["cp_bound"] is not None and not _partial(pb):
             bound = max(bound, float(res["cp_bound"]))
     if not np.isfinite(best):  # nothing of the requested class found: the start, uncertified
         best_slots, best_share = fallback
@@ -668,6 +682,8 @@ def _order_warm(pb: LayerProblem, slots: np.ndarray) -> np.ndarray:
     gpus = slots.reshape(-1, S)
     cands, _ = _candidates(pb, slots, objective(pb, slots))
     scale = _scale(pb, cands, float(gpu_load_row(w, slots, S).max()))
+    if not np.isfinite(scale):  # a subnormal load: order by the loads themselves
+        scale = 1.0
     cnt = np.bincount(slots, minlength=w.size)
     r = np.floor(scale * w / np.maximum(cnt, 1))
     key = r[gpus].sum(1)  # the model's (rounded) loads

@@ -33,6 +33,8 @@ def repair(
     max_steps: int = 10_000,
 ) -> tuple[np.ndarray, int]:
     """Improve the live ``phy2log: int64[L, P]`` for ``load: float64[L, E]`` move by move.
+    Empty slots (``-1``, as ``craft`` leaves them) may be filled by a move (a new replica, or a
+    replica moved there), never created.
 
     ``target: float64[L]`` stops a layer once its max GPU load is ``<= target`` (default: run
     until no improving move); ``budget``: max slots differing from ``phy2log`` per layer.
@@ -42,18 +44,22 @@ def repair(
     L, E = load.shape
     G, S = topology.num_gpus, topology.slots_per_gpu
     P = G * S
+    # an empty slot (-1) is a replica of a virtual expert E of no load that may lose its last
+    # replica (a slot filled) but never gain one (no move empties a slot)
     prev = np.asarray(phy2log, dtype=np.int64).reshape(L, G, S)
+    prev = np.where(prev < 0, E, prev)
+    load = np.hstack([load, np.zeros((L, 1))])
     slot = prev.copy()
     # a layer within REL_TOL of its target is done (loads summed in another order differ)
     tgt = np.full(L, -np.inf) if target is None else np.asarray(target, float) * (1 + REL_TOL)
     cap = _NO_CAP if budget is None else int(budget)
     active = np.arange(L)
     steps = 0
-    experts = np.arange(E)
+    experts = np.arange(E + 1)
     while active.size and steps < max_steps:
         sl = slot[active].reshape(-1, P)
-        c = _counts(sl, E)  # [n, E]
-        s = load[active] / c
+        c = _counts(sl, E + 1)  # [n, E + 1]
+        s = load[active] / np.maximum(c, 1)
         gpu = np.take_along_axis(s, sl, 1).reshape(-1, G, S).sum(2)
         keep = gpu.max(1) > tgt[active]
         active = active[keep]
@@ -64,7 +70,8 @@ def repair(
             load[active], slot, prev, active, gpu[keep], c[keep], s[keep], cap, experts, G, S
         )
         active = active[moved]
-    return slot.reshape(L, P), steps
+    out = slot.reshape(L, P)
+    return np.where(out == E, -1, out), steps
 
 
 def _counts(sl: np.ndarray, E: int) -> np.ndarray:
@@ -104,8 +111,10 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     """One move on every row of ``active`` (in place on ``slot``); ``bool[n]`` rows moved.
 
     ``w, c, s: [n, E]`` loads, replica counts and per-replica loads; ``gpu: float64[n, G]``.
+    The last expert (``E - 1``) is the virtual one of empty slots (see `repair`).
     """
     n, E = w.shape
+    V = E - 1  # empty slots
     P = G * S
     r = np.arange(n)
     r1, r2 = r[:, None], r[:, None, None]
@@ -121,6 +130,7 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     Hh = _counts(ah, E)  # [n, E] copies of each expert on h
     Hbg = (sl[:, None] == ah[:, :, None, None]).sum(-1)  # [n, S(b), G] copies of b on g
     two = c >= 2
+    two[:, V] = True  # an empty slot may always be filled
     ua = np.where(two, w / np.maximum(c - 1, 1) - s, 0.0)  # rise per replica if a loses one
     newb = w / (c + 1)  # per-replica load once b gains one
     vb = newb - s  # <= 0
@@ -129,6 +139,7 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     # a replica (a1, its GPU arg1; runner-up a2) and after it gains one (b1).
     hg, cnt = _holders(sl.reshape(n, P), c, S)  # [n, E, R]
     valid = (hg >= 0) & (hg != h[:, None, None])
+    valid[:, V] = False  # filling an empty slot changes no other GPU
     gi = np.maximum(hg, 0)
     glo = np.take_along_axis(gpu, gi.reshape(n, -1), 1).reshape(gi.shape)
     val = np.where(valid, glo + ua[:, :, None] * cnt, -np.inf)
@@ -146,7 +157,7 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     aff = (Mx - (sa - ua_h * (Hh[r1, ah] - 1))[:, :, None]) + newb[:, None, :]
     np.maximum(aff, a1[r1, ah][:, :, None], out=aff)
     np.maximum(aff, b1[:, None, :], out=aff)
-    ok = two[r1, ah][:, :, None] & (Hh == 0)[:, None, :]
+    ok = two[r1, ah][:, :, None] & (Hh == 0)[:, None, :] & (experts != V)
     if room is not None:  # changed slots may grow by at most ``room``
         dd = (experts[None, None, :] != pvh[:, :, None]).astype(np.int64) - (ah != pvh)[:, :, None]
         ok &= dd <= room[:, :, None]
@@ -164,7 +175,7 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     np.maximum(aff, a_rest[:, None], out=aff)
     np.maximum(aff, b1[r1, ah][:, :, None, None], out=aff)
     free_b = (Hbg == 0)[..., None]  # [n, S, G, 1] b not yet on g
-    ok = free_b & two[r2, sl][:, None]
+    ok = free_b & two[r2, sl][:, None] & (ah != V)[:, :, None, None]  # never empty a slot
     if room is not None:
         dd = (ah[:, :, None, None] != pv[:, None]).astype(np.int64) - (sl != pv)[:, None]
         ok &= dd <= room[:, :, None, None]
@@ -174,7 +185,7 @@ def _step(w, slot, prev, active, gpu, c, s, cap, experts, G, S) -> np.ndarray:
     d = sa[:, :, None, None] - sa2[:, None]  # [n, S, G, S]
     aff = Mx[..., None] - d
     np.maximum(aff, gpu[:, None, :, None] + d, out=aff)
-    ok = (d > 0) & free_b & (Hah == 0)[:, None]
+    ok = (d > 0) & free_b & ((Hah == 0) | (sl == V))[:, None]  # into an empty slot: a move
     if room is not None:
         dd = (
             (sl[:, None] != pvh[:, :, None, None]).astype(np.int64)

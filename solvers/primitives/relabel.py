@@ -37,15 +37,17 @@ def _ordinal(slot_e: np.ndarray) -> np.ndarray:
 def overlap(new_e: np.ndarray, old_e: np.ndarray, num_experts: int) -> np.ndarray:
     """``int64[L, G, G]`` kept replicas if new GPU ``g`` took old GPU ``h``'s place.
 
-    ``new_e, old_e: int64[L, G, S]`` slot tables.
+    ``new_e, old_e: int64[L, G, S]`` slot tables (``-1``: an empty slot, which holds nothing
+    to keep).
     """
     L, G, S = new_e.shape
     old_cnt = gpu_counts(old_e.reshape(L, -1), num_experts, S)  # [L, G(h), E]
     rank = _ordinal(new_e)  # [L, G, S]
     layer = np.arange(L)[:, None, None, None]
     h = np.arange(G)[None, None, :, None]
-    held = old_cnt[layer, h, new_e[:, :, None, :]]  # [L, G(g), G(h), S]
-    return (rank[:, :, None, :] < held).sum(-1)
+    held = old_cnt[layer, h, np.maximum(new_e, 0)[:, :, None, :]]  # [L, G(g), G(h), S]
+    kept = (rank[:, :, None, :] < held) & (new_e >= 0)[:, :, None, :]  # an empty slot keeps none
+    return kept.sum(-1)
 
 
 def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
@@ -104,8 +106,24 @@ def relabel(
     of groups and the shares of every replica are unchanged. ``classes: int[L, G]``: a GPU
     of ``placement`` only takes the position of a GPU of its own class in that layer (e.g. its
     used-slot count, so each position's expert memory summed over layers is kept; the
-    identity always qualifies, so every GPU finds one).
+    identity always qualifies, so every GPU finds one). Empty slots (``-1``) may be in either
+    placement. Meta that names GPUs or nodes is the caller's to map (`relabel_map`).
     """
+    return relabel_map(placement, previous, classes=classes)[0]
+
+
+def node_map(target: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """``int64[L, N]``: ``out[l, a]`` is the node that node ``a`` of the placement became in
+    layer ``l``, for ``target: int64[L, G]`` of `relabel_map` (nodes move as blocks)."""
+    return target[:, ::gpus_per_node] // gpus_per_node
+
+
+def relabel_map(
+    placement: Placement, previous: Placement, *, classes: np.ndarray | None = None
+) -> tuple[Placement, np.ndarray]:
+    """`relabel`, and ``target: int64[L, G]``: the GPU that GPU ``g`` of ``placement`` became in
+    each layer (`node_map` gives the nodes'), to carry meta that names GPUs or nodes (e.g.
+    ``group_to_node``) over to the relabeled placement."""
     check_pair(previous, placement)
     topo = placement.topology
     L, P = placement.phy2log.shape
@@ -128,7 +146,7 @@ def relabel(
     out_e[layer, target] = new_e.reshape(L * G, S)[rows, perm]
     if share is not None:
         out_s[layer, target] = share.reshape(L * G, S)[rows, perm]
-    return Placement(
+    out = Placement(
         out_e.reshape(L, P),
         placement.num_experts,
         topo,
@@ -136,3 +154,4 @@ def relabel(
         placement.meta,
         placement.layer_ids,
     )
+    return out, target.reshape(L, G)

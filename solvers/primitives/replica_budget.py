@@ -7,14 +7,17 @@ given). docs/solvers.md, "craft".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from eplb.errors import InputError
 from eplb.solvers.primitives.analytic_bounds import average_bound, replica_bound, single_bound
+from eplb.solvers.primitives.even_split import place_even
+from eplb.solvers.primitives.layout import max_load
 from eplb.solvers.primitives.packing import improve, lpt
 from eplb.solvers.primitives.replication import default_cap, waterfill
+from eplb.topology import Topology
 
 QUANT = 2.0**32  # curve values are compared on a grid of 2**-32 of the largest expert load
 
@@ -28,7 +31,10 @@ class Curves:
     - ``used: int64[L, K]``: slots that packing uses (``<= slots[k]``);
     - ``bound: float64[L, K]``: a lower bound on the max GPU load of any placement of the
       layer with at most ``slots[k]`` used slots (analytic bounds, prefix minimum);
-    - ``phy2log: int64[L, K, P]``: the packings (``-1`` for empty slots).
+    - ``phy2log: int64[L, K, P]``: the packings (``-1`` for empty slots);
+    - ``greedy``: ``S' -> int64[L, P]``, `greedy`'s placement on ``S'`` slots per GPU (its
+      ``place_even``) for every ``S'`` that holds the experts, each GPU's ``S'`` replicas in
+      its first slots and the rest empty: every GPU keeps ``S'`` experts per layer.
     """
 
     slots: np.ndarray
@@ -36,15 +42,44 @@ class Curves:
     used: np.ndarray
     bound: np.ndarray
     phy2log: np.ndarray
+    greedy: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def greedy_layouts(
+    load: np.ndarray, topology: Topology, num_groups: int | None = None, budget: int = 10_000
+) -> dict[int, np.ndarray]:
+    """``S' -> int64[L, P]``: `greedy`'s placement of ``load: float64[L, E]`` on ``S'`` slots
+    per GPU of ``topology`` (the same nodes and GPUs), for every ``S'`` from the fewest that
+    hold the experts to ``S``, embedded in ``topology``'s slots (each GPU's first ``S'``
+    slots, the others ``-1``)."""
+    L, E = load.shape
+    G, S = topology.num_gpus, topology.slots_per_gpu
+    out = {}
+    for s in range(max(1, -(-E // G)), S + 1):
+        small = Topology(topology.num_nodes, topology.gpus_per_node, s)
+        phy, _ = place_even(load, small, num_groups, budget)
+        emb = np.full((L, G, S), -1, dtype=np.int64)
+        emb[:, :, :s] = phy.reshape(L, G, s)
+        out[s] = emb.reshape(L, G * S)
+    return out
 
 
 def layer_curves(
-    load: np.ndarray, num_gpus: int, slots_per_gpu: int, *, budget: int = 10_000
+    load: np.ndarray,
+    num_gpus: int,
+    slots_per_gpu: int,
+    *,
+    budget: int = 10_000,
+    topology: Topology | None = None,
+    num_groups: int | None = None,
 ) -> Curves:
     """`Curves` of ``load: float64[L, E]`` on ``num_gpus`` x ``slots_per_gpu`` (``P = G * S
     >= E``): per used-slot count ``r`` water-filled replica counts (capped as `greedy`), LPT
     and swap search (``budget`` iterations) with the ``P - r`` unused slots as zero-load
-    placeholders, which become ``-1``."""
+    placeholders, which become ``-1``; at ``r = G * S'`` also `greedy`'s own placement on
+    ``S'`` slots per GPU (`greedy_layouts` on ``topology``, default one node, with
+    ``num_groups``), kept where it is better, so no column is worse than `greedy` on as many
+    slots."""
     L, E = load.shape
     G, S = num_gpus, slots_per_gpu
     P = G * S
@@ -59,8 +94,15 @@ def layer_curves(
     improve(packed, budget=budget)
     phy = packed.phy2log().copy()
     phy[phy >= E] = -1
-    value = packed.gpu.max(1).reshape(L, K)
+    value = max_load(rows, phy, S).reshape(L, K)  # as the greedy layouts' below: comparable
     phy = phy.reshape(L, K, P)
+    greedy = greedy_layouts(load, topology or Topology(1, G, S), num_groups, budget)
+    for s, emb in greedy.items():
+        k = G * s - E
+        val = max_load(load, emb, S)
+        take = val < value[:, k]
+        phy[take, k] = emb[take]
+        value[take, k] = val[take]
     bound = flat_bound_rows(rows, G, r).reshape(L, K)
     # at most r slots: the best of every r' <= r (prefix minimum; ties keep the smaller r')
     best = np.zeros((L, K), dtype=np.int64)
@@ -75,6 +117,7 @@ def layer_curves(
         used=slots[best],
         bound=np.minimum.accumulate(bound, axis=1),
         phy2log=phy[idx, best],
+        greedy=greedy,
     )
 
 
