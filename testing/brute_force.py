@@ -83,14 +83,14 @@ def nodes_holding(tab: np.ndarray, E: int, N: int) -> np.ndarray:
 
 
 def moved(tab: np.ndarray, prev: np.ndarray, E: int, S: int) -> np.ndarray:
-    """``int64[T]`` replicas loaded onto a GPU that did not hold them in ``prev: int[P]``."""
+    """``int64[T]`` slots of each table whose GPU held no replica of their expert in
+    ``prev: int[P]`` (a local copy is no move: `eplb.moves`' meaning, counted with sets)."""
     T, P = tab.shape
-    G = P // S
-    new = np.zeros((T, G, E), dtype=np.int64)
-    np.add.at(new, (np.repeat(np.arange(T), P), np.tile(np.arange(P) // S, T), tab.ravel()), 1)
-    old = np.zeros((G, E), dtype=np.int64)
-    np.add.at(old, (np.arange(P) // S, prev), 1)
-    return np.maximum(new - old[None], 0).sum((1, 2))
+    held = [set(prev[g * S:(g + 1) * S].tolist()) - {-1} for g in range(P // S)]
+    out = np.zeros(T, dtype=np.int64)
+    for t in range(T):
+        out[t] = sum(1 for p in range(P) if tab[t, p] >= 0 and int(tab[t, p]) not in held[p // S])
+    return out
 
 
 def groups_ok(tab: np.ndarray, num_groups: int, E: int, N: int) -> np.ndarray:

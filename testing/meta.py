@@ -6,7 +6,6 @@ runs" (``meta``).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -166,12 +165,12 @@ def _covered_experts(v: _View) -> None:
 
 
 def _replicas_moved(v: _View) -> None:
-    """Replicas on a GPU that did not hold that expert in ``previous`` (a multiset difference
-    per GPU; the core's one meaning of a move will replace it, issue 32 part 3)."""
+    """Slots on a GPU that held no replica of their expert in ``previous`` (`eplb.moves`'
+    meaning: a local copy is no move), counted with sets per GPU."""
     if v.previous is None:
         return
     old = [_gpus(row, v.p.topology.slots_per_gpu) for row in v.previous.phy2log]
-    moved = [sum(sum((Counter(n[g]) - Counter(o[g])).values()) for g in range(len(n)))
+    moved = [sum(sum(1 for e in n[g] if e >= 0 and e not in set(o[g])) for g in range(len(n)))
              for n, o in zip(v.gpus, old, strict=True)]
     _equal(v, "replicas_moved", moved)
     _equal(v, "replicas_moved_total", sum(moved))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eplb import Topology, solvers
+from eplb import Placement, Topology, solvers
 from eplb.testing import check_solver
 from eplb.testing.broken import BROKEN
 from eplb.testing.check import contract_feasible
@@ -120,15 +120,14 @@ def test_solver_invariants(name, opts):
 
 
 def test_repair_after_a_failure_counterexample():
-    """The counterexample `failed_gpus` found: the live placement is repair's own; GPU 1 (the
-    only one holding expert 0) fails; the repair must still place every expert."""
+    """The counterexample `failed_gpus` found: a live placement (once repair's own) whose GPU
+    1, the only one holding expert 0, fails; the repair must still place every expert."""
     from eplb.testing.asserts import assert_valid_placement
-    from eplb.testing.check import _live
 
     load = np.array([[0.0, 1.0, 0.0]])
     healthy = Topology(1, 2, 4)
-    live = solvers.solve("repair", load, healthy, previous=_live(load, healthy))
-    assert 0 not in live.phy2log[0, :4]  # expert 0 lived only on GPU 1
+    live = Placement([[1, 2, 1, 2, 0, 1, 2, 1]], 3, healthy).validate()
+    assert 0 not in live.phy2log[0, :4]  # expert 0 lives only on GPU 1
     p = solvers.solve("repair", load, healthy.with_failed([1]), previous=live)
     assert_valid_placement(p, load)
 

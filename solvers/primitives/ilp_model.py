@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from eplb.moves import gpu_moves
 from eplb.solvers.primitives import pairing, pairing_exact
 from eplb.solvers.primitives.shares import optimal_shares, wrap_layout, wrap_orders
 from eplb.tolerance import PROOF_TOL, REL_TOL, better, proven
@@ -137,10 +138,10 @@ def _gpu_expert(slots: np.ndarray, S: int, E: int) -> np.ndarray:
 
 
 def _moved_row(slots: np.ndarray, prev: np.ndarray | None, S: int, E: int) -> int:
-    # moves as `layout.moved` counts them (the core's one primitive replaces both, issue 32)
+    # moves as the core counts them (`eplb.moves`: slots whose expert the GPU did not hold)
     if prev is None:
         return 0
-    return int(np.maximum(_gpu_expert(slots, S, E) - _gpu_expert(prev, S, E), 0).sum())
+    return int(gpu_moves(prev[None], slots[None], slots.size // S).sum())
 
 
 def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
@@ -384,17 +385,9 @@ def _cpsat(pb: LayerProblem, warm: np.ndarray, wall: float | None, end: float | 
                 hints.append((h, int((warm.reshape(N, -1)[n] == e).any())))
     if pb.migration:
         old = _gpu_expert(pb.previous, S, E)
-        moved_terms = []
-        for e in range(E):
-            for g in range(G):
-                tot = sum(exp_gpu[e][g])
-                if old[g, e] == 0:
-                    moved_terms.append(tot)
-                else:
-                    mv = m.NewIntVar(0, S, f"mv{e}_{g}")
-                    m.Add(mv >= tot - int(old[g, e]))
-                    moved_terms.append(mv)
-                    hints.append((mv, max(0, int(warm_y[g, e]) - int(old[g, e]))))
+        # `eplb.moves`: every replica on a GPU that held none of its expert moves; more
+        # copies of an expert the GPU held are local copies
+        moved_terms = [sum(exp_gpu[e][g]) for e in range(E) for g in range(G) if old[g, e] == 0]
         if pb.migration_budget is not None:
             m.Add(sum(moved_terms) <= int(pb.migration_budget))
         if pb.migration_weight:

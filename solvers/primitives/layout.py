@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from eplb.moves import gpu_moves
+
 
 def replica_counts(phy2log: np.ndarray, num_experts: int) -> np.ndarray:
     """``int64[X, E]`` replicas of each expert per row of ``phy2log: int64[X, P]``."""
@@ -56,9 +58,8 @@ def duplicates(phy2log: np.ndarray, slots_per_gpu: int) -> np.ndarray:
 
 
 def moved(old: np.ndarray, new: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.ndarray:
-    """``int64[X]``: replicas of ``new: int64[X, P]`` loaded onto a GPU that did not hold them
-    in ``old: int64[X, P]``
-    (per GPU the multiset difference new minus old; reordering inside a GPU is no move)."""
-    a = gpu_counts(old, num_experts, slots_per_gpu)
-    b = gpu_counts(new, num_experts, slots_per_gpu)
-    return np.maximum(b - a, 0).sum((1, 2))
+    """``int64[X]``: replicas of ``new: int64[X, P]`` that a GPU receives over a link, i.e.
+    slots whose expert that GPU did not hold in ``old: int64[X, P]`` (`eplb.moves`, the one
+    meaning: reordering, or another copy of an expert already on the GPU, moves nothing)."""
+    G = new.shape[-1] // slots_per_gpu
+    return gpu_moves(old, new, G).sum(1)

@@ -35,19 +35,25 @@ def _ordinal(slot_e: np.ndarray) -> np.ndarray:
 
 
 def overlap(new_e: np.ndarray, old_e: np.ndarray, num_experts: int) -> np.ndarray:
-    """``int64[L, G, G]`` kept replicas if new GPU ``g`` took old GPU ``h``'s place.
+    """``int64[L, G, G]`` the value of new GPU ``g`` taking old GPU ``h``'s place: its slots
+    whose expert ``h`` held (the complement of `eplb.moves`' moves) times ``S + 1``, plus the
+    replicas kept one for one (a tie-break).
 
     ``new_e, old_e: int64[L, G, S]`` slot tables (``-1``: an empty slot, which holds nothing
     to keep).
     """
     L, G, S = new_e.shape
     old_cnt = gpu_counts(old_e.reshape(L, -1), num_experts, S)  # [L, G(h), E]
-    rank = _ordinal(new_e)  # [L, G, S]
     layer = np.arange(L)[:, None, None, None]
     h = np.arange(G)[None, None, :, None]
     held = old_cnt[layer, h, np.maximum(new_e, 0)[:, :, None, :]]  # [L, G(g), G(h), S]
-    kept = (rank[:, :, None, :] < held) & (new_e >= 0)[:, :, None, :]  # an empty slot keeps none
-    return kept.sum(-1)
+    # a slot is kept when its GPU held that expert (`eplb.moves`: a local copy crosses no
+    # link); an empty slot keeps none. Ties go to the most replicas kept one for one (the
+    # multiset overlap), so a permuted placement maps back exactly.
+    used = (new_e >= 0)[:, :, None, :]
+    kept = ((held > 0) & used).sum(-1)
+    same = ((_ordinal(new_e)[:, :, None, :] < held) & used).sum(-1)
+    return kept * (S + 1) + same
 
 
 def best_relabel(ov: np.ndarray, gpus_per_node: int) -> np.ndarray:
