@@ -76,7 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pareto-weights", default=None, metavar="W,W",
                    help="rdma_weight values of the sweep (default 0,0.03,0.1,0.3,1,3,10)")
     p.add_argument("--pareto-dispatch", default="local_first", metavar="POLICY",
-                   help="dispatch policy of the sweep's traffic model (default local_first)")
+                   help="dispatch policy of the sweep's traffic model: "
+                   f"{', '.join(og.DISPATCH_NAMES)} (default local_first)")
     p.add_argument("--ilp-limit", type=seconds_or_zero_arg, default=10.0, metavar="SEC",
                    help="ilp time limit in the Pareto sweep (0 skips ilp; default 10)")
     og.quiet(p)
