@@ -7,6 +7,10 @@ one function in `LEVERS` (``name -> function(ctx) -> list[Option]``); `Option` s
 placement, slot count and dispatch policy a row runs and what it moves. Each row is scored at the
 deployment's tokens per rank against today's placement, and its break-even tokens per rank (the
 fewest at which it pays, searched over a geometric grid and refined by bisection) is reported.
+
+`advise` runs as named stages, in order: `_presets`, `_load_of` (the dump fitted to the model),
+`_settings` (every other argument checked once: `_Settings`), `_context`, `_run_levers`,
+`_score` (`_Scored`), `_table`, `_assemble`.
 """
 
 from __future__ import annotations
@@ -549,16 +553,18 @@ def advise(
     """
     m, hw = _presets(phase, model, hardware)
     load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
-    s = _settings(
+    s = _settings(  # every other argument, checked once
         phase, m, hw, topology, slots, tokens_per_rank=tokens_per_rank, kv_tokens=kv_tokens,
         input_tokens=input_tokens, migration=migration, migration_gbps=migration_gbps,
         rebalance_interval_s=rebalance_interval_s, memory_fraction=memory_fraction,
         lp_overhead_s=lp_overhead_s, duplicate=duplicate, redundant=redundant, levers=levers,
         solver=solver, solver_options=solver_options, max_tokens=max_tokens, seed=seed,
     )
-    ctx = _context(s, load, previous)
-    scored = _score(ctx, s, _run_levers(ctx, s.levers))
-    return _assemble(ctx, s, measured, scored, _table(ctx, s, scored))
+    ctx = _context(s, load, previous)  # today's placement and what every lever reads
+    opts = _run_levers(ctx, s.levers)  # each lever's rows, today's first
+    scored = _score(ctx, s, opts)  # each row's scorer and the weights it moves
+    table = _table(ctx, s, scored)  # each row at the operating point, its break-even
+    return _assemble(ctx, s, measured, scored, table)  # notes, meta, the Advice
 
 
 # ---------------------------------------------------------------- advise's stages, in order
