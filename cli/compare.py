@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         solvers.get(name)
     options = _options(args.option, names)
+    if args.groups is not None:  # their ranges by their flags (each trace's experts: below)
+        check_groups(args.groups, 0, args.topk_groups, fallback=True)
     # every setting (dispatch policies, topologies, holdout...) is checked once, by the specs,
     # before any trace is read; the Pareto sweep's differs in its dispatch policy only
     spec = CompareSpec(
