@@ -76,7 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pareto-weights", default=None, metavar="W,W",
                    help="rdma_weight values of the sweep (default 0,0.03,0.1,0.3,1,3,10)")
     p.add_argument("--pareto-dispatch", default="local_first", metavar="POLICY",
-                   help="dispatch policy of the sweep's traffic model (default local_first)")
+                   help="dispatch policy of the sweep's traffic model: "
+                   f"{', '.join(og.DISPATCH_NAMES)} (default local_first)")
     p.add_argument("--ilp-limit", type=seconds_or_zero_arg, default=10.0, metavar="SEC",
                    help="ilp time limit in the Pareto sweep (0 skips ilp; default 10)")
     og.quiet(p)
@@ -120,22 +121,31 @@ def _floats(text: str, flag: str) -> list[float]:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
+    from dataclasses import replace
+
     from eplb import solvers, traces
-    from eplb.dispatch import check_policy
-    from eplb.evaluation.compare import CompareSpec, compare, parse_topologies
+    from eplb.evaluation.compare import CompareSpec, compare
 
     check_outputs({"TRACE": args.traces},
                   {"-o": args.output, "--markdown": args.markdown, "--layers-csv": args.layers_csv},
                   {"--plot": args.plot})
-    check_policy(args.dispatch)
-    check_policy(args.pareto_dispatch)
     solvers.load_plugins(args.plugin or ())
     names = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else \
         [n for n in solvers.available() if not solvers.needs_previous(n)]
     for name in names:
         solvers.get(name)
     options = _options(args.option, names)
-    parse_topologies(args.topologies)  # a bad spec fails before any trace is read
+    if args.groups is not None:  # their ranges by their flags (each trace's experts: below)
+        check_groups(args.groups, 0, args.topk_groups, fallback=True)
+    # every setting (dispatch policies, topologies, holdout...) is checked once, by the specs,
+    # before any trace is read; the Pareto sweep's differs in its dispatch policy only
+    spec = CompareSpec(
+        solvers=tuple(names), topologies=args.topologies, num_groups=args.groups,
+        topk_groups=args.topk_groups, policy=args.dispatch, holdout=args.holdout, seed=args.seed,
+        time_limit=args.time_limit, solver_options=options, nvlink_gbps=args.nvlink_gbps,
+        rdma_gbps=args.rdma_gbps,
+    )
+    sweep_spec = replace(spec, policy=args.pareto_dispatch)
     if args.pareto and args.plot is None:
         raise InputError("--pareto writes its plots and table into --plot DIR; give --plot")
     weights = _floats(args.pareto_weights, "--pareto-weights") if args.pareto_weights else None
@@ -146,12 +156,6 @@ def run(args: argparse.Namespace) -> int:
         if args.groups is not None or args.topk_groups is not None:
             groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
             check_groups(groups, trace.num_experts, args.topk_groups)
-    spec = CompareSpec(
-        solvers=tuple(names), topologies=args.topologies, num_groups=args.groups,
-        topk_groups=args.topk_groups, policy=args.dispatch, holdout=args.holdout, seed=args.seed,
-        time_limit=args.time_limit, solver_options=options, nvlink_gbps=args.nvlink_gbps,
-        rdma_gbps=args.rdma_gbps,
-    )
     start = time.perf_counter()
     result = compare(loaded, spec, workers=args.workers, scheduler=args.scheduler,
                      progress=not args.quiet)
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     tables = result.tables()
     # every output is staged and moved into place at the end, or none is (eplb.atomic)
     with staged_outputs() as stage:
-        written = _write(args, result, tables, loaded, spec, weights, stage)
+        written = _write(args, result, tables, loaded, sweep_spec, weights, stage)
     if args.markdown is None:
         print(tables)
     for line in fallback_lines(result.summary):
@@ -174,9 +178,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(args, result, tables, loaded, spec, weights, stage) -> list[str]:
-    """Write the CSVs, Markdown and plots into ``stage`` (`eplb.atomic.Stage`); returns the
-    plot files as the user will see them."""
+def _write(args, result, tables, loaded, sweep_spec, weights, stage) -> list[str]:
+    """Write the CSVs, Markdown and plots into ``stage`` (`eplb.atomic.Stage`), and with
+    ``--pareto`` the sweep of ``sweep_spec`` (a `CompareSpec`); returns the plot files as the
+    user will see them."""
     import pandas as pd  # lazy: the library loads only when the verb runs
 
     from eplb.atomic import atomic_write_text
@@ -196,17 +201,14 @@ def _write(args, result, tables, loaded, spec, weights, stage) -> list[str]:
         from eplb.evaluation.pareto import sweep_traces
         from eplb.evaluation.tables import slug
 
-        sweeps = sweep_traces(loaded, spec.specs, num_groups=spec.num_groups,
-                              topk_groups=spec.topk_groups, weights=weights,
-                              policy=args.pareto_dispatch, ilp_time_limit=args.ilp_limit,
-                              seed=spec.seed, nvlink_gbps=spec.nvlink_gbps,
-                              rdma_gbps=spec.rdma_gbps, progress=not args.quiet)
+        sweeps = sweep_traces(loaded, sweep_spec, weights=weights, ilp_time_limit=args.ilp_limit,
+                              progress=not args.quiet)
         for df in sweeps:
-            tname, spec = df["trace"].iloc[0], df["topology"].iloc[0]
-            stem = slug(f"{tname}_{spec}")
+            tname, topology = df["trace"].iloc[0], df["topology"].iloc[0]
+            stem = slug(f"{tname}_{topology}")
             written.append(plots.pareto_front(df.drop(columns=["trace", "topology"]),
                                               plot_dir / f"pareto_{stem}.png",
-                                              title=f"{tname} on {spec}"))
+                                              title=f"{tname} on {topology}"))
         write_csv(pd.concat(sweeps, ignore_index=True), plot_dir / "pareto.csv")
         written.append(plot_dir / "pareto.csv")
     return [str(Path(args.plot) / Path(w).relative_to(plot_dir)) for w in written]

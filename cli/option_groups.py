@@ -12,7 +12,9 @@ from eplb.topology import NVLINK_GBPS, RDMA_GBPS
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
-# the dispatch policies --help names (the library checks the name: eplb.dispatch)
+# the per-pick dispatch policies --help names and `eplb execute` offers: the CLI's one copy of
+# eplb.dispatch.POLICIES (importing eplb.dispatch at parse time loads ortools and slows every
+# `eplb` start; tests/test_cli_option_groups.py checks the two are equal, in order)
 DISPATCH_NAMES = ("even", "random", "local_first", "weighted", "lp")
 TRACE_FORMATS = ("npz", "parquet", "csv", "sglang")  # what `eplb trace` writes
 

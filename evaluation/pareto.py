@@ -22,11 +22,11 @@ from eplb.evaluation.align import check_num_groups, check_trace
 from eplb.evaluation.metrics import _score, summarize
 from eplb.evaluation.traffic import _simulate, check_sizes, counts_source
 from eplb.loads import as_real_array, check_load
-from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
+from eplb.topology import Topology
 from eplb.traces.model import Trace
 
 if TYPE_CHECKING:  # annotations only: compare imports the runners and plots
-    from eplb.evaluation.compare import TopologySpec
+    from eplb.evaluation.compare import CompareSpec
 
 WEIGHTS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -160,41 +160,49 @@ def sweep(
 
 def sweep_traces(
     traces: Mapping[str, Trace],
-    topologies: Sequence[TopologySpec],
+    spec: CompareSpec,
     *,
-    num_groups: int | None = None,
-    topk_groups: int | None = None,
     weights: Sequence[float] | None = None,
-    policy: str = "local_first",
     ilp_time_limit: float | None = 10.0,
-    seed: int = 0,
-    nvlink_gbps: float = NVLINK_GBPS,
-    rdma_gbps: float = RDMA_GBPS,
     progress: bool = False,
 ) -> list[pd.DataFrame]:
-    """`sweep` for every trace (``{name: Trace}``) on every topology (`compare.TopologySpec`,
-    resolved for the trace's experts): one frame per (trace, topology), in that order, its rows
-    labelled with ``trace`` and ``topology`` (the spec's text); ``pd.concat`` them for one
-    table. Per trace: ``num_groups`` and ``topk_groups`` default to its
-    ``meta``, its ``top_k`` (if recorded) goes to the traffic model, and its summed
-    ``source_counts`` are used when their ranks divide the topology's GPUs. ``weights``
-    default to `WEIGHTS`; ``ilp_time_limit`` 0 or ``None`` skips ilp.
+    """`sweep` for every trace (``{name: Trace}``) on every topology of ``spec`` (a
+    `compare.CompareSpec`, checked when built, as `compare` takes it): one frame per (trace,
+    topology), in that order, its rows labelled with ``trace`` and ``topology`` (the spec's
+    text); ``pd.concat`` them for one table. The spec gives the traffic model's dispatch
+    ``policy`` (`eplb compare --pareto` passes ``--pareto-dispatch``, default ``local_first``),
+    ``seed``, the bandwidths (GB/s per GPU), ``traffic`` (``hidden``, ``dispatch_bytes``,
+    ``combine_bytes``, ``top_k``) and the groups: per trace ``num_groups`` and ``topk_groups``
+    default to its ``meta``, its ``top_k`` (if recorded and not in ``traffic``) goes to the
+    traffic model, and its summed ``source_counts`` are used when their ranks divide the
+    topology's GPUs. The sweep's solvers are its own (in sample): the spec's ``solvers``,
+    ``solver_options``, ``holdout`` and ``time_limit`` are `compare`'s. ``weights`` default to
+    `WEIGHTS`; ``ilp_time_limit`` 0 or ``None`` skips ilp.
     """
+    from eplb.evaluation.compare import CompareSpec  # lazy: compare imports runners and plots
+
     check_mapping("traces", traces)
+    if not isinstance(spec, CompareSpec):
+        raise InputError(f"spec must be a CompareSpec (eplb.evaluation.compare), got "
+                         f"{type(spec).__name__}")
     frames = []
     for name, trace in traces.items():
         check_trace(trace, f"traces[{str(name)[:30]!r}]")
-        groups = num_groups if num_groups is not None else trace.meta.get("num_groups")
-        for spec in topologies:
-            topo = spec.resolve(trace.num_experts, nvlink_gbps=nvlink_gbps, rdma_gbps=rdma_gbps)
+        groups = spec.num_groups if spec.num_groups is not None else trace.meta.get("num_groups")
+        for topology in spec.specs:
+            topo = topology.resolve(trace.num_experts, nvlink_gbps=spec.nvlink_gbps,
+                                    rdma_gbps=spec.rdma_gbps)
             src = trace.source_counts.sum(0) if trace.source_counts is not None and \
                 topo.num_gpus % trace.source_counts.shape[2] == 0 else None
-            kw = {"top_k": int(trace.meta["top_k"])} if trace.meta.get("top_k") else {}
-            tg = topk_groups or trace.meta.get("topk_groups")
+            kw = dict(spec.traffic)
+            if trace.meta.get("top_k"):
+                kw.setdefault("top_k", int(trace.meta["top_k"]))
+            tg = spec.topk_groups or trace.meta.get("topk_groups")
             df = sweep(trace.load(), topo, weights=weights or WEIGHTS, num_groups=groups,
-                       topk_groups=tg, source_counts=src, policy=policy,
-                       ilp_time_limit=ilp_time_limit or None, seed=seed, progress=progress, **kw)
-            frames.append(df.assign(trace=name, topology=spec.text))
+                       topk_groups=tg, source_counts=src, policy=spec.policy,
+                       ilp_time_limit=ilp_time_limit or None, seed=spec.seed, progress=progress,
+                       **kw)
+            frames.append(df.assign(trace=name, topology=topology.text))
     if not frames:
         raise InputError("give at least one trace and one topology")
     return frames

@@ -219,20 +219,71 @@ def test_split_options():
 
 
 def test_sweep_traces_is_the_cli_pareto_table(files, capsys):
-    from eplb.evaluation.compare import parse_topologies
+    from eplb.evaluation.compare import CompareSpec
     from eplb.evaluation.pareto import sweep_traces
 
     assert main(["compare", str(files / "t.npz"), "--solvers", "deepseek", "--quiet",
                  "--topologies", "2x2:20", "--plot", str(files / "pp"), "--pareto",
                  "--pareto-weights", "0,1", "--ilp-limit", "0"]) == 0
     csv = pd.read_csv(files / "pp" / "pareto.csv")
-    frames = sweep_traces({"t": traces.read(files / "t.npz")}, parse_topologies("2x2:20"),
+    # the CLI's --pareto-dispatch default is local_first
+    frames = sweep_traces({"t": traces.read(files / "t.npz")},
+                          CompareSpec(topologies="2x2:20", policy="local_first"),
                           weights=[0, 1], ilp_time_limit=0)
     assert len(frames) == 1 and set(frames[0][["trace", "topology"]].itertuples(index=False)) \
         == {("t", "2x2:20")}
     got = pd.concat(frames, ignore_index=True)
     cols = [c for c in csv.columns if c != "solve_seconds"]
     pd.testing.assert_frame_equal(csv[cols], got[cols], check_dtype=False)
+
+
+def test_sweep_traces_reads_its_compare_spec(files):
+    """`sweep_traces` takes compare's `CompareSpec` (issue 32 part 5): its dispatch policy,
+    bandwidths and traffic sizes reach the traffic model; anything else is one error."""
+    from eplb.evaluation.compare import CompareSpec
+    from eplb.evaluation.pareto import sweep_traces
+
+    tr = {"tok": traces.read(files / "tok.npz")}
+
+    def sweep(**spec):
+        (df,) = sweep_traces(tr, CompareSpec(topologies="2x2:20", **spec), weights=[0.0],
+                             ilp_time_limit=0)
+        return df.set_index("label")
+
+    base = sweep(policy="local_first")
+    assert set(base["topology"]) == {"2x2:20"} and (base["status"] == "ok").all()
+    # local_first keeps a pick on its node where a replica is there; even does not look
+    assert (sweep(policy="even")["rdma_bytes"] >= base["rdma_bytes"]).all()
+    assert (sweep(policy="even")["rdma_bytes"] > base["rdma_bytes"]).any()
+    # twice the hidden size: twice the bytes; half the RDMA bandwidth: more all-to-all time
+    wide = sweep(policy="local_first", traffic={"hidden": 2 * 7168})
+    np.testing.assert_allclose(wide["rdma_bytes"], 2 * base["rdma_bytes"])
+    slow = sweep(policy="local_first", rdma_gbps=25.0)
+    assert (slow["alltoall_seconds"] > base["alltoall_seconds"]).all()
+    pd.testing.assert_series_equal(slow["rdma_bytes"], base["rdma_bytes"])
+    with pytest.raises(InputError, match="spec must be a CompareSpec"):
+        sweep_traces(tr, ["2x2:20"])
+    with pytest.raises(InputError, match="unknown dispatch policy 'nope'"):
+        CompareSpec(topologies="2x2:20", policy="nope")
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--dispatch", "nope"], "unknown dispatch policy 'nope'"),
+    (["--pareto-dispatch", "duplicate"], "dispatch policy 'duplicate' splits each micro-batch"),
+    (["--holdout", "1"], "holdout must be in [0, 1), got 1.0"),
+    (["--topologies", "4y8"], "topology '4y8' is not NxG:SLOTS"),
+])
+def test_compare_cli_checks_its_spec_before_reading_traces(files, monkeypatch, argv, expect):
+    """`eplb compare` checks every setting once, by building its `CompareSpec` (and the Pareto
+    sweep's), before any trace is read (issue 32 part 5)."""
+    from tests._cli import run_cli
+
+    def no_read(*a, **k):
+        raise AssertionError("a trace was read before the settings were checked")
+
+    monkeypatch.setattr(traces, "read", no_read)
+    rc, _, err = run_cli("compare", files / "t.npz", "--quiet", *argv)
+    assert rc == 2 and err.startswith("eplb: error: ") and expect in err, err
 
 
 # ----------------------------------------------------------------- replay

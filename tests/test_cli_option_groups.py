@@ -72,3 +72,28 @@ def test_shared_flags_read_alike_in_every_verb():
             assert action.help.startswith(lead[flag]), (verb, flag, action.help)
             seen[flag].append(verb)
     assert all(len(v) >= 2 for v in seen.values()), seen  # each is shared by several verbs
+
+
+def test_dispatch_names_are_the_registered_policies():
+    """The CLI's one tuple of dispatch names (kept there: importing `eplb.dispatch` at parse time
+    loads ortools, test_import_light) is the registry's per-pick policies, in its order, and is
+    what every verb's --dispatch help lists and `eplb execute` accepts."""
+    import subprocess
+    import sys
+
+    from eplb.dispatch import POLICIES
+
+    assert og.DISPATCH_NAMES == POLICIES
+    listed = ", ".join(POLICIES)
+    helps = {(verb, a.option_strings[-1]): a for verb, a in _actions(build_parser())
+             if a.option_strings[-1] in ("--dispatch", "--pareto-dispatch")}
+    assert {"evaluate", "execute", "compare"} <= {verb for verb, _ in helps}
+    for (verb, flag), action in helps.items():
+        assert listed in action.help, (verb, flag, action.help)
+    assert tuple(helps["execute", "--dispatch"].choices) == POLICIES
+    # the names cost no import of eplb.dispatch: building every verb's parser loads none of it
+    code = ("import sys; from eplb.cli.main import build_parser; build_parser(); "
+            "print(sorted(m for m in sys.modules if m.startswith('eplb.dispatch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out

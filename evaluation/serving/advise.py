@@ -7,6 +7,10 @@ one function in `LEVERS` (``name -> function(ctx) -> list[Option]``); `Option` s
 placement, slot count and dispatch policy a row runs and what it moves. Each row is scored at the
 deployment's tokens per rank against today's placement, and its break-even tokens per rank (the
 fewest at which it pays, searched over a geometric grid and refined by bisection) is reported.
+
+`advise` runs as named stages, in order: `_presets`, `_load_of` (the dump fitted to the model),
+`_settings` (every other argument checked once: `_Settings`), `_context`, `_run_levers`,
+`_score` (`_Scored`), `_table`, `_assemble`.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from eplb import solvers
 from eplb.errors import InfeasibleError, InputError
 from eplb.evaluation.serving.config import DuplicateConfig, UnitConfig, kv_capacity_tokens
 from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
-from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, get_hardware
-from eplb.evaluation.serving.config.model import get_model
+from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get_hardware
+from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
 from eplb.evaluation.serving.simulator.planner import gpu_balance
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
@@ -462,50 +466,6 @@ def balance_bound(load: np.ndarray, num_gpus: int, slots: int) -> float:
     return float(per.mean())
 
 
-def _load_of(dump, model) -> tuple[np.ndarray, dict]:
-    from eplb import traces
-
-    if isinstance(dump, traces.Trace):
-        tr, source = dump, "a Trace"
-    elif isinstance(dump, (list, tuple)):  # several dumps: stacked as windows (`traces.stack`)
-        if len(dump) == 1:
-            return _load_of(dump[0], model)
-        tr = traces.stack(list(dump))
-        source = ", ".join(str(d) if not isinstance(d, traces.Trace) else "a Trace"
-                           for d in dump)
-    elif isinstance(dump, np.ndarray):
-        arr = np.asarray(dump, dtype=np.float64)
-        if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
-            raise InputError("dump as an array must be finite counts >= 0, float[L, E]")
-        tr, source = traces.Trace(arr[None]), "an array"
-    else:
-        tr, source = traces.read(dump), str(dump)
-    counts = np.asarray(tr.counts, dtype=np.float64)
-    L, E = counts.shape[1:]
-    if L == model.num_layers and model.dense_layers:  # every model layer: drop the dense ones
-        counts = counts[:, model.dense_layers:]
-        L = counts.shape[1]
-    if (L, E) != (model.moe_layers, model.num_experts):
-        from eplb.evaluation.serving.config.model import MODELS
-
-        presets = ", ".join(f"{k} ({v.moe_layers} MoE layers x {v.num_experts} experts)"
-                            for k, v in MODELS.items())
-        raise InputError(
-            f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
-            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
-            f"model has presets for {presets} only, so give a dump of one of them (--model); "
-            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
-        )
-    load = counts.sum(0)
-    if not (load.sum(1) > 0).any():
-        raise InputError(f"dump {source}: every layer's load is zero; nothing to balance")
-    mean = load.mean(1)
-    ok = mean > 0
-    emax = float((load.max(1)[ok] / mean[ok]).mean())
-    return load, {"source": source, "windows": int(counts.shape[0]), "layers": int(L),
-                  "expert_max_over_mean": emax}
-
-
 def _cell(x: float) -> str:
     """A table cell: 4 significant digits below 1,000, whole numbers with separators above
     (``32,280``, never ``3.228e+04``)."""
@@ -602,33 +562,167 @@ def advise(
     search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
     Returns an `Advice` (``table``: one row per option, `COLUMNS`).
     """
+    m, hw = _presets(phase, model, hardware)
+    load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
+    s = _settings(  # every other argument, checked once
+        phase, m, hw, topology, slots, tokens_per_rank=tokens_per_rank, kv_tokens=kv_tokens,
+        input_tokens=input_tokens, migration=migration, migration_gbps=migration_gbps,
+        rebalance_interval_s=rebalance_interval_s, memory_fraction=memory_fraction,
+        lp_overhead_s=lp_overhead_s, duplicate=duplicate, redundant=redundant, levers=levers,
+        solver=solver, solver_options=solver_options, max_tokens=max_tokens, seed=seed,
+    )
+    ctx = _context(s, load, previous)  # today's placement and what every lever reads
+    opts = _run_levers(ctx, s.levers)  # each lever's rows, today's first
+    scored = _score(ctx, s, opts)  # each row's scorer and the weights it moves
+    table = _table(ctx, s, scored)  # each row at the operating point, its break-even
+    return _assemble(ctx, s, measured, scored, table)  # notes, meta, the Advice
+
+
+# ---------------------------------------------------------------- advise's stages, in order
+@dataclass(frozen=True)
+class _Settings:
+    """`advise`'s arguments besides the dump and ``previous``, each checked once and resolved
+    (defaults filled in); what the stages after the check read."""
+
+    phase: str  # "prefill" | "decode"
+    model: ModelSpec
+    hardware: Hardware
+    topology_text: str  # as given, "NxG": the meta and messages quote it
+    topology: Topology  # today's unit: nodes x GPUs, the slots per layer
+    tokens_per_rank: int  # the operating point: prefill tokens, decode running requests
+    kv_tokens: int  # decode context per request, tokens
+    input_tokens: int  # prefill prompt, tokens
+    migration: str  # "stall" | "overlap"
+    migration_gbps: float  # GB/s per GPU
+    rebalance_interval_s: float  # s between rebalances (a stall is amortised over it)
+    memory_fraction: float  # of HBM, in (0, 1]
+    lp_overhead_s: float  # s per MoE layer and micro-batch
+    duplicate: DuplicateConfig
+    redundant: tuple[int, ...]  # the N of the E + N rows
+    levers: tuple[str, ...]  # names in `LEVERS`, "today" first
+    solver: str
+    solver_options: dict[str, Any]
+    max_tokens: int  # top of the break-even search, tokens per rank
+    seed: int
+
+
+def _presets(phase: str, model: str, hardware: str) -> tuple[ModelSpec, Hardware]:
+    """The phase checked and the model and hardware presets looked up: the checks before the
+    dump is read (a dump is then matched to the model)."""
     if phase not in ("prefill", "decode"):
         raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
-    m = get_model(model)
-    hw = get_hardware(hardware)
-    load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
+    return get_model(model), get_hardware(hardware)
+
+
+def _load_of(dump, model: ModelSpec) -> tuple[np.ndarray, dict]:
+    """``dump`` (see `advise`) read and fitted to ``model``: its windows summed into
+    ``load: float[L, E]`` over the model's MoE layers (a dump of every model layer loses its
+    dense rows), and what was measured (source, windows, layers, expert max/mean)."""
+    from eplb import traces
+
+    if isinstance(dump, traces.Trace):
+        tr, source = dump, "a Trace"
+    elif isinstance(dump, (list, tuple)):  # several dumps: stacked as windows (`traces.stack`)
+        if len(dump) == 1:
+            return _load_of(dump[0], model)
+        tr = traces.stack(list(dump))
+        source = ", ".join(str(d) if not isinstance(d, traces.Trace) else "a Trace"
+                           for d in dump)
+    elif isinstance(dump, np.ndarray):
+        arr = np.asarray(dump, dtype=np.float64)
+        if arr.ndim != 2 or not np.isfinite(arr).all() or (arr < 0).any():
+            raise InputError("dump as an array must be finite counts >= 0, float[L, E]")
+        tr, source = traces.Trace(arr[None]), "an array"
+    else:
+        tr, source = traces.read(dump), str(dump)
+    counts = np.asarray(tr.counts, dtype=np.float64)
+    L, E = counts.shape[1:]
+    if L == model.num_layers and model.dense_layers:  # every model layer: drop the dense ones
+        counts = counts[:, model.dense_layers:]
+        L = counts.shape[1]
+    if (L, E) != (model.moe_layers, model.num_experts):
+        from eplb.evaluation.serving.config.model import MODELS
+
+        presets = ", ".join(f"{k} ({v.moe_layers} MoE layers x {v.num_experts} experts)"
+                            for k, v in MODELS.items())
+        raise InputError(
+            f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
+            f"model has presets for {presets} only, so give a dump of one of them (--model); "
+            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
+        )
+    load = counts.sum(0)
+    if not (load.sum(1) > 0).any():
+        raise InputError(f"dump {source}: every layer's load is zero; nothing to balance")
+    mean = load.mean(1)
+    ok = mean > 0
+    emax = float((load.max(1)[ok] / mean[ok]).mean())
+    return load, {"source": source, "windows": int(counts.shape[0]), "layers": int(L),
+                  "expert_max_over_mean": emax}
+
+
+def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int, *,
+              tokens_per_rank: int | None, kv_tokens: int, input_tokens: int, migration: str,
+              migration_gbps: float, rebalance_interval_s: float, memory_fraction: float,
+              lp_overhead_s: float, duplicate: DuplicateConfig | None,
+              redundant: Sequence[int], levers: Sequence[str] | None, solver: str,
+              solver_options: Mapping[str, Any] | None, max_tokens: int | None,
+              seed: int) -> _Settings:
+    """The remaining arguments checked once, in the order their errors are reported
+    (topology, token counts, migration, memory, lists, solver, search top), with defaults
+    resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
+    that or 65,536 / 1,024; ``duplicate`` its `DuplicateConfig` defaults."""
     topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
     if tokens_per_rank is None:
         tokens_per_rank = 16384 if phase == "prefill" else 128
     tokens_per_rank = _positive_int("tokens_per_rank", tokens_per_rank)
     kv_tokens = _positive_int("kv_tokens", kv_tokens)
     input_tokens = _positive_int("input_tokens", input_tokens)
+    _check_migration(migration, migration_gbps, rebalance_interval_s)
+    _check_memory(memory_fraction, lp_overhead_s)
+    if duplicate is None:
+        duplicate = DuplicateConfig()
+    if not isinstance(duplicate, DuplicateConfig):
+        raise InputError(f"duplicate must be a DuplicateConfig, got {type(duplicate).__name__}")
+    red, names = _check_lists(redundant, levers)
+    options = _check_solver(solver, solver_options)
+    top = max_tokens if max_tokens is not None else max(
+        4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
+    top = _positive_int("max_tokens", top)
+    if top > MAX_TOKENS:
+        raise InputError(f"max_tokens {top:,} is above {MAX_TOKENS:,} tokens per rank; use less")
+    if top < tokens_per_rank:
+        raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
+    return _Settings(phase, m, hw, topology, topo, tokens_per_rank, kv_tokens, input_tokens,
+                     migration, float(migration_gbps), float(rebalance_interval_s),
+                     float(memory_fraction), float(lp_overhead_s), duplicate, red, names,
+                     solver, options, top, seed)
+
+
+def _check_migration(migration: str, migration_gbps: float, rebalance_interval_s: float) -> None:
+    """``migration`` is stall or overlap; the bandwidth (GB/s) and interval (s) finite > 0."""
     if migration not in ("stall", "overlap"):
         raise InputError(f"migration must be 'stall' or 'overlap', got {migration!r}")
     for name, v in (("migration_gbps", migration_gbps),
                     ("rebalance_interval_s", rebalance_interval_s)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise InputError(f"{name} must be a number > 0, got {v!r}")
+
+
+def _check_memory(memory_fraction: float, lp_overhead_s: float) -> None:
+    """``memory_fraction`` of HBM in (0, 1]; ``lp_overhead_s`` finite seconds >= 0."""
     if isinstance(memory_fraction, bool) or not isinstance(memory_fraction, (int, float)) \
             or not 0 < memory_fraction <= 1:
         raise InputError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
     if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) \
             or not 0 <= lp_overhead_s < math.inf:
         raise InputError(f"lp_overhead_s must be seconds >= 0, got {lp_overhead_s!r}")
-    if duplicate is None:
-        duplicate = DuplicateConfig()
-    if not isinstance(duplicate, DuplicateConfig):
-        raise InputError(f"duplicate must be a DuplicateConfig, got {type(duplicate).__name__}")
+
+
+def _check_lists(redundant: Sequence[int],
+                 levers: Sequence[str] | None) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``redundant`` as integers >= 0 and the lever names (all by default), each in `LEVERS`,
+    ``today`` first (the baseline every gain is against)."""
     for name, seq in (("redundant", redundant), ("levers", levers)):
         if seq is not None and (isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence)):
             raise InputError(f"{name} must be a list, got {seq!r}")
@@ -637,7 +731,12 @@ def advise(
     bad = [n for n in names if n not in LEVERS]
     if bad:
         raise InputError(f"unknown lever {bad[0]!r}; use some of {', '.join(LEVERS)}")
-    names = ("today", *[n for n in names if n != "today"])
+    return red, ("today", *[n for n in names if n != "today"])
+
+
+def _check_solver(solver: str, solver_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``solver`` registered and ``solver_options`` its options (`solvers.resolve` names an
+    unknown option or a bad value), as a new dict."""
     if solver not in solvers.available():
         raise InputError(f"unknown solver {solver!r}; use one of {', '.join(solvers.available())}")
     if solver_options is None:
@@ -647,98 +746,140 @@ def advise(
                          f"{type(solver_options).__name__}")
     solver_options = dict(solver_options)
     solvers.resolve(solver, solver_options)  # unknown options and bad values, named
-    top = max_tokens if max_tokens is not None else max(
-        4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
-    top = _positive_int("max_tokens", top)
-    if top > MAX_TOKENS:
-        raise InputError(f"max_tokens {top:,} is above {MAX_TOKENS:,} tokens per rank; use less")
-    if top < tokens_per_rank:
-        raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
+    return solver_options
 
+
+def _context(s: _Settings, load: np.ndarray, previous: Placement | str | None) -> Context:
+    """What every lever reads: today's placement (``previous`` fitted to the model's MoE
+    layers by layer id, `placements.fit_placement`; else the trivial one), ``load: float[L,
+    E]``, the solver and the deployment."""
     if previous is None:
-        today = trivial_placement(m, topo)
+        today = trivial_placement(s.model, s.topology)
     else:
-        today = fit_placement(previous, m, topo, what="previous placement")
-    ctx = Context(phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, m, hw,
-                  today, solver, red, seed, float(lp_overhead_s), duplicate, solver_options)
+        today = fit_placement(previous, s.model, s.topology, what="previous placement")
+    topo = s.topology
+    return Context(s.phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, s.model,
+                   s.hardware, today, s.solver, s.redundant, s.seed, s.lp_overhead_s,
+                   s.duplicate, s.solver_options)
+
+
+def _run_levers(ctx: Context, names: Sequence[str]) -> list[Option]:
+    """Every named lever's rows, in order (``today`` first); levers add notes and meta to
+    ``ctx``."""
     opts: list[Option] = []
     for n in names:
         opts += LEVERS[n](ctx)
+    return opts
 
-    expert_bytes = float(m.expert_params)  # FP8 weights: one byte per parameter
-    gbps = float(migration_gbps) * 1e9
-    scorers, moves = [], []
+
+@dataclass(frozen=True)
+class _Scored:
+    """One option ready to score: its `_Scorer` and the weights it copies from today's
+    placement (``bytes_moved``: all GPUs, bytes; ``copy_s``: the busiest GPU's bytes over the
+    migration bandwidth, s; ``stall_s``: ``copy_s`` under ``migration="stall"``, else 0)."""
+
+    option: Option
+    scorer: _Scorer
+    bytes_moved: float
+    copy_s: float
+    stall_s: float
+
+
+def _score(ctx: Context, s: _Settings, opts: Sequence[Option]) -> list[_Scored]:
+    """Each option's scorer (its stall amortised over the rebalance interval) and bytes moved
+    (`moves.migration_bytes`, one byte per FP8 parameter). `InputError` when today's
+    deployment (the first option) cannot hold one request; a note per row whose weights do not
+    fit the HBM."""
+    expert_bytes = float(s.model.expert_params)  # FP8 weights: one byte per parameter
+    gbps = s.migration_gbps * 1e9
+    scored = []
     for o in opts:
         per_gpu = (np.zeros(1) if o.moved_from is None
                    else migration_bytes(o.moved_from, o.placement, expert_bytes)
                    if o.placement is not None else np.zeros(1))
         copy_s = float(per_gpu.max(initial=0.0) / gbps)
-        stall_s = copy_s if migration == "stall" else 0.0
-        moves.append((float(per_gpu.sum()), copy_s, stall_s))
-        scorers.append(_Scorer(ctx, o, kv_tokens=kv_tokens, input_tokens=input_tokens,
-                               memory_fraction=memory_fraction,
-                               stall_fraction=stall_s / (rebalance_interval_s + stall_s)))
-    base = scorers[0]
-    if not base.fits or base.tokens(tokens_per_rank) < 1:
+        stall_s = copy_s if s.migration == "stall" else 0.0
+        sc = _Scorer(ctx, o, kv_tokens=s.kv_tokens, input_tokens=s.input_tokens,
+                     memory_fraction=s.memory_fraction,
+                     stall_fraction=stall_s / (s.rebalance_interval_s + stall_s))
+        scored.append(_Scored(o, sc, float(per_gpu.sum()), copy_s, stall_s))
+    base = scored[0].scorer
+    if not base.fits or base.tokens(s.tokens_per_rank) < 1:
         raise InputError(
-            f"today's deployment cannot run: {m.name} on {topology} {hw.name} GPUs with "
-            f"{topo.num_slots} slots leaves {base.kv_cap:,} KV tokens per GPU, fewer than one "
-            f"request of kv_tokens={kv_tokens:,}; use more GPUs, a larger-memory --hardware "
-            "or a shorter context"
+            f"today's deployment cannot run: {s.model.name} on {s.topology_text} "
+            f"{s.hardware.name} GPUs with {s.topology.num_slots} slots leaves {base.kv_cap:,} "
+            f"KV tokens per GPU, fewer than one request of kv_tokens={s.kv_tokens:,}; use more "
+            "GPUs, a larger-memory --hardware or a shorter context"
         )
-    for o, sc in zip(opts, scorers, strict=True):
-        if not sc.fits:
-            ctx.notes.append(f"{o.lever} {o.option}: the weights of {o.slots} slots do not fit "
-                             f"{hw.name}'s HBM; the row cannot run (0 tokens/s)")
-    G = topo.num_gpus
+    for r in scored:
+        if not r.scorer.fits:
+            ctx.notes.append(f"{r.option.lever} {r.option.option}: the weights of "
+                             f"{r.option.slots} slots do not fit {s.hardware.name}'s HBM; the "
+                             "row cannot run (0 tokens/s)")
+    return scored
+
+
+def _table(ctx: Context, s: _Settings, scored: Sequence[_Scored]) -> pd.DataFrame:
+    """One row per option (`COLUMNS`) at the deployment's tokens per rank, against today's
+    (the first), with its break-even tokens per rank (`_break_even`)."""
+    base, t, G = scored[0].scorer, s.tokens_per_rank, s.topology.num_gpus
     rows = []
-    for o, sc, (moved, copy_s, stall_s) in zip(opts, scorers, moves, strict=True):
-        r, b = sc.at(tokens_per_rank), base.at(tokens_per_rank)
-        gain = (r["tok_s_per_node"] / b["tok_s_per_node"] - 1.0) if b["tok_s_per_node"] else \
-            math.nan
+    for r in scored:
+        o, sc = r.option, r.scorer
+        now, b = sc.at(t), base.at(t)
+        gain = (now["tok_s_per_node"] / b["tok_s_per_node"] - 1.0) if b["tok_s_per_node"] \
+            else math.nan
         rows.append({
             "lever": o.lever,
             "option": o.option,
             "slots": o.slots,
             "dispatch": o.dispatch,
             "shared_expert": o.shared_expert,
-            "balance": gpu_balance(o.placement, load),
-            "balance_bound": balance_bound(load, G, o.slots),
-            "tokens_per_rank": r["tokens"],
-            "step_ms": r["step_s"] * 1e3,
-            "tok_s_per_node": r["tok_s_per_node"],
+            "balance": gpu_balance(o.placement, ctx.load),
+            "balance_bound": balance_bound(ctx.load, G, o.slots),
+            "tokens_per_rank": now["tokens"],
+            "step_ms": now["step_s"] * 1e3,
+            "tok_s_per_node": now["tok_s_per_node"],
             "gain_pct": 100.0 * gain,
-            "bytes_moved_gb": moved / 1e9,
-            "copy_s": copy_s,
-            "stall_s": stall_s,
+            "bytes_moved_gb": r.bytes_moved / 1e9,
+            "copy_s": r.copy_s,
+            "stall_s": r.stall_s,
             "kv_tokens_per_gpu": sc.kv_cap,
             "max_requests_per_gpu": sc.max_requests,
             "break_even_tokens": math.nan if o.lever == "today"
-            else _break_even(sc, base, tokens_per_rank, top),
+            else _break_even(sc, base, t, s.max_tokens),
         })
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scored],
+              table: pd.DataFrame) -> Advice:
+    """The `Advice`: the table, `COLUMNS`, the meta (inputs, what was measured, the expert
+    groups, the levers' meta) with the notes (what is measured or modelled, the groups, the
+    levers' notes), and each row's placement."""
     notes = [
         "measured: the expert loads (summed over the dump's windows); modelled: every time and "
-        "throughput (step-time model, hardware preset " f"{hw.name}); computed exactly: balance, "
-        "bytes moved.",
+        "throughput (step-time model, hardware preset " f"{s.hardware.name}); computed exactly: "
+        "balance, bytes moved.",
         "in-sample: placements are solved and scored on the same loads (an upper bound on what "
         "a rebalance from a past window gets).",
-        f"migration: {migration} at {migration_gbps:g} GB/s per GPU, amortised over "
-        f"{rebalance_interval_s:g} s between rebalances; redundant rows assume the slot count can "
-        "change by copying (a runtime may need a restart).",
-        f"break-even: searched on powers of two up to {top:,} tokens per rank, refined by "
-        "bisection; NaN = does not pay up to there.",
+        f"migration: {s.migration} at {s.migration_gbps:g} GB/s per GPU, amortised over "
+        f"{s.rebalance_interval_s:g} s between rebalances; redundant rows assume the slot count "
+        "can change by copying (a runtime may need a restart).",
+        f"break-even: searched on powers of two up to {s.max_tokens:,} tokens per rank, refined "
+        "by bisection; NaN = does not pay up to there.",
     ]
     groups, groups_note = _groups_used(ctx)
     notes.append(groups_note)
     notes += ctx.notes
-    if phase == "prefill":
+    if s.phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
-    meta = {**measured, "phase": phase, "topology": topology, "slots": topo.num_slots,
-            "hardware": hw.name, "model": m.name, "tokens_per_rank": tokens_per_rank,
-            "kv_tokens": kv_tokens, "input_tokens": input_tokens, "solver": solver,
-            "solver_options": solver_options, "groups": groups,
-            "migration": migration, "migration_gbps": float(migration_gbps),
-            "rebalance_interval_s": float(rebalance_interval_s), "max_tokens": top,
+    meta = {**measured, "phase": s.phase, "topology": s.topology_text,
+            "slots": s.topology.num_slots, "hardware": s.hardware.name, "model": s.model.name,
+            "tokens_per_rank": s.tokens_per_rank, "kv_tokens": s.kv_tokens,
+            "input_tokens": s.input_tokens, "solver": s.solver,
+            "solver_options": s.solver_options, "groups": groups,
+            "migration": s.migration, "migration_gbps": s.migration_gbps,
+            "rebalance_interval_s": s.rebalance_interval_s, "max_tokens": s.max_tokens,
             **ctx.meta, "notes": notes}
-    return Advice(table, dict(COLUMNS), meta, [o.placement for o in opts])
+    return Advice(table, dict(COLUMNS), meta, [r.option.placement for r in scored])
