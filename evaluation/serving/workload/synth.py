@@ -12,6 +12,7 @@ import pandas as pd
 
 from eplb.errors import InputError
 from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
+from eplb.evaluation.serving.workload.recent import Recent
 from eplb.safeload import check_size
 
 __all__ = [
@@ -158,7 +159,7 @@ def _sessions(
             sys_hash.append(list(range(next_id, next_id + sys_blocks)))
             next_id += sys_blocks
     sys_seen = [False] * num_sys
-    opened: list[int] = []
+    opened = Recent()  # open sessions, least recently used first
     ctx_tokens: dict[int, int] = {}
     ctx_blocks: dict[int, list[int] | int] = {}
     inp = [0] * n
@@ -168,18 +169,16 @@ def _sessions(
     sessions = 0
     for i in range(n):
         new = d.new[i]
-        cont = d.turn[i] < p and opened
+        cont = d.turn[i] < p and len(opened) > 0
         if cont:
             k = int(d.pick[i] * len(opened))
-            s = opened[k]
+            s, where = opened.locate(k)
             length = ctx_tokens[s] + new
-            if length > max_input:  # the conversation outgrew the context: it ends here
-                del opened[k]
+            # the session moves to the end; a conversation that outgrew the context ends here
+            opened.drop(where, to_end=length <= max_input)
+            if length > max_input:
                 cont = False
             else:
-                if k != len(opened) - 1:
-                    del opened[k]
-                    opened.append(s)
                 prev = ctx_blocks[s]
                 reuse = len(prev) if hashes else prev
                 hit_total += reuse * block
@@ -195,7 +194,7 @@ def _sessions(
                 sys_seen[j] = True
             opened.append(s)
             if len(opened) > open_sessions:
-                del opened[0]
+                opened.popleft()
             prev = sys_hash[j] if hashes and j >= 0 else []
         nblocks = -(-length // block)
         if hashes:
@@ -375,7 +374,8 @@ def synthesize(
             "hit_rate_realised": hit / float(sum(inp)),
         }
     }
-    return Workload(frame, block, meta)
+    # valid and in arrival order by construction (what `Workload` would check and sort)
+    return Workload._trusted(frame, block, meta)
 
 
 def rescale(
