@@ -70,6 +70,9 @@ class Recent:
         self.n -= 1
         if not block and len(self.blocks) > 1:
             del self.blocks[b]
+        elif len(self.blocks) > 4 + 2 * self.n // BLOCK:  # removals thinned the blocks out
+            flat = [x for blk in self.blocks for x in blk]
+            self.blocks = [flat[j : j + BLOCK] for j in range(0, len(flat), BLOCK)] or [[]]
         return v
 
     def append(self, v: int) -> None:

@@ -153,15 +153,17 @@ def _sessions(
     sys_blocks = system_tokens // block
     num_sys = max(d.system) + 1 if n else 0
     next_id = 0
-    sys_hash: list[list[int]] = []
+    sys_hash: list[np.ndarray] = []
     if hashes:
         for _ in range(num_sys):
-            sys_hash.append(list(range(next_id, next_id + sys_blocks)))
+            sys_hash.append(np.arange(next_id, next_id + sys_blocks, dtype=np.int64))
             next_id += sys_blocks
+    none = np.empty(0, dtype=np.int64)
+    concat, arange, i64 = np.concatenate, np.arange, np.int64
     sys_seen = [False] * num_sys
     opened = Recent()  # open sessions, least recently used first
     ctx_tokens: dict[int, int] = {}
-    ctx_blocks: dict[int, list[int] | int] = {}
+    ctx_blocks: dict[int, np.ndarray | int] = {}  # a session's full blocks (or their count)
     inp = [0] * n
     ses = [0] * n
     out_h: list | None = [None] * n if hashes else None
@@ -195,10 +197,10 @@ def _sessions(
             opened.append(s)
             if len(opened) > open_sessions:
                 opened.popleft()
-            prev = sys_hash[j] if hashes and j >= 0 else []
+            prev = sys_hash[j] if hashes and j >= 0 else none
         nblocks = -(-length // block)
         if hashes:
-            h = prev[:reuse] + list(range(next_id, next_id + nblocks - reuse))
+            h = concat((prev[:reuse], arange(next_id, next_id + nblocks - reuse, dtype=i64)))
             next_id += nblocks - reuse
             out_h[i] = h
             ctx_blocks[s] = h[: length // block]
@@ -345,7 +347,7 @@ def synthesize(
     inp, ses, hit, hashes = _sessions(draws, p, hashes=True, **kw)
     col = np.empty(n, dtype=object)
     for i, h in enumerate(hashes):
-        col[i] = np.asarray(h, dtype=np.int64)
+        col[i] = h
     frame = pd.DataFrame(
         {
             "request_id": np.arange(n, dtype=np.int64),
