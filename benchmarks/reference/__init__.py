@@ -1,0 +1,1 @@
+"""Reference (older) implementations that benchmarks time as baselines in the same process."""
