@@ -75,10 +75,14 @@ def _pack_pairs(load, counts, cap, present, budget) -> packing.Packed:
     )
     improved, free = both[:X], both[X:]
     packed = _layout_pairs(load, improved, budget)
-    # candidates: the start itself and the free search; the best duplicate-free layout wins
+    # candidates: the start itself and the free search; the best duplicate-free layout wins.
+    # Rows are laid out independently, so a row whose candidate counts equal the counts laid
+    # out already would get the same layout (never strictly better): only the others are
     for c in (start, free):
-        alt = _layout_pairs(load, c, budget)
-        packed.assign(alt, _key(alt) < _key(packed))
+        rows = np.flatnonzero((c != improved).any(1))
+        if rows.size:
+            alt = _layout_pairs(load[rows], c[rows], budget)
+            packed.assign(alt, _key(alt) < _key(packed)[rows], rows=rows)
     return packed
 
 
