@@ -139,7 +139,8 @@ class TabulatedCurve:
         out = self.dt.take(i, mode="clip")  # (rows are in range: no bounds checks)
         out *= pos
         out += self.t.take(i, mode="clip")
-        out *= m > 0
+        # 0 tokens cost 0: the same +0.0 as multiplying the (positive) times by m > 0
+        np.copyto(out, 0.0, where=m <= 0)
         return out
 
 
