@@ -1,25 +1,31 @@
-"""The compiled count search (`pairing_jit`, the ``fast`` extra) returns exactly the numpy
-search's counts: random layers of several sizes, caps, absent experts, rows with and without
-the duplicate rule, rows sharing a load (`load_id`), ties in the loads, budgets."""
+"""The compiled kernels (`solvers.primitives.jit`, the ``fast`` extra) give exactly what the
+numpy code gives: the count search's counts (random layers of several sizes, caps, absent
+experts, rows with and without the duplicate rule, rows sharing a load, ties in the loads,
+budgets), LPT's packing (ties, zero loads, duplicates forced and repaired) and DeepSeek's
+balanced packing (ties, zeros, both starts)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from eplb.solvers.primitives import pairing, pairing_jit
+from eplb.solvers.primitives import deepseek_kernels, jit, packing, pairing
 from eplb.solvers.primitives.even_split import row_caps
 from eplb.solvers.primitives.replication import waterfill
 
-pytestmark = pytest.mark.skipif(not pairing_jit.available(),
+pytestmark = pytest.mark.skipif(not jit.available(),
                                 reason="numba not installed (the fast extra)")
 
 
 def numpy_search(monkeypatch, *args, **kw):
+    return without_jit(monkeypatch, pairing.improve_counts, *args, **kw)
+
+
+def without_jit(monkeypatch, fn, *args, **kw):
     with monkeypatch.context() as m:
-        m.setattr(pairing_jit, "_KERNEL", False)
-        assert not pairing_jit.available()
-        return pairing.improve_counts(*args, **kw)
+        m.setattr(jit, "_KERNELS", False)
+        assert not jit.available()
+        return fn(*args, **kw)
 
 
 def case(rng, X, E, G, *, ties=False, absent=0.0):
@@ -62,3 +68,36 @@ def test_scalar_cap_and_defaults(monkeypatch):
         got = pairing.improve_counts(load, counts, 32, distinct=distinct)
         assert np.array_equal(got, numpy_search(monkeypatch, load, counts, 32,
                                                 distinct=distinct))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lpt_same_packing(monkeypatch, seed):
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(12):
+        X, E = int(rng.integers(1, 5)), int(rng.integers(3, 40))
+        G, S = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        load = rng.lognormal(0, 1.5, (X, E)) * 100
+        if seed % 2:  # equal loads, zero loads
+            load = np.round(load / 50) * 50
+            load[:, : E // 3] = 0
+        cap = G if E >= S else -(-G * S // E)
+        counts = waterfill(load, G * S, cap)
+        if (counts.sum(1) != G * S).any():
+            continue
+        got = packing.lpt(load, counts, G, S)
+        want = without_jit(monkeypatch, packing.lpt, load, counts, G, S)
+        for name in ("slot_e", "slot_s", "gpu", "holds"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deepseek_pack_same(monkeypatch, seed):
+    rng = np.random.default_rng(200 + seed)
+    for _ in range(20):
+        X, m, per = int(rng.integers(1, 6)), int(rng.integers(1, 9)), int(rng.integers(2, 6))
+        w = rng.lognormal(0, 1, (X, m * per)).astype(np.float32)
+        if seed % 2:
+            w = np.round(w * 2).astype(np.float32)  # ties and zeros
+        got = deepseek_kernels.pack(w, m, compiled=True)
+        want = without_jit(monkeypatch, deepseek_kernels.pack, w, m, compiled=True)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

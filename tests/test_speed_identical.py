@@ -10,7 +10,7 @@ import json
 import pytest
 
 from eplb.evaluation import serving
-from eplb.solvers.primitives import pairing_jit
+from eplb.solvers.primitives import jit
 from tests import speed_cases
 
 EXPECTED = json.loads(speed_cases.DIGESTS.read_text())
@@ -29,11 +29,11 @@ def test_workload_unchanged(name):
     assert speed_cases.digest_frame(wl.requests) == EXPECTED["workload"][name]
 
 
-@pytest.mark.parametrize("jit", [True, False])
-def test_greedy_bundled_unchanged(monkeypatch, jit):
-    if not jit:  # the numpy count search (no numba, or EPLB_NO_JIT=1)
-        monkeypatch.setattr(pairing_jit, "_KERNEL", False)
-    elif not pairing_jit.available():
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_greedy_bundled_unchanged(monkeypatch, use_jit):
+    if not use_jit:  # the numpy code (no numba, or EPLB_NO_JIT=1)
+        monkeypatch.setattr(jit, "_KERNELS", False)
+    elif not jit.available():
         pytest.skip("numba not installed (the fast extra)")
     for name, load in speed_cases.greedy_loads(None).items():
         for cfg in speed_cases.GREEDY_CONFIGS:

@@ -11,14 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.solvers.primitives import jit
 
 
-def pack(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
+def pack(
+    weight: np.ndarray, num_packs: int, *, compiled: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Balanced packing of ``weight: float32[X, n]`` into ``num_packs`` packs of ``n/m`` items.
 
     Returns ``pack: int64[X, n]`` and ``rank: int64[X, n]`` (position inside the pack).
     Items are visited heaviest first (stable); each joins the lightest pack with room (lowest
-    index on ties). With one item per pack, item ``i`` goes to pack ``i``.
+    index on ties). With one item per pack, item ``i`` goes to pack ``i``. ``compiled``: the
+    loop in `numba_kernels.pack_sorted` when numba is installed (the same packs).
     """
     X, n = weight.shape
     per = n // num_packs
@@ -36,7 +40,7 @@ def pack(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
     fast = w[:, num_packs - 1] > 0
     for rows, start in ((np.nonzero(fast)[0], num_packs), (np.nonzero(~fast)[0], 0)):
         if rows.size:
-            choice[rows], rank[rows] = _pack_sorted(w[rows], num_packs, per, start)
+            choice[rows], rank[rows] = _pack_sorted(w[rows], num_packs, per, start, compiled)
     packs = np.empty((X, n), dtype=np.int64)
     ranks = np.empty((X, n), dtype=np.int64)
     np.put_along_axis(packs, order, choice, axis=1)
@@ -45,7 +49,7 @@ def pack(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pack_sorted(
-    w: np.ndarray, m: int, per: int, start: int
+    w: np.ndarray, m: int, per: int, start: int, compiled: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """`pack` on items already sorted heaviest first, ``w: float32[X, n]``, into ``m`` packs of
     ``per``; the first ``start`` (0 or ``m``) items go to packs ``0..start-1``. Returns the pack
@@ -64,6 +68,10 @@ def _pack_sorted(
             choice[:, m:] = np.argsort(key, axis=1, kind="stable")
             rank[:, m:] = 1
             return choice, rank
+    kernels = jit.kernels() if compiled else None
+    if kernels is not None:
+        kernels.pack_sorted(np.ascontiguousarray(w), m, per, start, choice, rank)
+        return choice, rank
     flat = key.reshape(-1)
     base = np.arange(X) * m
     for j in range(start, n):
@@ -146,9 +154,10 @@ def node_counts(
 
 
 def rebalance_hierarchical(
-    weight: np.ndarray, num_phy: int, num_groups: int, num_nodes: int, num_gpus: int
+    weight: np.ndarray, num_phy: int, num_groups: int, num_nodes: int, num_gpus: int,
+    *, compiled: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DeepSeek's hierarchical policy on ``weight: float32[L, E]``.
+    """DeepSeek's hierarchical policy on ``weight: float32[L, E]`` (``compiled``: `pack`'s).
 
     Returns ``phy2log: int64[L, P]``, ``phyrank: int64[L, P]`` (replica ordinal by creation)
     and ``logcnt: int64[L, E]``.
@@ -160,7 +169,7 @@ def rebalance_hierarchical(
     )
     # 3. pack replicas onto the node's GPUs by per-replica load
     phy_w = np.take_along_axis(mlog_w / mlogcnt.astype(np.float32), phy2mlog, axis=1)
-    gpu, rank = pack(phy_w, num_gpus // num_nodes)
+    gpu, rank = pack(phy_w, num_gpus // num_nodes, compiled=compiled)
     pphy2phy = _inverse(gpu * per_gpu + rank)
     # 4. map back to logical ids
     pphy2mlog = np.take_along_axis(phy2mlog, pphy2phy, axis=1).reshape(L, num_nodes, -1)
@@ -240,18 +249,21 @@ def check(E: int, P: int, num_groups: int, num_nodes: int, num_gpus: int) -> Non
         )
 
 
-def placement_table(load: np.ndarray, topology, num_groups: int | None) -> tuple[np.ndarray, bool]:
+def placement_table(
+    load: np.ndarray, topology, num_groups: int | None, *, compiled: bool = False
+) -> tuple[np.ndarray, bool]:
     """DeepSeek's ``phy2log: int64[L, P]`` for ``load: float64[L, E]`` on ``topology`` and
     whether it is the hierarchical policy (``num_groups % N == 0``; else global, whatever
-    ``num_groups``)."""
+    ``num_groups``). ``compiled``: the GPU packing compiled where numba is installed (the same
+    table; ``greedy``'s candidates ask for it, the ``deepseek`` solver does not import numba)."""
     w32 = as_float32(load)
     N, G, P = topology.num_nodes, topology.num_gpus, topology.num_slots
     E = load.shape[1]
     if num_groups is not None and is_hierarchical(int(num_groups), N):
         check(E, P, int(num_groups), N, G)
-        return rebalance_hierarchical(w32, P, int(num_groups), N, G)[0], True
+        return rebalance_hierarchical(w32, P, int(num_groups), N, G, compiled=compiled)[0], True
     check(E, P, 1, 1, G)
-    return rebalance_hierarchical(w32, P, 1, 1, G)[0], False
+    return rebalance_hierarchical(w32, P, 1, 1, G, compiled=compiled)[0], False
 
 
 def as_float32(load: np.ndarray) -> np.ndarray:

@@ -130,12 +130,13 @@ def deepseek_candidates(
         rows = np.nonzero(better(lb * (1 - BOUND_SLACK), best))[0]
     out = []
     if rows.size:
-        out.append((rows, placement_table(load[rows], topology, None)[0]))
+        out.append((rows, placement_table(load[rows], topology, None, compiled=True)[0]))
     N = topology.num_nodes
     if num_groups is not None and num_groups % N == 0 and E % num_groups == 0:
         rows = np.arange(L) if best is None else hierarchical_rows(load, topology, num_groups, best)
         if rows.size:
-            out.append((rows, placement_table(load[rows], topology, num_groups)[0]))
+            out.append((rows, placement_table(load[rows], topology, num_groups,
+                                              compiled=True)[0]))
     return out
 
 

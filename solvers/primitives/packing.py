@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eplb.solvers.primitives import jit
 from eplb.solvers.primitives.layout import duplicates
 from eplb.solvers.primitives.replication import per_replica
 from eplb.tolerance import REL_TOL, better
@@ -108,7 +109,14 @@ def lpt(
     inf = np.inf
     any_stuck = False
     start = 0
-    if node_penalty is None and (G == 1 or (item_s[:, G - 2] > 0).all()):
+    kernels = jit.kernels() if node_penalty is None and item_s.dtype == np.float64 else None
+    if kernels is not None:  # the loop below, compiled (the same placement)
+        gpu_of_t = np.empty((X, P), dtype=np.int64)
+        slot_of_t = np.empty((X, P), dtype=np.int64)
+        any_stuck = kernels.lpt_fill(item_s, run, G, S, gpu, gpu_of_t, slot_of_t)
+        gpu_of, slot_of = gpu_of_t.T, slot_of_t.T
+        start = P  # nothing left for the loop
+    elif node_penalty is None and (G == 1 or (item_s[:, G - 2] > 0).all()):
         # the G heaviest items go to GPUs 0..G-1 in turn: each takes the first empty GPU,
         # every GPU taken so far already carries a positive load (and holds its run's expert)
         gpu_of[:G] = np.arange(G)[:, None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eplb.solvers.primitives import pairing_jit
+from eplb.solvers.primitives import jit, pairing_jit
 from eplb.solvers.primitives.packing import Packed, repair_duplicates
 from eplb.solvers.primitives.replication import per_replica
 from eplb.tolerance import better
@@ -58,7 +58,7 @@ def improve_counts(
     cap_all = np.broadcast_to(np.asarray(cap), (X, 1))
     present = np.ones((X, E), dtype=bool) if present is None else present
     distinct_all = np.broadcast_to(np.asarray(distinct, dtype=bool), (X,))
-    if load.dtype == np.float64 and pairing_jit.available():  # compiled (``fast`` extra)
+    if load.dtype == np.float64 and jit.available():  # compiled (the ``fast`` extra)
         return pairing_jit.improve_counts_jit(
             load, counts, cap_all[:, 0], budget, receivers, light_receivers, present,
             distinct_all, np.arange(X) if load_id is None else load_id,

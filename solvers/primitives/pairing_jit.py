@@ -1,8 +1,7 @@
-"""`improve_counts` compiled with numba when it is installed (the ``fast`` extra): the same
+"""`improve_counts` compiled (`jit`: numba, the ``fast`` extra): the same
 count local search as `pairing.improve_counts`, row by row in one compiled loop, with the same
 moves, the same floating-point values and the same tie rules, so the same counts (tests compare
-the two). ``EPLB_NO_JIT=1`` (or no numba) keeps the numpy search. docs/solvers.md, "Two slots
-per GPU".
+the two; the kernel is `numba_kernels.search`). docs/solvers.md, "Two slots per GPU".
 
 Per step and row (as the numpy search): receivers are the critical pair's experts, the
 ``receivers`` experts with the largest replicas and the ``light_receivers`` with the smallest
@@ -17,39 +16,17 @@ counts share one evaluation (the numpy search does the same)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from eplb.solvers.primitives import jit
 from eplb.tolerance import REL_TOL
-
-_KERNEL = None  # the compiled search, or False when numba is missing or switched off
-
-
-def available() -> bool:
-    """Whether the compiled search runs (numba importable and ``EPLB_NO_JIT`` unset)."""
-    return _kernel() is not False
-
-
-def _kernel():
-    global _KERNEL
-    if _KERNEL is None:
-        if os.environ.get("EPLB_NO_JIT", "") not in ("", "0"):
-            return False
-        try:
-            from eplb.solvers.primitives import pairing_numba
-        except ImportError:  # numba is not installed
-            _KERNEL = False
-        else:
-            _KERNEL = pairing_numba.search
-    return _KERNEL
 
 
 def improve_counts_jit(load, counts, cap, budget, receivers, light_receivers, present, distinct,
                        load_id) -> np.ndarray:
     """`pairing.improve_counts` (same arguments, validated and broadcast there) compiled."""
     out = np.ascontiguousarray(counts, dtype=np.int64).copy()
-    _kernel()(
+    jit.kernels().search(
         np.ascontiguousarray(load, dtype=np.float64),
         out,
         np.ascontiguousarray(cap, dtype=np.int64),

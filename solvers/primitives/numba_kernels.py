@@ -1,6 +1,10 @@
-"""The compiled kernels of `pairing_jit` (imported only where numba is installed: the ``fast``
-extra). Module-level functions so that numba's on-disk cache finds them again in the next
-process (compiled once per machine, loaded in milliseconds after)."""
+"""The compiled kernels (`solvers.primitives.jit`; imported only where numba is installed: the
+``fast`` extra): `search` (the count search of `pairing.improve_counts`), `lpt_fill` (the
+placement loop of `packing.lpt`) and `pack_sorted` (the loop of DeepSeek's balanced packing,
+`deepseek_kernels._pack_sorted`). Each does the same floating-point operations in the same
+order and breaks ties the same way as the numpy code it replaces. Module-level functions so
+that numba's on-disk cache finds them again in the next process (compiled once per machine,
+loaded in milliseconds after)."""
 
 from __future__ import annotations
 
@@ -306,3 +310,72 @@ def search(load, counts, cap, present, distinct, load_id, budget, receivers,
                 active[x] = False
         if not moved:
             break
+
+@numba.njit(cache=True, nogil=True)
+def pack_sorted(w, m, per, start, choice, rank):
+    """`deepseek_kernels._pack_sorted`'s loop, row by row (``w: float32[X, n]`` heaviest first;
+    ``choice``, ``rank``: int64[X, n] filled from item ``start`` on)."""
+    X, n = w.shape
+    key = np.empty(m, dtype=w.dtype)
+    cnt = np.empty(m, dtype=np.int64)
+    for x in range(X):
+        for p in range(m):
+            key[p] = w[x, p] if start else 0
+            cnt[p] = 1 if start else 0
+        for j in range(start, n):
+            p = 0
+            for q in range(1, m):
+                if key[q] < key[p]:
+                    p = q
+            choice[x, j] = p
+            c = cnt[p]
+            rank[x, j] = c
+            c += 1
+            cnt[p] = c
+            key[p] += w[x, j]
+            if c >= per:
+                key[p] = np.inf
+
+
+@numba.njit(cache=True, nogil=True)
+def lpt_fill(item_s, run, G, S, gpu, gpu_of, slot_of):
+    """`packing.lpt`'s placement loop (no node penalty), row by row: item ``j`` (heaviest
+    first) to the least loaded GPU with a free slot whose last item is not of its run (lowest
+    index on ties); when every such GPU holds it, the least loaded GPU with a free slot.
+    Returns whether any row had to place a duplicate."""
+    X, P = item_s.shape
+    fill = np.empty(G, dtype=np.int64)
+    last = np.empty(G, dtype=np.int64)
+    avail = np.empty(G)
+    stuck = False
+    for x in range(X):
+        for g in range(G):
+            fill[g] = 0
+            last[g] = -1
+            avail[g] = 0.0
+            gpu[x, g] = 0.0
+        for j in range(P):
+            r = run[x, j]
+            best = -1
+            bv = np.inf
+            for g in range(G):
+                if last[g] != r and avail[g] < bv:
+                    bv = avail[g]
+                    best = g
+            if best < 0:  # every GPU with room holds it: a duplicate, repaired later
+                stuck = True
+                for g in range(G):
+                    if fill[g] < S and avail[g] < bv:
+                        bv = avail[g]
+                        best = g
+            g = best
+            k = fill[g]
+            gpu_of[x, j] = g
+            slot_of[x, j] = k
+            load_g = gpu[x, g] + item_s[x, j]
+            gpu[x, g] = load_g
+            k += 1
+            fill[g] = k
+            avail[g] = np.inf if k >= S else load_g
+            last[g] = r
+    return stuck
