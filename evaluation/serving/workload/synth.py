@@ -151,13 +151,10 @@ def _sessions(
     n = d.n
     sys_blocks = system_tokens // block
     num_sys = max(d.system) + 1 if n else 0
-    next_id = 0
-    sys_hash: list[list[int]] = []
-    if hashes:
-        for _ in range(num_sys):
-            sys_hash.append(list(range(next_id, next_id + sys_blocks)))
-            next_id += sys_blocks
-    sys_seen = [False] * num_sys
+    # system prompt j's blocks are hashes j * sys_blocks ...; session blocks follow them (only
+    # the prompts drawn are built: system_prompts may be far more than the requests)
+    next_id = num_sys * sys_blocks if hashes else 0
+    sys_seen: set[int] = set()
     opened: list[int] = []
     ctx_tokens: dict[int, int] = {}
     ctx_blocks: dict[int, list[int] | int] = {}
@@ -190,13 +187,14 @@ def _sessions(
             length = min(new + (system_tokens if j >= 0 else 0), max_input)
             reuse = min(sys_blocks, length // block) if j >= 0 else 0
             if j >= 0:
-                if sys_seen[j]:
+                if j in sys_seen:
                     hit_total += reuse * block
-                sys_seen[j] = True
+                sys_seen.add(j)
             opened.append(s)
             if len(opened) > open_sessions:
                 del opened[0]
-            prev = sys_hash[j] if hashes and j >= 0 else []
+            prev = list(range(j * sys_blocks, (j + 1) * sys_blocks)) if hashes and j >= 0 \
+                else []
         nblocks = -(-length // block)
         if hashes:
             h = prev[:reuse] + list(range(next_id, next_id + nblocks - reuse))
