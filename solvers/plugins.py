@@ -229,7 +229,8 @@ class _Overran(BaseException):
 @contextlib.contextmanager
 def _time_bound(name: str, origin: str, time_limit: float | None) -> Iterator[None]:
     hard = None if time_limit is None else GRACE[0] * float(time_limit) + GRACE[1]
-    if hard is None or hard > 1e8 or threading.current_thread() is not threading.main_thread():
+    if hard is None or hard > 1e8 or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
         yield
         return
     delay, interval = signal.getitimer(signal.ITIMER_REAL)
@@ -251,11 +252,11 @@ def _time_bound(name: str, origin: str, time_limit: float | None) -> Iterator[No
     except _Overran:  # also one that fired while the policy was returning
         raise SolverTimeout(f"solver {name!r} ({origin}) ran past its time limit of "
                             f"{time_limit:g} s and was stopped after {hard:.3g} s; the policy "
-                            "does not honour time_limit (fix it, raise --time-limit or choose "
+                            "does not honour time_limit (fix it, give it more time or choose "
                             "another solver)") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
         if delay:  # an outer timer goes on with what it had left
             left = max(delay - (time.monotonic() - start), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, interval)
