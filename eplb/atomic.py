@@ -669,7 +669,7 @@ class Stage:
                 st = os.stat(target)
             except OSError:
                 continue
-            check_not_input(target, str(dst))
+            check_not_input(dst, "output")
             if stat.S_ISDIR(st.st_mode):
                 raise InputError(f"cannot write {dst}: it is an existing directory; move it "
                                  "or write elsewhere")
@@ -843,7 +843,7 @@ def publish_tree(staging: str | os.PathLike, out: str | os.PathLike) -> list[str
                    if rel != MANIFEST and _inside(rel) and os.path.lexists(out / rel)
                    and not (out / rel).is_dir())
     for rel in [*new, *stale]:  # never replace or remove a file this command read
-        check_not_input(out / rel, str(out / rel))
+        check_not_input(out / rel, "output")
     for rel in new:  # a folder where a file goes: refuse rather than move it
         if (out / rel).is_dir() and not (out / rel).is_symlink():
             raise InputError(f"cannot publish {out / rel}: it is a folder, where a file goes; "
