@@ -1138,7 +1138,6 @@ _ENTRY_POINTS = {  # site folder -> {distribution: (entry points, {module file: 
     "site_slow": {"goodpkg": _GOOD_EP, **_FAILING_EPS},
     "site_bad": {  # every way an installed package's entry point can be broken
         "goodpkg": _GOOD_EP,
-        **_FAILING_EPS,
         "brokenpkg": ({"brokenattr": "brokenpkg:nope"}, {"brokenpkg.py": "X = 1\n"}),
         "missingpkg": ({"missingmod": "no_such_module_here:fn"}, {}),
         "badsigpkg": ({"badsig_ep": "badsigpkg:notapolicy"},
@@ -1155,6 +1154,9 @@ def greedy(load, topology):
         "exitpkg": ({"exit_ep": "exitpkg"}, {"exitpkg.py": "import sys\nsys.exit(3)\n"}),
     },
 }
+
+
+_ENTRY_POINTS["site_mixed"] = {**_ENTRY_POINTS["site_bad"], **_FAILING_EPS}
 
 
 def _write_site(folder: Path, dists: dict) -> None:
@@ -1224,6 +1226,7 @@ def policy_and_limit_cases(r: Path, add, klass: list, sim: list[str]) -> None:
               "rebalance"]
     bad_site = {"PYTHONPATH": "site_bad"}  # broken entry points beside working ones
     slow_site = {"PYTHONPATH": "site_slow"}  # entry points that load, then fail or overrun
+    mixed_site = {"PYTHONPATH": "site_mixed"}  # both
     tight = ["--set", "slo.ttft_s=1.0"]  # a goodput target 30 requests bracket quickly
 
     # -------------------------------------------------------------- (1) data loss
@@ -1383,14 +1386,15 @@ def policy_and_limit_cases(r: Path, add, klass: list, sim: list[str]) -> None:
         add(Case(f"trace info vLLM stats physical-to-logical id 2**{exp}",
                  ["trace", "info", f"vllm_p2l_{exp}.jsonl"], expect_error=True, env=ten_mb,
                  mem_limit=MEM_CAP))
+    # 20 requests draw at most 20 of a billion system prompts: built without the others
     add(Case("workload synth --system-prompts 1000000000",
              ["workload", "synth", "-n", "20", "--system-prompts", "1000000000",
-              "--system-prompt-tokens", "64", "-o", "sp.jsonl"], expect_error=True,
+              "--system-prompt-tokens", "1024", "-o", "sp.jsonl"],
              mem_limit=MEM_CAP, timeout=60))
     add(Case("API synthesize system_prompts=1e9",
              api="from eplb.evaluation.serving import workload as W\n"
-                 "W.synthesize(20, system_prompts=10**9, system_prompt_tokens=64)",
-             expect_error=True, mem_limit=MEM_CAP, timeout=60))
+                 "W.synthesize(20, system_prompts=10**9, system_prompt_tokens=1024)",
+             mem_limit=MEM_CAP, timeout=60))
     add(Case("simulate --set decode.nodes=2048",
              ["simulate", "deepseek_day6", *sim, "-o", "o_nodes", "--set", "decode.nodes=2048",
               "--set", "decode.slots_per_layer=16384"], expect_error=True, mem_limit=MEM_CAP,
@@ -1467,7 +1471,7 @@ def policy_and_limit_cases(r: Path, add, klass: list, sim: list[str]) -> None:
                       ("badsig_ep", "badsigpkg"), ("class_ep", "classpkg"),
                       ("raise_ep", "raisepkg")):
         add(Case(f"solve --solver {name} (broken entry point of {pkg})",
-                 [*solve, "--solver", name], env=bad_site, expect_error=True,
+                 [*solve, "--solver", name], env=mixed_site, expect_error=True,
                  check=f"rc != 2 or {pkg!r} in stderr"))
     add(Case("solve --solver exit_ep (a package whose module calls sys.exit)",
              [*solve, "--solver", "exit_ep"], env=bad_site, expect_error=True,
@@ -1475,7 +1479,7 @@ def policy_and_limit_cases(r: Path, add, klass: list, sim: list[str]) -> None:
     add(Case("solve --solver boom_ep (a package whose module fails to import)",
              [*solve, "--solver", "boom_ep"], env=bad_site, expect_error=True,
              check="rc != 2 or 'boompkg' in stderr"))
-    for env in (slow_site, bad_site):
+    for env in (slow_site, mixed_site):
         where = env["PYTHONPATH"]
         add(Case(f"advise --solver raise_ep (raises in solve; {where})",
                  [*advise, "--solver", "raise_ep"], env=env, expect_error=True,

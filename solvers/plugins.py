@@ -155,6 +155,8 @@ def _load_module(mod: Any) -> None:
         except (Exception, SystemExit) as exc:
             raise InputError(f"plugin module {mod!r} fails to import: {type(exc).__name__}: "
                              f"{_text(exc)} ({_where(exc)}); fix the module") from None
+    parts = mod.split(".")  # the module and its packages, also when imported before
+    _record_modules({".".join(parts[:i]) for i in range(1, len(parts) + 1)}, label)
     if mod not in _modules:
         _modules.append(mod)
         runners.on_worker_start("eplb.solvers plugins", load_plugins, tuple(_modules))
