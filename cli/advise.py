@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from eplb.cli import option_groups as og
@@ -71,6 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.solver(p, default="deepseek", note="of every row that solves: rebalance, redundant and "
               "the rebalanced rows of dispatch_lp, waterfill and dispatch_duplicate")
     og.solver_options(p, example="--solver lplb --option graph=torus")
+    og.time_limit(p)
     p.add_argument("--kv-tokens", type=int, default=4096, metavar="N",
                    help="decode: context per request, tokens (default 4096)")
     p.add_argument("--input-tokens", type=int, default=4096, metavar="N",
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from eplb.atomic import atomic_write_text
     from eplb.evaluation.serving.advise import advise
     from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S
+    from eplb.format import json_text
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
     options = parse_options(args.option)
@@ -114,8 +115,9 @@ def run(args: argparse.Namespace) -> int:
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
         lp_overhead_s=LP_OVERHEAD_S if args.lp_overhead is None else args.lp_overhead,
+        time_limit=args.time_limit,
     )
-    as_json = json.dumps(result.to_dict(), indent=1, allow_nan=False, default=float)
+    as_json = json_text(result.to_dict(), indent=1, default=float)  # NaN as null
     text = result.to_text()
     print(as_json if args.json else text)
     if args.output:

@@ -170,6 +170,21 @@ def check_topology_hint(placement, hint, path) -> None:
                          "and --slots (they are for SGLang/TensorRT-LLM/vLLM files) or fix them")
 
 
+def stop_tol_arg(text: str) -> float:
+    """argparse type of ``--rel-tol``: a relative tolerance that ends a search, in
+    [1e-12, 1) (`eplb.tolerance.check_stop_tol`: below float noise it would never end)."""
+    from eplb.tolerance import check_stop_tol
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    try:
+        return check_stop_tol("--rel-tol", value, flag="the tolerance")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def fraction_arg(upper_open: bool = False):
     """argparse type of a fraction in (0, 1] (``upper_open``: (0, 1)), e.g. ``--goodput``."""
     interval = "(0, 1)" if upper_open else "(0, 1]"

@@ -126,10 +126,10 @@ def run(args: argparse.Namespace) -> int:
     from eplb import solvers, traces
     from eplb.evaluation.compare import CompareSpec, compare
 
+    solvers.load_plugins(args.plugin or ())  # first: no output may replace their modules
     check_outputs({"TRACE": args.traces},
                   {"-o": args.output, "--markdown": args.markdown, "--layers-csv": args.layers_csv},
                   {"--plot": args.plot})
-    solvers.load_plugins(args.plugin or ())
     names = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else \
         [n for n in solvers.available() if not solvers.needs_previous(n)]
     for name in names:
@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     ok = int((result.summary["status"] == "ok").sum())
     if ok == 0:
         raise EplbError(f"every run failed; first: {result.summary['status'].iloc[0]}")
+    _refuse_failed_policies(result.summary)
     tables = result.tables()
     # every output is staged and moved into place at the end, or none is (eplb.atomic)
     with staged_outputs() as stage:
@@ -176,6 +177,25 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+# a run whose policy failed (raised, returned no valid placement, overran --time-limit),
+# unlike a policy's refusal (InfeasibleError: the failed tasks table lists it), fails the
+# command
+_POLICY_FAILURES = ("PolicyError:", "SolverTimeout:")
+
+
+def _refuse_failed_policies(summary) -> None:
+    """Raise (exit 2, nothing written) when some run's policy failed rather than refused."""
+    from eplb.solvers.plugins import RETURNED
+
+    status = summary["status"].astype(str)
+    failed = summary[status.str.startswith(_POLICY_FAILURES) | status.str.contains(RETURNED)]
+    if len(failed):
+        first = failed.iloc[0]
+        raise EplbError(f"{len(failed)} of {len(summary)} runs failed, nothing written; first: "
+                        f"{first['solver']} on {first['trace']} {first['topology']}: "
+                        f"{first['status']}")
 
 
 def _write(args, result, tables, loaded, sweep_spec, weights, stage) -> list[str]:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from eplb import __version__
-from eplb.atomic import Terminated, clear_signals, note_signal, signalled
+from eplb.atomic import Terminated, clear_signals, guard_inputs, note_signal, signalled
 from eplb.errors import EplbError
 
 # verb modules under eplb.cli, each with add_parser(subparsers); add a verb by name here
@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        with sigterm_as_exception():  # from the start: a signal during imports exits 128 + N
+        # from the start: a signal during imports exits 128 + N; no output replaces a file
+        # the command read or a module a plugin imported (eplb.atomic.guard_inputs)
+        with sigterm_as_exception(), guard_inputs():
             parser = build_parser()
             args = parser.parse_args(argv)
             if not getattr(args, "func", None):

@@ -98,9 +98,12 @@ def plugin(p: Parser) -> None:
 
 
 def time_limit(p: Parser, *, default: float | None = None) -> None:
-    """``--time-limit``: seconds per solve of search solvers."""
+    """``--time-limit``: seconds per solve of search solvers (third-party policies that run
+    past it are stopped: `eplb.solvers.plugins`)."""
     p.add_argument("--time-limit", type=seconds_arg, default=default, metavar="SEC",
-                   help=_with("time limit of search solvers (ilp) per solve, wall seconds",
+                   help=_with("time limit of search solvers (ilp) per solve, wall seconds; a "
+                              "plugin or installed policy still running at 1.5x it + 2 s is "
+                              "stopped and reported",
                               default is not None and f"(default {default:g})" or None, " "))
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from eplb.atomic import atomic_directory, check_output_dir
 from eplb.cli import option_groups as og
-from eplb.cli.common import fraction_arg
+from eplb.cli.common import fraction_arg, stop_tol_arg
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
@@ -94,8 +94,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--goodput", type=fraction_arg(), default=0.9, metavar="F",
                    help="goodput target of --capacity, in (0, 1] (default 0.9)")
-    p.add_argument("--rel-tol", type=fraction_arg(upper_open=True), default=0.05, metavar="F",
-                   help="--capacity stops when hi / lo <= 1 + F, F in (0, 1) (default 0.05)")
+    p.add_argument("--rel-tol", type=stop_tol_arg, default=0.05, metavar="F",
+                   help="--capacity stops when hi / lo <= 1 + F, F in [1e-12, 1) (default 0.05)")
     og.runner(p, note="for comparisons and sweeps")
     p.add_argument(
         "--workload",
@@ -230,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--seeds {args.seeds!r} repeats a seed; paired seeds must differ "
                          "(e.g. 0,1,2)")
     many = len(named) > 1 or len(seeds) > 1 or args.mode == "counterfactual"
+    if args.capacity and args.rates is not None:
+        raise InputError("--capacity searches the rate itself; drop --rates (or drop "
+                         "--capacity for a sweep over the rates given)")
     if args.capacity or args.rates is not None or many:
         return _study(args, named, seeds)
     if args.output is None:

@@ -163,10 +163,10 @@ def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.solve import solve_trace
     from eplb.io import format_for, read_placement, write_placement
 
+    solvers.load_plugins(args.plugin or ())  # first: no output may replace their modules
     check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
-    solvers.load_plugins(args.plugin or ())
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options, previous=args.previous is not None)
     trace = traces.read(args.load)

@@ -100,6 +100,98 @@ def check_signalled() -> None:
     raise Terminated(signum)
 
 
+# ------------------------------------------------------------------ what this run read
+_READ: dict[tuple[int, int], tuple[str, Path]] = {}  # (device, inode) -> (what, where)
+_READ_PATHS: dict[Path, str] = {}  # resolved path -> what it is (folders: what lies inside)
+_IMPORTED: dict[tuple[int, int], tuple[str, Path]] = {}  # plugin modules: for the process
+_IMPORTED_PATHS: dict[Path, str] = {}
+_GUARDS: list[bool] = []  # `guard_inputs` nesting
+
+
+def note_input(path: str | os.PathLike, what: str = "input", st: os.stat_result | None = None,
+               *, imported: bool = False) -> None:
+    """Record that this command read ``path`` (``what`` names it in errors: "trace file",
+    "plugin module mypol"); while `guard_inputs` is active no output may replace it
+    (`check_not_input`). ``imported``: a module a plugin or entry point brought in, recorded
+    for the whole process (modules are imported once). Outside a guard (the API), only
+    imported modules are recorded."""
+    if not (_GUARDS or imported):
+        return
+    try:
+        st = os.stat(path) if st is None else st
+        real = Path(os.path.realpath(os.fspath(path)))
+    except (OSError, TypeError, ValueError):
+        return
+    label = f"{what} ({os.fspath(path)})"
+    ids, paths = (_IMPORTED, _IMPORTED_PATHS) if imported else (_READ, _READ_PATHS)
+    ids[(st.st_dev, st.st_ino)] = (label, real)
+    paths.setdefault(real, label)
+
+
+def read_by_this_run(path: str | os.PathLike) -> str | None:
+    """What ``path`` is if this command read or imported it (`note_input`), else None."""
+    if not _GUARDS:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    key = (st.st_dev, st.st_ino)
+    for ids in (_READ, _IMPORTED):
+        if key in ids:
+            label, real = ids[key]
+            try:  # the file recorded, not a new one that reuses its inode
+                same = os.stat(real)[1:3] == (st.st_ino, st.st_dev)
+            except OSError:
+                same = False
+            if same:
+                return label
+            del ids[key]
+    return None
+
+
+def inputs_inside(folder: str | os.PathLike) -> list[str]:
+    """What this command read or imported that lies inside ``folder`` (replacing the folder
+    would delete it); empty outside a guard."""
+    if not _GUARDS:
+        return []
+    try:
+        root = Path(os.path.realpath(os.fspath(folder)))
+    except (OSError, TypeError, ValueError):
+        return []
+    return [label for paths in (_READ_PATHS, _IMPORTED_PATHS) for real, label in paths.items()
+            if (root == real or root in real.parents) and real.exists()]
+
+
+def check_not_input(path: str | os.PathLike, what: str = "output") -> None:
+    """Refuse an output ``path`` that is a file this command read or imported: a trace, a
+    config, a workload, ``--previous``, a plugin's module or an entry point's (symlinks and
+    hard links included). The one check every writer makes (`check_output_path`)."""
+    found = read_by_this_run(path)
+    if found is not None:
+        raise InputError(f"cannot write {what} {os.fspath(path)}: it is the {found}, which this "
+                         "run read or imported; writing it would destroy that file. Choose "
+                         "another output path")
+
+
+@contextlib.contextmanager
+def guard_inputs() -> Iterator[None]:
+    """While inside (one CLI command), every file a reader opens (`eplb.safeload.
+    check_regular`) and every module a plugin imports is recorded, and no output may replace
+    one of them (`check_not_input`)."""
+    if not _GUARDS:
+        _READ.clear()
+        _READ_PATHS.clear()
+    _GUARDS.append(True)
+    try:
+        yield
+    finally:
+        _GUARDS.pop()
+        if not _GUARDS:
+            _READ.clear()
+            _READ_PATHS.clear()
+
+
 def _stem(name: str, extra: int = 40) -> str:
     """``name`` shortened so that ``.{stem}.`` plus ``extra`` bytes of suffix fit NAME_MAX."""
     room = NAME_MAX - extra - 2
@@ -141,6 +233,7 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
         st = os.stat(final)
     except OSError:  # missing (or unreadable: the write itself names the reason)
         return target
+    check_not_input(final, what)
     _refuse_read_only(final, st)  # before any work, as the write itself would
     return target
 
@@ -354,6 +447,7 @@ def check_output_dir(
             raise InputError(f"{flag} {text} exists and is not empty; choose a new folder or "
                              "pass --force")
     if exists and force:
+        _refuse_inputs_inside(out, text, flag)
         _refuse_foreign(out, text)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
@@ -417,6 +511,14 @@ def _refuse_foreign(out: Path, shown: str | os.PathLike, flag: str = "--force") 
             f"{extra[0]}{more}, which no eplb run wrote there; move it out, remove the folder "
             "yourself, or choose a new folder"
         )
+
+
+def _refuse_inputs_inside(out: Path, shown: str | os.PathLike, flag: str = "-o") -> None:
+    inside = inputs_inside(out)
+    if inside:
+        raise InputError(f"{flag} {os.fspath(shown)} holds the {inside[0]}, which this run "
+                         "read or imported; replacing the folder would delete it. Write to "
+                         "another folder or move the input out")
 
 
 def _resolved(path) -> Path | None:
@@ -483,6 +585,7 @@ def _swap_dir(tmp: Path, out: Path, shown: Path | None = None) -> None:
     shown = out if shown is None else shown
     old = None
     if out.is_dir():
+        _refuse_inputs_inside(out, shown)  # files read since the command began
         _refuse_foreign(out, shown)  # re-checked at the swap: files may have appeared
     elif os.path.lexists(out):
         raise InputError(f"cannot write the folder {shown}: it exists and is not a folder; "
@@ -566,6 +669,7 @@ class Stage:
                 st = os.stat(target)
             except OSError:
                 continue
+            check_not_input(dst, "output")
             if stat.S_ISDIR(st.st_mode):
                 raise InputError(f"cannot write {dst}: it is an existing directory; move it "
                                  "or write elsewhere")
@@ -738,6 +842,8 @@ def publish_tree(staging: str | os.PathLike, out: str | os.PathLike) -> list[str
     stale = sorted(rel for rel in (written_files(out) or set()) - set(new)
                    if rel != MANIFEST and _inside(rel) and os.path.lexists(out / rel)
                    and not (out / rel).is_dir())
+    for rel in [*new, *stale]:  # never replace or remove a file this command read
+        check_not_input(out / rel, "output")
     for rel in new:  # a folder where a file goes: refuse rather than move it
         if (out / rel).is_dir() and not (out / rel).is_symlink():
             raise InputError(f"cannot publish {out / rel}: it is a folder, where a file goes; "

@@ -32,7 +32,14 @@ class InfeasibleError(EplbError):
 
 
 class SolverTimeout(EplbError):
-    """A solver hit its time limit before finding any valid placement."""
+    """A solver hit its time limit before finding any valid placement (or a third-party
+    policy ran past it and was stopped)."""
+
+
+class PolicyError(EplbError):
+    """A third-party policy (a plugin or an installed package's entry point) failed: it
+    raised, or returned something that is not a valid placement; names the policy and its
+    origin."""
 
 
 __all__ = [
@@ -40,6 +47,7 @@ __all__ = [
     "InfeasibleError",
     "InputError",
     "PlacementError",
+    "PolicyError",
     "SolverTimeout",
     "TopologyError",
     "TraceError",

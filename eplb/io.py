@@ -35,21 +35,30 @@ _META_BLOCKS = ("solver", "source", "metrics")
 
 
 def _jsonable(obj: Any) -> Any:
+    """``obj`` (a placement's meta, perhaps from a third-party policy) as strict JSON values:
+    NaN and infinities become None (JSON has no such numbers), sets sorted lists, numpy
+    scalars and arrays Python ones; other objects their ``str``."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        try:
+            items = sorted(obj)
+        except TypeError:  # mixed kinds
+            items = sorted(obj, key=repr)
+        return [_jsonable(v) for v in items]
     if isinstance(obj, np.ndarray):
         return _jsonable(obj.tolist())
-    if isinstance(obj, np.bool_):
+    if isinstance(obj, (bool, np.bool_)):
         return bool(obj)
     if isinstance(obj, np.integer):
         return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    return str(obj)
 
 
 def _check_path(path, what: str = "placement file") -> None:
@@ -118,7 +127,7 @@ def dumps_native(p: Placement) -> str:
         "phy2log",
         "replica_share",
     ]
-    return json.dumps({k: head[k] for k in order}, indent=1) + "\n"
+    return json.dumps(_jsonable({k: head[k] for k in order}), indent=1, allow_nan=False) + "\n"
 
 
 def _default_ids(p: Placement) -> bool:
@@ -288,7 +297,7 @@ def write_placement(
         arrays = {
             "phy2log": p.phy2log,
             "layer_ids": p.layer_ids,
-            "header": np.array(json.dumps(_header(p))),
+            "header": np.array(json.dumps(_header(p), allow_nan=False)),
         }
         if p.replica_share is not None:
             arrays["replica_share"] = p.replica_share
@@ -431,6 +440,14 @@ def _need_topology(path, fmt: str, topology: Topology | None) -> Topology:
 
 
 def _build(path, phy2log, topology, num_experts, layer_ids, meta) -> Placement:
+    fmt = meta["source"]["format"]
+    if (phy2log < 0).any():  # eplb's own empty slot; these runtimes have none (they misread it)
+        layer, slot = (int(i[0]) for i in np.nonzero(phy2log < 0))
+        field = _SLOT_FIELD[fmt][0] if fmt != "sglang" else "physical_to_logical_map"
+        raise _fail(path, f"{field} row {layer}, slot {slot} is {int(phy2log[layer, slot])}; "
+                    f"{_RUNTIME[fmt]} files hold an expert id 0..E-1 in every slot (no empty "
+                    "slot): fix the file, or save a placement with empty slots in the native "
+                    "format")
     E = int(phy2log.max()) + 1 if num_experts is None else num_experts
     try:
         return Placement(phy2log, E, topology, None, meta, layer_ids).validate()
@@ -467,10 +484,7 @@ def _read_trtllm(path, topology, num_experts) -> Placement:
 
 
 def _read_vllm(path, topology, num_experts, layer_ids) -> Placement:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read placement file {str(path)!r}: {exc}") from None
+    text = read_text(path, "placement file")  # a regular UTF-8 file within EPLB_MAX_BYTES
     records = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not records:
         raise _fail(path, "file is empty")

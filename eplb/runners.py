@@ -35,6 +35,17 @@ def _mp():
     return multiprocessing.get_context("fork" if fork else "spawn")
 
 
+_WORKER_START: dict[str, tuple[Callable[..., Any], tuple]] = {}
+
+
+def on_worker_start(key: str, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` in every pool worker before its first task (the entry under ``key``
+    replaces an earlier one): e.g. `eplb.solvers.load_plugins` of the ``--plugin`` modules
+    the parent loaded, which a spawned worker would not know. ``fn`` and ``args`` must
+    pickle (a module-level function and plain values)."""
+    _WORKER_START[key] = (fn, args)
+
+
 def context() -> Any:
     """The ``context`` object of the current `run` (in a worker or inline)."""
     return _CONTEXT
@@ -110,7 +121,7 @@ def _run_pool(fn, tasks, workers, context, on_result) -> list[Any]:
     procs = [
         mp.Process(
             target=_worker,
-            args=(fn, task_q, result_q, os.getpid(), context),
+            args=(fn, task_q, result_q, os.getpid(), context, list(_WORKER_START.values())),
             daemon=True,
             name=f"eplb-worker-{k}",
         )
@@ -210,6 +221,8 @@ def _run_dask(fn, tasks, scheduler, on_result) -> list[Any]:
             "running on a Dask cluster needs the dask extra: pip install 'eplb[dask]'"
         ) from None
     own = not isinstance(scheduler, Client)
+    if own:
+        _check_address(scheduler)  # before Client(): a failed one hangs at exit closing itself
     try:
         client = Client(scheduler, set_as_default=False, timeout="20s") if own else scheduler
     except (OSError, TimeoutError, ValueError) as exc:
@@ -229,18 +242,44 @@ def _run_dask(fn, tasks, scheduler, on_result) -> list[Any]:
             client.close()
 
 
-def _worker(fn, task_q, result_q, parent: int, ctx) -> None:
+def _check_address(scheduler: Any) -> None:
+    """A Dask scheduler address ``[scheme://]host:port`` (`InputError` otherwise)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    fix = "give the scheduler's address, e.g. tcp://10.0.0.5:8786, or a distributed.Client"
+    if not isinstance(scheduler, str):
+        raise InputError(f"scheduler {scheduler!r} is not an address; {fix}")
+    try:
+        scheme, where = parse_address(scheduler)
+        if scheme == "inproc":  # a scheduler in this process (a LocalCluster's)
+            return
+        host, port = parse_host_port(where)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"scheduler {scheduler!r} is not an address ({exc}); {fix}") from None
+    if not host or not 1 <= int(port) <= 65535:
+        raise InputError(f"scheduler {scheduler!r} needs a host and a port in 1..65535; {fix}")
+
+
+def _worker(fn, task_q, result_q, parent: int, ctx, start=()) -> None:
     global _CONTEXT
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker drops the parent's handler
     _CONTEXT = ctx
+    failed = None
+    try:
+        for setup, args in start:  # what the parent loaded (plugins), before any task
+            setup(*args)
+    except BaseException as exc:
+        failed = exc
     while True:
         item = task_q.get()
         if item is None:
             break
         i, task = item
         try:
+            if failed is not None:
+                raise failed
             result_q.put((i, True, fn(task)))
         except BaseException as exc:
             result_q.put((i, False, _portable(exc)))

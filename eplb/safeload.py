@@ -11,9 +11,11 @@ file) and every tag but the plain ones. Errors are `InputError`s. See docs/core.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import re
 import stat
 import zipfile
 import zlib
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from eplb.atomic import note_input
 from eplb.errors import EplbError, InputError
 
 # a damaged zip member: bad headers, a truncation, a corrupt deflate stream (a bit flip), an
@@ -37,22 +40,30 @@ ZIP_MAGIC = b"PK\x03\x04"
 ErrorFactory = Callable[[str], Exception]
 
 
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
 def max_bytes() -> int:
     """Largest array eplb allocates from one input or request: ``$EPLB_MAX_BYTES`` or 4 GiB.
 
-    A value that is not a finite number of bytes >= 1 (``inf``, ``1e400``, ``-5``, ``abc``)
-    is an `InputError` naming the variable."""
+    Bytes, optionally with a unit: ``8e9``, ``10MB``, ``512 MiB``, ``4G`` (k, M, G, T are
+    powers of 1000, Ki, Mi, Gi, Ti of 1024; a trailing ``B`` is optional). A value that is
+    not a finite number of bytes >= 1 (``inf``, ``1e400``, ``-5``, ``abc``) is an
+    `InputError` naming the variable."""
     text = os.environ.get("EPLB_MAX_BYTES", "")
     if not text.strip():
         return DEFAULT_MAX_BYTES
+    unit = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKmMgGtT]i?)?[bB]?\s*", text)
     try:
-        value = float(text)
-    except ValueError:
+        value = float(unit.group(1)) * _UNITS[(unit.group(2) or "").lower()] if unit \
+            else math.nan
+    except (ValueError, OverflowError):
         value = math.nan
     if not (math.isfinite(value) and 1 <= value <= 2**62):
         raise InputError(
             f"environment variable EPLB_MAX_BYTES={text.strip()[:30]!r} is not a number of "
-            f"bytes in 1..2**62; set it to e.g. 8e9 (8 GB) or unset it (default 4 GiB)"
+            f"bytes in 1..2**62; set it to e.g. 8e9 or 8GB (8 GB), or unset it (default 4 GiB)"
         )
     return int(value)
 
@@ -88,15 +99,29 @@ def check_size(
     return nbytes
 
 
+MAX_NPY_HEADER = 10_000  # bytes of a .npy header numpy itself accepts (max_header_size)
+
+
 def _header(fh, error: ErrorFactory, name: str):
     try:
         version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-        else:
+        if version not in ((1, 0), (2, 0)):
             raise error(f"{name}: unsupported .npy format version {version}")
+        # the header's length, checked before it is read (a 4-byte length can claim 4 GiB)
+        width = 2 if version == (1, 0) else 4
+        raw = fh.read(width)
+        if len(raw) != width:
+            raise EOFError("the file ends inside the .npy header")
+        length = int.from_bytes(raw, "little")
+        if length > MAX_NPY_HEADER:
+            raise error(f"{name}: the .npy header claims {length:,} bytes, over the "
+                        f"{MAX_NPY_HEADER:,} a .npy header can have; the file is corrupt")
+        head = io.BytesIO(raw + fh.read(length))
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read(head)
+    except EplbError:
+        raise
     except (ValueError, EOFError, OSError, SyntaxError) as exc:
         raise error(f"{name}: not a readable .npy array ({exc})") from None
     if dtype.hasobject:
@@ -224,6 +249,7 @@ def check_regular(path: str | os.PathLike, what: str = "input", error: ErrorFact
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
         raise error(f"{what} {str(p)!r} is {kind}, not a regular file; eplb reads regular "
                     "files only (save the stream to a file first)")
+    note_input(p, what, st)  # no output of this command may replace it (eplb.atomic)
     return p
 
 

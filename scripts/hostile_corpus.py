@@ -26,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,8 +50,12 @@ class Case:
     quick_exit: float | None = None  # the signalled run must end within this many seconds
     no_temps: str | None = None  # folder that must hold no hidden temporary files afterwards
     json_out: bool = False  # stdout must be strict JSON
-    check: str | None = None  # python expression on (root, rc) that must be true
+    check: str | None = None  # python expression on (root, rc, stderr) that must be true
     klass: str = "misc"  # the issue's class this case belongs to (for the counts)
+    isolated: bool = False  # an API case run as its own process (plugins, entry points)
+    mem_limit: int | None = None  # address space (bytes) of this case's process: refusing
+    # before allocating passes, running out of memory first fails ("out of memory")
+    timeout: float | None = None  # seconds before the case counts as a hang (default --timeout)
 
 
 def _fifo(path: Path) -> Path:
@@ -418,6 +423,7 @@ def build(root: Path) -> list[Case]:
              signal_after=4.0, quick_exit=2.0, no_temps=".",
              check="rc in (143, -15) if signalled else rc == 0"))
     systematic(r, add, klass, sim)
+    policy_and_limit_cases(r, add, klass, sim)
     return cases
 
 
@@ -433,9 +439,9 @@ def _temps(folder: Path) -> list[str]:
                   if p.name.startswith(".") and p.name.endswith((".tmp", ".old")))
 
 
-def _limit_memory() -> None:
+def _limit_memory(limit: int = MEM_LIMIT) -> None:
     os.setsid()
-    resource.setrlimit(resource.RLIMIT_AS, (MEM_LIMIT, MEM_LIMIT))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
@@ -450,9 +456,11 @@ def run_case(case: Case, root: Path, timeout: float) -> tuple[str, str]:
         argv = [PY, "-c", src]
     else:
         argv = [PY, "-m", "eplb.cli", *(a.replace("{ROOT}", str(root)) for a in case.argv)]
+    limit = MEM_LIMIT if case.mem_limit is None else case.mem_limit
+    timeout = timeout if case.timeout is None else case.timeout
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            preexec_fn=_limit_memory)
+                            preexec_fn=functools.partial(_limit_memory, limit))
     sent = None
     try:
         if case.signal_after is not None:
@@ -489,8 +497,12 @@ def classify(case: Case, root: Path, rc: int, stdout: str, stderr: str, before: 
             reasons.append(f"temporary files left: {left[:3]}")
     if case.quick_exit is not None and sent is not None and ended - sent > case.quick_exit:
         reasons.append(f"took {ended - sent:.1f} s to stop after the signal")
-    if case.check is not None and not eval(case.check, {"root": root, "rc": rc,
-                                                        "signalled": sent is not None}):
+    if case.mem_limit is not None and ("out of memory" in stderr or "MemoryError" in stderr):
+        reasons.append("memory before refusal: ran out of memory (address space "
+                       f"{case.mem_limit / 2**30:.2g} GiB) instead of refusing the size first")
+    if case.check is not None and not _holds(case.check, {
+            "root": root, "rc": rc, "stderr": stderr, "signalled": sent is not None,
+            "json": json}):
         last = [ln for ln in stderr.splitlines() if ln.strip()][-1:]
         reasons.append(f"check failed ({case.check}; rc {rc}; {last[0][:160] if last else ''})")
     if case.json_out and rc == 0:
@@ -513,6 +525,14 @@ def classify(case: Case, root: Path, rc: int, stdout: str, stderr: str, before: 
     return ("failing", "; ".join(reasons)) if reasons else ("clean", "")
 
 
+def _holds(check: str, names: dict) -> bool:
+    """Whether the case's ``check`` expression is true (an exception in it: false)."""
+    try:
+        return bool(eval(check, names))
+    except Exception:
+        return False
+
+
 class _Hang(BaseException):
     pass
 
@@ -528,7 +548,9 @@ def run_inprocess(case: Case, root: Path, timeout: float) -> tuple[str, str]:
     import io
     import traceback
 
-    if case.api is None:  # the CLI is run as users run it (scripts never import eplb.cli)
+    if case.api is None or case.isolated or case.mem_limit is not None:
+        # the CLI is run as users run it (scripts never import eplb.cli); plugin and memory
+        # cases get a process of their own (registries, address-space limits)
         return run_case(case, root, timeout)
     from eplb.atomic import clear_signals
     from eplb.errors import EplbError
@@ -1018,6 +1040,615 @@ def systematic(r: Path, add, klass: list, sim: list[str]) -> None:
         for label, value in junk.items():
             add(Case(f"API {fname}({label})", api="import numpy as np\n" + src.replace("X", value),
                      expect_error=True))
+
+
+# ------------------------------------------------------------------ plugins, limits (issue 38)
+DATA_LOSS = "data loss: outputs over files read or imported"
+ENDLESS = "never-ending work"
+MEMORY = "memory before refusal"
+PLUGINS = "plugins and entry points"
+WRONG = "tracebacks and wrong accepts"
+MEM_CAP = 3 * 2**30 // 2  # address space of a memory case: the imports fit, a 2 GiB array not
+
+_POLICY = """
+import numpy as np
+from eplb import solvers
+"""
+
+_PLUGINS = {  # module file -> source (each registers the policies named in it)
+    "mypol.py": _POLICY + """
+@solvers.register("mine")
+def mine(load, topology, seed=0):
+    return solvers.solve("greedy", load, topology, seed=seed)
+""",
+    "polhelper.py": "def delegate(name, load, topology):\n"
+                    "    from eplb import solvers\n"
+                    "    return solvers.solve(name, load, topology)\n",
+    "usehelper.py": _POLICY + """
+import polhelper
+@solvers.register("helped")
+def helped(load, topology):
+    return polhelper.delegate("greedy", load, topology)
+""",
+    "pkgplug/__init__.py": "",
+    "pkgplug/sub.py": _POLICY + """
+@solvers.register("pkgmine")
+def pkgmine(load, topology):
+    return solvers.solve("greedy", load, topology)
+""",
+    "boom.py": _POLICY + "raise ZeroDivisionError('plugin boom fails at import')\n",
+    "syntaxerr.py": "def broken(:\n    pass\n",
+    "badsig.py": _POLICY + """
+@solvers.register("badsig")
+def badsig(load):
+    return load
+""",
+    "raiser.py": _POLICY + """
+@solvers.register("raiser")
+def raiser(load, topology):
+    raise ValueError("raiser: this policy always fails")
+""",
+    "sleepy.py": _POLICY + """
+import time
+@solvers.register("sleepy")
+def sleepy(load, topology, time_limit=None):
+    while True:  # ignores time_limit
+        time.sleep(0.05)
+""",
+    "spinner.py": _POLICY + """
+@solvers.register("spinner")
+def spinner(load, topology):
+    n = 0
+    while True:  # a pure-Python loop: no sleep, no time limit honoured
+        n += 1
+""",
+    "metaset.py": _POLICY + """
+from eplb import Placement
+@solvers.register("metaset")
+def metaset(load, topology):
+    p = solvers.solve("greedy", load, topology)
+    return Placement(p.phy2log, p.num_experts, p.topology,
+                     meta={"tags": {"b", "a"}, "score": float("nan"), "inf": float("inf")})
+""",
+    "badreturn.py": _POLICY + """
+@solvers.register("badreturn")
+def badreturn(load, topology):
+    return [[0, 1]]
+""",
+}
+
+_GOOD_EP = ({"goodpol": "goodpkg:goodpol"}, {"goodpkg.py": _POLICY + """
+def goodpol(load, topology):
+    return solvers.solve("greedy", load, topology)
+"""})
+_FAILING_EPS = {  # policies that load but fail when they run
+    "raisepkg": ({"raise_ep": "raisepkg:raiser"}, {"raisepkg.py": _POLICY + """
+def raiser(load, topology):
+    raise KeyError("raise_ep always fails")
+"""}),
+    "sleepypkg": ({"sleepy_ep": "sleepypkg:sleepy"}, {"sleepypkg.py": _POLICY + """
+import time
+def sleepy(load, topology, time_limit=None):
+    while True:
+        time.sleep(0.05)
+"""}),
+}
+_ENTRY_POINTS = {  # site folder -> {distribution: (entry points, {module file: source})}
+    "site_good": {"goodpkg": _GOOD_EP},
+    "site_slow": {"goodpkg": _GOOD_EP, **_FAILING_EPS},
+    "site_bad": {  # every way an installed package's entry point can be broken
+        "goodpkg": _GOOD_EP,
+        "brokenpkg": ({"brokenattr": "brokenpkg:nope"}, {"brokenpkg.py": "X = 1\n"}),
+        "missingpkg": ({"missingmod": "no_such_module_here:fn"}, {}),
+        "badsigpkg": ({"badsig_ep": "badsigpkg:notapolicy"},
+                      {"badsigpkg.py": "def notapolicy(x):\n    return x\n"}),
+        "classpkg": ({"class_ep": "classpkg:Policy"},
+                     {"classpkg.py": "class Policy:\n    def __init__(self, a, b, *, c):\n"
+                                     "        pass\n"}),
+        "boompkg": ({"boom_ep": "boompkg"}, {"boompkg.py": "raise RuntimeError('boompkg!')\n"}),
+        "duppkg": ({"dup_ep": "duppkg"}, {"duppkg.py": _POLICY + """
+@solvers.register("greedy")
+def greedy(load, topology):
+    raise ValueError("an impostor greedy")
+"""}),
+        "exitpkg": ({"exit_ep": "exitpkg"}, {"exitpkg.py": "import sys\nsys.exit(3)\n"}),
+    },
+}
+
+
+_ENTRY_POINTS["site_mixed"] = {**_ENTRY_POINTS["site_bad"], **_FAILING_EPS}
+
+
+def _write_site(folder: Path, dists: dict) -> None:
+    """A folder on PYTHONPATH that importlib.metadata reads as installed distributions with
+    ``eplb.solvers`` entry points."""
+    folder.mkdir()
+    for dist, (eps, modules) in dists.items():
+        info = folder / f"{dist}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(
+            "[eplb.solvers]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+        for name, src in modules.items():
+            (folder / name).write_text(src)
+
+
+def _pt_records(path: Path, p2l_max: int, topk: tuple[int, ...] = ()) -> None:
+    """An SGLang per-pass ``.pt`` dump whose map names expert ``p2l_max`` (``topk``: one
+    per-token record per entry, with that many picks per token)."""
+    import torch
+
+    p2l = torch.tensor([[0, 1, 2, p2l_max]], dtype=torch.int64)
+    records = [{"global_physical_count": torch.ones(1, 4), "forward_pass_id": i}
+               for i in range(max(1, len(topk)))]
+    for rec, k in zip(records[:len(topk)], topk, strict=True):
+        rec["topk_ids_of_layer"] = torch.zeros(1, 3, k, dtype=torch.int64)
+    torch.save({"last_physical_to_logical_map": p2l, "records": records}, path)
+
+
+def _vllm_stats(path: Path, p2l_max: int) -> None:
+    meta = {"record_type": "eplb_load_meta", "model": "m", "num_layers": 1}
+    stats = {"record_type": "eplb_load_stats", "step": 0, "expert_load": [[1, 2, 3, 4]],
+             "p2l_map": [[0, 1, 2, p2l_max]]}
+    path.write_text(json.dumps(meta) + "\n" + json.dumps(stats) + "\n")
+
+
+def _rankdir(root: Path, layers=("0",), ranks=("0",), rows="0,\"[1, 2, 3, 4]\"\n") -> Path:
+    for rank in ranks:
+        (root / rank).mkdir(parents=True, exist_ok=True)
+        for lyr in layers:
+            (root / rank / f"moe_layer-{lyr}.csv").write_text(
+                "iteration,expert distribution\n" + rows)
+    return root
+
+
+def policy_and_limit_cases(r: Path, add, klass: list, sim: list[str]) -> None:
+    """Issue 38's classes, from cases built here: outputs over files a run read or imported
+    (plugins, entry points' modules); searches, plugins and readers that never end; sizes
+    implied by ids and counts; broken plugins and entry points; tracebacks and wrong accepts
+    in the workload and trace readers and the API."""
+    import pandas as pd
+
+    def run_cli(*argv, env=None):
+        return subprocess.run([PY, "-m", "eplb.cli", *argv], cwd=r, capture_output=True,
+                              env={**os.environ, **(env or {})})
+
+    for name, src in _PLUGINS.items():
+        (r / name).parent.mkdir(exist_ok=True)
+        (r / name).write_text(src)
+    for folder, dists in _ENTRY_POINTS.items():
+        _write_site(r / folder, dists)
+    bundled = Path(__file__).resolve().parents[1] / "traces" / "data"
+    shutil.copy(bundled / "deepseek-v3-calibrated.npz", r / "ds.npz")
+    solve = ["solve", "t.npz", "--topology", "2x4", "--slots", "32"]
+    cmp = ["compare", "t.npz", "--topologies", "2x4:32", "--quiet"]
+    advise = ["advise", "ds.npz", "--topology", "4x8", "--slots", "288", "--levers",
+              "rebalance"]
+    bad_site = {"PYTHONPATH": "site_bad"}  # broken entry points beside working ones
+    slow_site = {"PYTHONPATH": "site_slow"}  # entry points that load, then fail or overrun
+    mixed_site = {"PYTHONPATH": "site_mixed"}  # both
+    tight = ["--set", "slo.ttft_s=1.0"]  # a goodput target 30 requests bracket quickly
+
+    # -------------------------------------------------------------- (1) data loss
+    klass[0] = DATA_LOSS
+    native = ["--format", "native"]
+    for plugin, solver, target in (("mypol", "mine", "mypol.py"),
+                                   ("usehelper", "helped", "polhelper.py"),
+                                   ("usehelper", "helped", "usehelper.py"),
+                                   ("pkgplug.sub", "pkgmine", "pkgplug/sub.py"),
+                                   ("pkgplug.sub", "pkgmine", "pkgplug/__init__.py")):
+        add(Case(f"solve --plugin {plugin} -o {target}",
+                 [*solve, "--plugin", plugin, "--solver", solver, "-o", target, *native],
+                 expect_error=True, keep=[target]))
+    add(Case("solve --plugin mypol -o ./mypol.py (npz)",
+             [*solve, "--plugin", "mypol", "--solver", "mine", "-o", "./mypol.py", "--format",
+              "npz"], expect_error=True, keep=["mypol.py"]))
+    for flag in ("-o", "--markdown", "--layers-csv"):
+        add(Case(f"compare --plugin mypol {flag} mypol.py",
+                 [*cmp, "--plugin", "mypol", "--solvers", "mine", flag, "mypol.py"],
+                 expect_error=True, keep=["mypol.py"]))
+    add(Case("solve entry point's module -o site_good/goodpkg.py",
+             [*solve, "--solver", "goodpol", "-o", "site_good/goodpkg.py", *native],
+             env={"PYTHONPATH": "site_good"}, expect_error=True, keep=["site_good/goodpkg.py"]))
+    add(Case("solve entry point (unused) module -o site_good/goodpkg.py",
+             [*solve, "--solver", "greedy", "-o", "site_good/goodpkg.py", *native],
+             env={"PYTHONPATH": "site_good"}, expect_error=True, keep=["site_good/goodpkg.py"]))
+    add(Case("compare entry point's module --markdown site_good/goodpkg.py",
+             [*cmp, "--solvers", "goodpol", "--markdown", "site_good/goodpkg.py"],
+             env={"PYTHONPATH": "site_good"}, expect_error=True, keep=["site_good/goodpkg.py"]))
+    add(Case("solve --plugin mypol -o mypol.py through a symlink",
+             [*solve, "--plugin", "mypol", "--solver", "mine", "-o", "mypol_link.py", *native],
+             expect_error=True, keep=["mypol.py"]))
+    (r / "mypol_link.py").symlink_to("mypol.py")
+    # simulate --force over a folder an eplb run wrote, holding the initial placement the
+    # config names (listed in the folder's manifest, as if that run had written it)
+    run_cli("solve", "ds.npz", "--topology", "4x8", "--slots", "288", "--format", "sglang",
+            "-o", "init_sg.json")
+    run_cli("simulate", "deepseek_day6", *sim, "-o", "dl_init")
+    if (r / "dl_init").is_dir() and (r / "init_sg.json").is_file():
+        shutil.copy(r / "init_sg.json", r / "dl_init" / "init.json")
+        manifest = json.loads((r / "dl_init" / ".eplb-output.json").read_text())
+        manifest["files"].append("init.json")
+        (r / "dl_init" / ".eplb-output.json").write_text(json.dumps(manifest))
+        add(Case("simulate -o DIR --force, the config's eplb.initial inside DIR",
+                 ["simulate", "deepseek_day6", *sim, "-o", "dl_init", "--force", "--set",
+                  "eplb.initial='dl_init/init.json'"], expect_error=True,
+                 keep=["dl_init/init.json"], timeout=90))
+    run_cli(*solve, "-o", "prev.json")
+    add(Case("advise --previous prev.json -o prev.json",
+             [*advise, "--previous", "prev.json", "-o", "prev.json"], expect_error=True,
+             keep=["prev.json"]))
+
+    # -------------------------------------------------------------- (2) never-ending work
+    klass[0] = ENDLESS
+    for tol in ("1e-300", "1e-17", "2e-16"):
+        add(Case(f"simulate --capacity --rel-tol {tol}",
+                 ["simulate", "deepseek_day6", *sim, "--capacity", "--rel-tol", tol, *tight],
+                 expect_error=True, timeout=90))
+    for tol in ("1e-300", "1e-16"):
+        add(Case(f"API capacity rel_tol={tol}",
+                 api="from eplb.evaluation.serving import ClusterConfig, capacity, workload as W\n"
+                     "capacity(ClusterConfig.load('deepseek_day6'), W.read('w.jsonl'), "
+                     f"slo={{'ttft_s': 1.0, 'tpot_s': 0.05}}, rel_tol={tol}, progress=False)",
+                 expect_error=True, timeout=90))
+    add(Case("simulate --capacity --rel-tol 0.3 (ends)",
+             ["simulate", "deepseek_day6", *sim, "--capacity", "--rel-tol", "0.3", *tight],
+             check="rc == 0", timeout=120))
+    for what, argv, env in (
+            ("solve --plugin sleepy", [*solve, "--plugin", "sleepy", "--solver", "sleepy"], {}),
+            ("solve --plugin spinner", [*solve, "--plugin", "spinner", "--solver", "spinner"],
+             {}),
+            ("compare --plugin sleepy", [*cmp, "--plugin", "sleepy", "--solvers", "sleepy"],
+             {}),
+            ("compare --plugin spinner --workers 2",
+             [*cmp, "--plugin", "spinner", "--solvers", "spinner,greedy", "--workers", "2"], {}),
+            ("replay entry point sleepy_ep", ["replay", "t.npz", "--topology", "2x4", "--slots",
+                                              "32", "--quiet", "--solver", "sleepy_ep"], slow_site),
+            ("advise entry point sleepy_ep", [*advise, "--solver", "sleepy_ep"], slow_site),
+    ):
+        add(Case(f"{what} --time-limit 1 (the policy ignores it)",
+                 [*argv, "--time-limit", "1"], env=env, expect_error=True, timeout=40))
+    add(Case("simulate eplb.solver = sleepy_ep, eplb.options.time_limit = 1",
+             ["simulate", "deepseek_day6", *sim, "-o", "o_sleepy", "--set",
+              "eplb.solver=sleepy_ep", "--set", "eplb.options={time_limit = 1}"], env=slow_site,
+             expect_error=True, timeout=60))
+    add(Case("advise --solver ilp --time-limit 1 (the option exists)",
+             [*advise, "--solver", "ilp", "--time-limit", "1"], check="rc == 0", timeout=120))
+    add(Case("API solve spinner time_limit=1",
+             api="import spinner\nfrom eplb import solvers, traces, Topology\n"
+                 "solvers.solve('spinner', traces.read('t.npz'), Topology.parse('2x4', 32), "
+                 "time_limit=1)", isolated=True, expect_error=True, timeout=40))
+    fd = _rankdir(r / "rd_fifo", layers=("1",))
+    _fifo(fd / "0" / "moe_layer-0.csv")
+    add(Case("trace info rank folder, layer CSV a FIFO", ["trace", "info", "rd_fifo"],
+             expect_error=True, timeout=30))
+    fd = _rankdir(r / "rd_datafifo")
+    _fifo(fd / "data.json")
+    add(Case("trace info rank folder, data.json a FIFO", ["trace", "info", "rd_datafifo"],
+             expect_error=True, timeout=30))
+    add(Case("API traces.read rank folder with a FIFO layer",
+             api="from eplb import traces\ntraces.read('rd_fifo')", expect_error=True,
+             timeout=30))
+    add(Case("trace stack a rank folder with a FIFO", ["trace", "stack", "rd_fifo", "t.npz",
+                                                        "-o", "st.npz"], expect_error=True,
+             timeout=30))
+
+    # -------------------------------------------------------------- (3) memory before refusal
+    klass[0] = MEMORY
+    ten_mb = {"EPLB_MAX_BYTES": "10e6"}
+    hlen = 2**32 - 64
+    (r / "npy_hlen.npy").write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", hlen) + b"{" * 64)
+    (r / "npy_hlen3.npy").write_bytes(b"\x93NUMPY\x03\x00" + struct.pack("<I", hlen) + b"{" * 64)
+    for name in ("npy_hlen.npy", "npy_hlen3.npy"):
+        add(Case(f"trace info {name} (header length 2**32 - 64)", ["trace", "info", name],
+                 expect_error=True, mem_limit=MEM_CAP))
+    with zipfile.ZipFile(r / "npz_hlen.npz", "w") as zf:
+        zf.writestr("counts.npy", (r / "npy_hlen.npy").read_bytes())
+    add(Case("trace info npz member with header length 2**32 - 64",
+             ["trace", "info", "npz_hlen.npz"], expect_error=True, mem_limit=MEM_CAP))
+    (r / "csv_e5e8.csv").write_text("window,layer,expert,count\n0,0,0,1\n0,0,500000000,1\n")
+    add(Case("trace info CSV expert id 5e8", ["trace", "info", "csv_e5e8.csv"],
+             expect_error=True, mem_limit=MEM_CAP))
+    add(Case("solve CSV expert id 5e8 (EPLB_MAX_BYTES=10e6)",
+             [*solve[:1], "csv_e5e8.csv", *solve[2:]], expect_error=True, mem_limit=MEM_CAP,
+             env=ten_mb))
+    (r / "csv_r3e8.csv").write_text("window,layer,expert,count,rank\n0,0,0,1,0\n"
+                                    "0,0,1,1,300000000\n")
+    add(Case("trace info CSV rank id 3e8", ["trace", "info", "csv_r3e8.csv"],
+             expect_error=True, mem_limit=MEM_CAP))
+    pd.DataFrame({"window": [0, 0], "layer": [0, 0], "expert": [0, 500_000_000],
+                  "count": [1, 1]}).to_parquet(r / "pq_e5e8.parquet")
+    add(Case("trace info Parquet expert id 5e8", ["trace", "info", "pq_e5e8.parquet"],
+             expect_error=True, mem_limit=MEM_CAP))
+    zd = _rankdir(r / "rd_zero", layers=("1",))
+    (zd / "0" / "moe_layer-0.csv").symlink_to("/dev/zero")
+    add(Case("trace info rank folder, layer CSV linked to /dev/zero",
+             ["trace", "info", "rd_zero"], expect_error=True, mem_limit=MEM_CAP, timeout=30))
+    big = _rankdir(r / "rd_big")
+    with open(big / "0" / "moe_layer-0.csv", "a") as fh:
+        fh.truncate(64 * 2**20)  # a 64 MB sparse file under a 10 MB limit
+    add(Case("trace info rank folder, 64 MB layer CSV (EPLB_MAX_BYTES=10e6)",
+             ["trace", "info", "rd_big"], expect_error=True, env=ten_mb))
+    try:
+        for exp in (27, 33, 40):
+            _pt_records(r / f"pt_p2l_{exp}.pt", 2**exp)
+            for spelled in ("10e6", "10MB"):
+                add(Case(f"trace info .pt physical-to-logical id 2**{exp} "
+                         f"(EPLB_MAX_BYTES={spelled})", ["trace", "info", f"pt_p2l_{exp}.pt"],
+                         expect_error=True, env={"EPLB_MAX_BYTES": spelled}, mem_limit=MEM_CAP))
+        _pt_records(r / "pt_topk23.pt", 3, topk=(2, 3))
+        add(Case("trace info .pt records mixing top-k 2 and 3",
+                 ["trace", "info", "pt_topk23.pt"], expect_error=True, klass=WRONG))
+    except ImportError:  # pragma: no cover - torch is an optional extra
+        pass
+    for exp in (27, 30, 31):
+        _vllm_stats(r / f"vllm_p2l_{exp}.jsonl", 2**exp - (exp == 31))
+        add(Case(f"trace info vLLM stats physical-to-logical id 2**{exp}",
+                 ["trace", "info", f"vllm_p2l_{exp}.jsonl"], expect_error=True, env=ten_mb,
+                 mem_limit=MEM_CAP))
+    # 20 requests draw at most 20 of a billion system prompts: built without the others
+    add(Case("workload synth --system-prompts 1000000000",
+             ["workload", "synth", "-n", "20", "--system-prompts", "1000000000",
+              "--system-prompt-tokens", "1024", "-o", "sp.jsonl"],
+             mem_limit=MEM_CAP, timeout=60))
+    add(Case("API synthesize system_prompts=1e9",
+             api="from eplb.evaluation.serving import workload as W\n"
+                 "W.synthesize(20, system_prompts=10**9, system_prompt_tokens=1024)",
+             mem_limit=MEM_CAP, timeout=60))
+    add(Case("simulate --set decode.nodes=2048",
+             ["simulate", "deepseek_day6", *sim, "-o", "o_nodes", "--set", "decode.nodes=2048",
+              "--set", "decode.slots_per_layer=16384"], expect_error=True, mem_limit=MEM_CAP,
+             timeout=90))
+    add(Case("simulate --set decode.mtp_draft_tokens=1000000000",
+             ["simulate", "deepseek_day6", *sim, "-o", "o_mtp", "--set",
+              "decode.mtp_draft_tokens=1000000000"], expect_error=True, mem_limit=MEM_CAP,
+             timeout=60))
+    add(Case("advise --redundant 1000000",
+             [*advise[:-1], "redundant", "--redundant", "1000000"], expect_error=True,
+             mem_limit=MEM_CAP, timeout=60))
+    add(Case("advise --redundant 999744 (E + N a multiple of the GPUs)",
+             [*advise[:-1], "redundant,craft", "--redundant", "999744"], expect_error=True,
+             mem_limit=MEM_CAP, timeout=60))
+    run_cli("trace", "synth", "zipf", "-o", "big.npz", "--layers", "8", "--experts", "256",
+            "--windows", "8")  # 128 KiB of counts
+    add(Case("trace stack above EPLB_MAX_BYTES",
+             ["trace", "stack", "big.npz", "big.npz", "big.npz", "-o", "stacked.npz"],
+             env={"EPLB_MAX_BYTES": "300000"}, expect_error=True))
+    add(Case("API traces.stack above EPLB_MAX_BYTES",
+             api="from eplb import traces\nt = traces.read('big.npz')\n"
+                 "traces.stack([t, t, t])", env={"EPLB_MAX_BYTES": "300000"},
+             isolated=True, expect_error=True))
+
+    # -------------------------------------------------------------- (4) plugins, entry points
+    klass[0] = PLUGINS
+    for plugin in ("boom", "syntaxerr", "badsig", ".mod", "..mod", "mypol.py", "a..b", " ",
+                   "-x", "no_such_plugin_mod", "os.path:join"):
+        add(Case(f"solve --plugin {plugin!r}", [*solve, "--plugin", plugin, "--solver", "greedy"],
+                 expect_error=True))
+    add(Case("compare --plugin boom", [*cmp, "--plugin", "boom", "--solvers", "greedy"],
+             expect_error=True))
+    add(Case("API load_plugins(['boom'])", api="from eplb import solvers\n"
+             "solvers.load_plugins(['boom'])", isolated=True, expect_error=True))
+    add(Case("API load_plugins(['.mod'])", api="from eplb import solvers\n"
+             "solvers.load_plugins(['.mod'])", isolated=True, expect_error=True))
+    for name in ("raiser", "badreturn"):
+        add(Case(f"solve --plugin {name} (the policy fails)",
+                 [*solve, "--plugin", name, "--solver", name], expect_error=True))
+        add(Case(f"compare --plugin {name} --workers 2 (the policy fails)",
+                 [*cmp, "--plugin", name, "--solvers", f"{name},greedy", "--workers", "2",
+                  "-o", f"cmp_{name}.csv"], expect_error=True))
+    add(Case("solve --plugin metaset -o (meta holds a set and NaN)",
+             [*solve, "--plugin", "metaset", "--solver", "metaset", "-o", "ms.json"],
+             check="rc == 0 and json.loads((root / 'ms.json').read_text(), "
+                   "parse_constant=lambda c: 1 / 0) is not None"))
+    add(Case("solve --plugin metaset -o .npz (meta holds a set and NaN)",
+             [*solve, "--plugin", "metaset", "--solver", "metaset", "-o", "ms.npz"],
+             check="rc == 0"))
+    add(Case("compare --plugin mypol --workers 2 (workers load the plugin)",
+             [*cmp, "--plugin", "mypol", "--solvers", "mine,greedy", "--workers", "2",
+              "--topologies", "2x4:32,1x8:32,2x4:64,1x8:64", "-o", "cmp_w2.csv"],
+             check="rc == 0 and set(__import__('pandas').read_csv(root / 'cmp_w2.csv')"
+                   "['status']) == {'ok'}"))
+    add(Case("compare --plugin mypol --workers 2 with a progress bar (spawned workers)",
+             [*[a for a in cmp if a != "--quiet"], "--plugin", "mypol", "--solvers",
+              "mine,greedy", "--workers", "2", "--topologies", "2x4:32,1x8:32,2x4:64,1x8:64",
+              "-o", "cmp_w2b.csv"],
+             check="rc == 0 and set(__import__('pandas').read_csv(root / 'cmp_w2b.csv')"
+                   "['status']) == {'ok'}"))
+    # one broken installed package must not break the others, nor other verbs
+    for what, argv in (("solve --solver greedy", [*solve, "--solver", "greedy"]),
+                       ("solve --solver goodpol", [*solve, "--solver", "goodpol"]),
+                       ("solve --help", ["solve", "--help"]),
+                       ("advise --solver deepseek", advise),
+                       ("compare --solvers greedy", [*cmp, "--solvers", "greedy"]),
+                       ("compare (default solvers)", [*cmp, "--time-limit", "1"]),
+                       ("replay --solver greedy", ["replay", "t.npz", "--topology", "2x4",
+                                                   "--slots", "32", "--quiet"]),
+                       ("evaluate", ["evaluate", "p.json", "t.npz"])):
+        add(Case(f"{what} with broken entry points installed", argv, env=bad_site,
+                 check="rc == 0", timeout=120))
+    for name, pkg in (("brokenattr", "brokenpkg"), ("missingmod", "missingpkg"),
+                      ("badsig_ep", "badsigpkg"), ("class_ep", "classpkg"),
+                      ("raise_ep", "raisepkg")):
+        add(Case(f"solve --solver {name} (broken entry point of {pkg})",
+                 [*solve, "--solver", name], env=mixed_site, expect_error=True,
+                 check=f"rc != 2 or {pkg!r} in stderr"))
+    add(Case("solve --solver exit_ep (a package whose module calls sys.exit)",
+             [*solve, "--solver", "exit_ep"], env=bad_site, expect_error=True,
+             check="rc != 2 or 'exitpkg' in stderr"))
+    add(Case("solve --solver boom_ep (a package whose module fails to import)",
+             [*solve, "--solver", "boom_ep"], env=bad_site, expect_error=True,
+             check="rc != 2 or 'boompkg' in stderr"))
+    for env in (slow_site, mixed_site):
+        where = env["PYTHONPATH"]
+        add(Case(f"advise --solver raise_ep (raises in solve; {where})",
+                 [*advise, "--solver", "raise_ep"], env=env, expect_error=True,
+                 check="rc != 2 or 'raisepkg' in stderr"))
+        add(Case(f"simulate eplb.solver = raise_ep (raises in solve; {where})",
+                 ["simulate", "deepseek_day6", *sim, "-o", "o_raise", "--set",
+                  "eplb.solver='raise_ep'"], env=env, expect_error=True, timeout=120,
+                 check="rc != 2 or 'raisepkg' in stderr"))
+        add(Case(f"compare --solvers raise_ep,greedy --workers 2 ({where})",
+                 [*cmp, "--solvers", "raise_ep,greedy", "--workers", "2"], env=env,
+                 expect_error=True))
+    add(Case("API solvers.available() with broken entry points",
+             api="import sys\nsys.path.insert(0, 'site_bad')\nfrom eplb import solvers\n"
+                 "names = solvers.available()\nassert 'greedy' in names and 'goodpol' in names\n"
+                 "solvers.solve('greedy', __import__('numpy').ones((1, 16)), "
+                 "__import__('eplb').Topology.parse('2x4', 32))",
+             isolated=True))
+    add(Case("API solve('brokenattr') with broken entry points",
+             api="import sys\nsys.path.insert(0, 'site_bad')\nfrom eplb import solvers\n"
+                 "solvers.solve('brokenattr', __import__('numpy').ones((1, 16)), "
+                 "__import__('eplb').Topology.parse('2x4', 32))",
+             isolated=True, expect_error=True))
+
+    # -------------------------------------------------------------- (5) tracebacks, accepts
+    klass[0] = WRONG
+    digits = "7" * 5000
+    lines = {
+        "wl_bigint_input.jsonl": '{"timestamp": 0, "input_length": ' + digits
+                                 + ', "output_length": 10}\n',
+        "wl_bigint_hash.jsonl": '{"timestamp": 0, "input_length": 10, "output_length": 10, '
+                                '"hash_ids": [' + digits + "]}\n",
+        "wl_hugetime.jsonl": '{"timestamp": 1' + "0" * 400 + ', "input_length": 10, '
+                             '"output_length": 10}\n',
+        "wl_deep.jsonl": '{"timestamp": 0, "input_length": 10, "output_length": 10, "x": '
+                         + "[" * 100_000 + "]" * 100_000 + "}\n",
+        "wl_bigint.csv": f"arrival_s,input_tokens,output_tokens\n0,{digits},10\n",
+        "wl_hugetime.csv": "arrival_s,input_tokens,output_tokens\n1" + "0" * 400 + ",10,10\n",
+        "wl_azure_header.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+        "wl_azure_bigint.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                               f"2023-11-16 18:15:46.6805900,{digits},10\n",
+        "wl_azure_year.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                             "9999-12-31 23:59:59,10,10\n0001-01-01 00:00:00,10,10\n",
+    }
+    for name, text in lines.items():
+        (r / name).write_text(text)
+        add(Case(f"workload info {name}", ["workload", "info", name], expect_error=True))
+        add(Case(f"API workload.read {name}",
+                 api=f"from eplb.evaluation.serving import workload as W\nW.read({name!r})",
+                 expect_error=True))
+    frame = {"arrival_s": [0.0, 1.0], "input_tokens": [10, 20], "output_tokens": [5, 5]}
+    parquets = {
+        "wl_int64na.parquet": pd.DataFrame({**frame, "input_tokens": pd.array([10, None],
+                                                                              dtype="Int64")}),
+        "wl_int64na_out.parquet": pd.DataFrame({**frame, "output_tokens": pd.array(
+            [None, 3], dtype="Int64")}),
+        "wl_datetime.parquet": pd.DataFrame({**frame, "arrival_s": pd.to_datetime(
+            ["2024-01-01", "2024-01-02"])}),
+        "wl_timedelta.parquet": pd.DataFrame({**frame, "arrival_s": pd.to_timedelta(
+            [0, 1], unit="s")}),
+        "wl_tz.parquet": pd.DataFrame({**frame, "arrival_s": pd.to_datetime(
+            ["2024-01-01", "2024-01-02"]).tz_localize("UTC")}),
+    }
+    for name, df in parquets.items():
+        df.to_parquet(r / name)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = pa.Table.from_pandas(pd.DataFrame(frame), preserve_index=False)
+    odd_meta = {"meta_notutf8": {b"eplb.workload.meta": b"\xff\xfe"},
+                "meta_list": {b"eplb.workload.meta": b"[1, 2]"},
+                "meta_deep": {b"eplb.workload.meta": b"[" * 50_000 + b"]" * 50_000},
+                "meta_provenance_list": {b"eplb.workload.meta": b'{"provenance": [1]}'},
+                "block_huge": {b"eplb.workload.block_size": b"1" + b"0" * 30},
+                "block_neg": {b"eplb.workload.block_size": b"-512"},
+                "block_digits": {b"eplb.workload.block_size": b"9" * 5000},
+                "block_super": {b"eplb.workload.block_size": "²".encode()}}
+    for label, md in odd_meta.items():
+        pq.write_table(base.replace_schema_metadata(md), r / f"wl_{label}.parquet")
+        parquets[f"wl_{label}.parquet"] = None
+    for name in parquets:
+        add(Case(f"workload info {name}", ["workload", "info", name],
+                 expect_error=name not in ("wl_meta_list.parquet", "wl_meta_deep.parquet",
+                                           "wl_meta_provenance_list.parquet",
+                                           "wl_meta_notutf8.parquet")))
+    add(Case("workload info --block-size 1e30", ["workload", "info", "w.jsonl", "--block-size",
+                                                 "1" + "0" * 30], expect_error=True))
+    add(Case("API workload.read block_size=10**30",
+             api="from eplb.evaluation.serving import workload as W\n"
+                 "W.read('w.jsonl', block_size=10**30)", expect_error=True))
+    add(Case("API Workload datetime arrival_s",
+             api="import pandas as pd\nfrom eplb.evaluation.serving.workload import Workload\n"
+                 "Workload(pd.DataFrame({'arrival_s': pd.to_datetime(['2024-01-01']), "
+                 "'input_tokens': [10], 'output_tokens': [5]}))", expect_error=True))
+    # per-rank folders: superscripts and Arabic-Indic digits are not ids
+    _rankdir(r / "rd_sup", rows="²,\"[1, 2, 3, 4]\"\n")  # a label: numbered by row instead
+    add(Case("trace info rank folder, iteration '²'", ["trace", "info", "rd_sup"]))
+    dup = _rankdir(r / "rd_arabic", layers=("0", "1"))
+    (dup / "0" / "moe_layer-\u0661.csv").write_text((dup / "0" / "moe_layer-1.csv").read_text())
+    add(Case("trace info rank folder, layer file duplicated as moe_layer-\u0661.csv",
+             ["trace", "info", "rd_arabic"], expect_error=True))
+    rk = _rankdir(r / "rd_arabic_rank", ranks=("0", "1"))
+    shutil.copytree(rk / "1", rk / "\u0661")
+    add(Case("trace info rank folder, rank folder duplicated as \u0661",
+             ["trace", "info", "rd_arabic_rank"], expect_error=True))
+    fw = _rankdir(r / "rd_fullwidth", layers=("0",))
+    (fw / "0" / "moe_layer-\uff10.csv").write_text((fw / "0" / "moe_layer-0.csv").read_text())
+    add(Case("trace info rank folder, layer file duplicated as moe_layer-\uff10.csv",
+             ["trace", "info", "rd_fullwidth"], expect_error=True))
+    # schedulers and API calls with a wrong type
+    for sched in ("bogus", "::x::", "tcp://", "tcp://127.0.0.1:1"):
+        add(Case(f"compare --scheduler {sched!r}", [*cmp, "--solvers", "greedy", "--scheduler",
+                                                    sched], expect_error=True, timeout=60))
+    add(Case("simulate --rates --scheduler '::x::'",
+             ["simulate", "deepseek_day6", *sim, "--rates", "10,20", "--scheduler", "::x::"],
+             expect_error=True, timeout=60))
+    api_calls = {
+        "ClusterConfig.from_toml(None)": "from eplb.evaluation.serving import ClusterConfig\n"
+                                         "ClusterConfig.from_toml(None)",
+        "ClusterConfig.from_toml(3)": "from eplb.evaluation.serving import ClusterConfig\n"
+                                      "ClusterConfig.from_toml(3)",
+        "Workload.head('x')": "from eplb.evaluation.serving import workload as W\n"
+                              "W.read('w.jsonl').head('x')",
+        "Workload.head(1.5)": "from eplb.evaluation.serving import workload as W\n"
+                              "W.read('w.jsonl').head(1.5)",
+        "Workload.head(-3)": "from eplb.evaluation.serving import workload as W\n"
+                             "W.read('w.jsonl').head(-3)",
+        "parse_variant(None)": "from eplb.evaluation.serving.config.overrides import "
+                               "parse_variant\nparse_variant(None)",
+        "parse_variant(5)": "from eplb.evaluation.serving.config.overrides import "
+                            "parse_variant\nparse_variant(5)",
+        "overrides.apply([None])": "from eplb.evaluation.serving import ClusterConfig\n"
+                                   "from eplb.evaluation.serving.config.overrides import apply\n"
+                                   "apply(ClusterConfig.load('deepseek_day6'), [None])",
+        "overrides.apply('k=v')": "from eplb.evaluation.serving import ClusterConfig\n"
+                                  "from eplb.evaluation.serving.config.overrides import apply\n"
+                                  "apply(ClusterConfig.load('deepseek_day6'), 'decode.count=2')",
+        "load_plugins('mypol')": "from eplb import solvers\nsolvers.load_plugins('mypol')",
+        "load_plugins([None])": "from eplb import solvers\nsolvers.load_plugins([None])",
+    }
+    for label, src in api_calls.items():
+        add(Case(f"API {label}", api=src, expect_error=True,
+                 isolated=label.startswith("load_plugins")))
+    # a vLLM mapping with an empty (-1) slot: no runtime file has one
+    run_cli(*solve, "-o", "map.jsonl")
+    text = (r / "map.jsonl").read_text()
+    doc = json.loads(text)
+    doc["initial_global_assignments"]["0"][5] = -1
+    (r / "map_neg.jsonl").write_text(json.dumps(doc) + "\n")
+    add(Case("evaluate vLLM mapping with a -1 slot", ["evaluate", "map_neg.jsonl", "t.npz",
+                                                      "--topology", "2x4", "--slots", "32"],
+             expect_error=True))
+    add(Case("API read_placement vLLM mapping with a -1 slot",
+             api="from eplb import Topology\nfrom eplb.io import read_placement\n"
+                 "read_placement('map_neg.jsonl', topology=Topology.parse('2x4', 32))",
+             expect_error=True))
+    run_cli(*solve, "-o", "map_sg.json", "--format", "sglang")
+    doc = json.loads((r / "map_sg.json").read_text())
+    doc["physical_to_logical_map"][0][3] = -1
+    (r / "map_sg_neg.json").write_text(json.dumps(doc))
+    add(Case("evaluate SGLang map with a -1 slot", ["evaluate", "map_sg_neg.json", "t.npz",
+                                                    "--topology", "2x4", "--slots", "32"],
+             expect_error=True))
+    add(Case("simulate --capacity --rates (--rates was ignored)",
+             ["simulate", "deepseek_day6", *sim, "--capacity", "--rates", "10,20"],
+             expect_error=True, timeout=60))
+    add(Case("simulate --rates 10 --capacity --rel-tol 0.5", ["simulate", "deepseek_day6",
+                                                              *sim, "--rates", "10",
+                                                              "--capacity", "--rel-tol", "0.5"],
+             expect_error=True, timeout=60))
 
 
 if __name__ == "__main__":

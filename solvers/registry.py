@@ -6,23 +6,20 @@ result, records ``meta["solver"]``. See docs/solvers.md, section "The registry a
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.metadata
 import inspect
-import os
-import sys
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from eplb.errors import InfeasibleError, InputError
+from eplb.errors import EplbError, InfeasibleError, InputError
 from eplb.moves import gpu_moves, replicas_moved
 from eplb.placement import Placement
 from eplb.registry import Registry
+from eplb.solvers import plugins
 from eplb.solvers.analysis.failures import (
     expand,
     keep_contract,
@@ -66,6 +63,7 @@ class Spec:
     needs_previous: bool = False  # the policy cannot run without previous= (see register)
     guarantees: Any = frozenset()  # names or fn(options, topology, num_groups) -> names
     needs_groups: Any = False  # bool or fn(options) -> bool: num_groups is required
+    origin: str = ""  # a third-party policy's plugin module or package ("" for eplb's own)
 
 
 _REGISTRY: Registry[Spec] = Registry("solver")
@@ -109,7 +107,7 @@ def _spec(
     if needs_groups is not False and "num_groups" not in common:
         raise TypeError(f"{fn.__name__} needs num_groups but does not take it")
     return Spec(fn, common, opts, hinted, var_kw, windows, group_fallback, needs_previous,
-                guarantees, needs_groups)
+                guarantees, needs_groups, plugins.origin_of(fn))
 
 
 def register(
@@ -203,54 +201,26 @@ def unregister(name: str) -> None:
 
 
 def available() -> list[str]:
-    """Names of the registered solvers (plugins' included), sorted."""
-    if not _PLUGINS_LOADED:
-        load_plugins()
+    """Names of the registered solvers (plugins' and installed packages' included; an entry
+    point that failed to load is left out and named when asked for), sorted."""
+    plugins.load_entry_points()
     return sorted(_REGISTRY)
 
 
-ENTRY_POINT_GROUP = "eplb.solvers"
-_PLUGINS_LOADED = False
-
-
-def load_plugins(modules: Sequence[str] = ()) -> list[str]:
-    """Import ``modules`` (e.g. ``--plugin mypolicies``: a module that calls `register`) and,
-    once per process, every entry point of the group ``eplb.solvers`` (a module, loaded for
-    its `register` calls, or a policy function, registered under the entry point's name).
-    Returns the solver names added. A module that fails to import is an `InputError`."""
-    global _PLUGINS_LOADED
-    before = set(_REGISTRY.names())
-    for mod in modules:
-        if not isinstance(mod, str) or not mod.strip():
-            raise InputError(f"a plugin is a module name (e.g. mypolicies), got {mod!r}")
-        try:
-            try:
-                importlib.import_module(mod)
-            except ModuleNotFoundError:
-                if os.getcwd() in sys.path:
-                    raise
-                sys.path.append(os.getcwd())  # `eplb` (a console script) lacks the cwd
-                importlib.import_module(mod)
-        except ImportError as exc:
-            raise InputError(f"plugin module {mod!r} cannot be imported ({exc}); put it on "
-                             "PYTHONPATH or in the current directory") from None
-    if not _PLUGINS_LOADED:
-        _PLUGINS_LOADED = True
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                obj = ep.load()
-            except Exception as exc:  # a broken plugin names itself, never a traceback
-                raise InputError(f"entry point {ep.name} = {ep.value} of group "
-                                 f"{ENTRY_POINT_GROUP} fails to load: {exc}") from None
-            if callable(obj) and not inspect.ismodule(obj) and ep.name not in _REGISTRY.names():
-                register(ep.name)(obj)
-    return sorted(set(_REGISTRY.names()) - before)
+ENTRY_POINT_GROUP = plugins.ENTRY_POINT_GROUP
+load_plugins = plugins.load_plugins
 
 
 def _lookup(name) -> Spec:
-    if isinstance(name, str) and name not in _REGISTRY.names() and not _PLUGINS_LOADED:
-        load_plugins()  # a name a plugin package provides
-    return _REGISTRY.get(name)
+    if isinstance(name, str) and name not in _REGISTRY.names():
+        plugins.load_entry_points()  # a name an installed package provides
+        why = plugins.broken(name)
+        if name not in _REGISTRY.names() and why is not None:
+            raise InputError(f"solver {name!r} cannot be used: {why}")
+    try:
+        return _REGISTRY.get(name)
+    except InputError as exc:
+        raise InputError(f"{exc}{plugins.broken_note()}") from None
 
 
 def get(name: str) -> SolverFn:
@@ -503,21 +473,30 @@ def _place(call: _Call) -> _Out:
     shape (on the survivors' topology)."""
     topology, previous = call.topology, call.previous
     start = time.perf_counter()
-    if topology.failed_gpus:  # place on the survivors, expand in _finish
+    origin = call.spec.origin  # a third-party policy: its failures and overruns named
+    with plugins.running(call.name, origin, call.common["time_limit"]):
+        if topology.failed_gpus:  # place on the survivors, expand in _finish
 
-        def run(load, small, prev):
-            try:
-                return call.run(load, small, prev)
-            except InfeasibleError as err:
-                raise InfeasibleError(_on_survivors(call.name, topology, small, err)) from None
+            def run(load, small, prev):
+                try:
+                    return call.run(load, small, prev)
+                except InfeasibleError as err:
+                    raise InfeasibleError(_on_survivors(call.name, topology, small, err)
+                                          ) from None
 
-        live = None if previous is None else previous.phy2log[:, surviving(topology)[1]]
-        out, prev, small, slots = solve_surviving(run, call.load, topology, previous=previous)
-    else:
-        out = call.run(call.load, topology, previous)
-        prev, small, slots, live = previous, topology, None, None
+            live = None if previous is None else previous.phy2log[:, surviving(topology)[1]]
+            out, prev, small, slots = solve_surviving(run, call.load, topology,
+                                                      previous=previous)
+        else:
+            out = call.run(call.load, topology, previous)
+            prev, small, slots, live = previous, topology, None, None
     seconds = time.perf_counter() - start
-    placement = _as_placement(out, call.name, call.num_experts, small)
+    try:
+        placement = _as_placement(out, call.name, call.num_experts, small)
+    except EplbError as exc:  # the same error, naming where the policy comes from
+        if not origin:
+            raise
+        raise type(exc)(f"solver {call.name!r} ({origin}) {plugins.RETURNED}: {exc}") from None
     L = call.load.shape[-2]
     if placement.num_layers != L:
         raise InputError(

@@ -7,6 +7,7 @@ See docs/data.md, section "Reading traces" (``rankdir``).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -15,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from eplb.errors import TraceError
+from eplb.safeload import check_size, json_loads, read_text
 from eplb.traces.checks import FIX_FORMAT, check_values, fail, make_trace
 from eplb.traces.model import Trace
 
 _LAYER_FILE = re.compile(r"^moe_layer-(\d+)\.csv$", re.ASCII)
+_LAYER_LIKE = re.compile(r"^moe_layer-(\w+)\.csv$")  # \w: also digits of other scripts
 MAX_RANKS = 100_000  # rank folders (and data.json world_size) one trace may declare
 _DIST_COLUMN = "expert distribution"
 
@@ -26,18 +30,26 @@ _DIST_COLUMN = "expert distribution"
 def read_rankdir(path: str | os.PathLike) -> Trace:
     """The trace of a per-rank CSV directory (``source_counts: float64[T, L, R, E]``)."""
     root = Path(path)
-    # ASCII digits only: '²'.isdigit() is true but int('²') fails
-    ranks = sorted(int(p.name) for p in root.iterdir()
+    entries = _entries(root)
+    # ASCII digits only: '²'.isdigit() is true but int('²') fails, and '٣' (Arabic-Indic)
+    # would be a second rank 3
+    for p in entries:
+        if p.name.isdigit() and not p.name.isascii():
+            raise fail(p, f"rank folder name {p.name!r} is not written in ASCII digits; rank "
+                       "ids are 0, 1, ... in ASCII (rename or remove that folder)")
+    ranks = sorted(int(p.name) for p in entries
                    if p.is_dir() and p.name.isascii() and p.name.isdigit())
     if not ranks:
         raise fail(path, "no rank folders (0, 1, ...) holding moe_layer-<l>.csv; not a per-rank "
                     f"trace directory ({FIX_FORMAT})")
     info: dict[str, Any] = {}
-    if (root / "data.json").is_file():
+    if os.path.lexists(root / "data.json"):  # a FIFO or device is refused, not read
+        err = lambda msg: fail(root / "data.json", msg)  # noqa: E731
+        text = read_text(root / "data.json", "data.json", err)
         try:
-            info = json.loads((root / "data.json").read_text(encoding="utf-8"))
-        except (ValueError, OSError, UnicodeDecodeError, RecursionError):
-            info = {}
+            info = json_loads(text, "data.json", err)
+        except TraceError:
+            info = {}  # optional run facts: malformed JSON is left out
         if not isinstance(info, dict):
             info = {}
     world = info.get("world_size")
@@ -53,8 +65,15 @@ def read_rankdir(path: str | os.PathLike) -> Trace:
                     + "; copy the missing ranks or remove the partial run")
     layer_sets = {}
     for r in ranks:
-        layer_sets[r] = sorted(int(m.group(1)) for f in (root / str(r)).iterdir()
-                               if (m := _LAYER_FILE.match(f.name)))
+        names = [f.name for f in _entries(root / str(r))]
+        for name in names:
+            m = _LAYER_LIKE.match(name)
+            if m and m.group(1).isdigit() and not m.group(1).isascii():
+                raise fail(root / str(r) / name, "the layer id is not written in ASCII digits; "
+                           "layer files are moe_layer-<l>.csv with l in ASCII (rename or "
+                           "remove it)")
+        layer_sets[r] = sorted(int(m.group(1)) for name in names
+                               if (m := _LAYER_FILE.match(name)))
     layers = layer_sets[ranks[0]]
     if not layers:
         raise fail(path, "rank folder 0 has no moe_layer-<l>.csv files")
@@ -72,7 +91,10 @@ def read_rankdir(path: str | os.PathLike) -> Trace:
             iters, rows = _read_rank_csv(f)
             if data is None:
                 windows, E = iters, rows.shape[1]
-                data = np.zeros((len(iters), len(layers), len(ranks), E))
+                shape = (len(iters), len(layers), len(ranks), E)
+                check_size(f"{path}: the per-rank counts", shape, 8,
+                           error=lambda msg: TraceError(msg))
+                data = np.zeros(shape)
             if rows.shape[0] != data.shape[0]:
                 raise fail(f, f"has {rows.shape[0]} iteration rows but "
                             f"{root / str(ranks[0]) / f'moe_layer-{layers[0]}.csv'} has "
@@ -97,11 +119,19 @@ def _span(ids: list[int]) -> str:
     return f"{len(ids)} ({ids[0]}..{ids[-1]})" if ids else "none"
 
 
-def _read_rank_csv(f: Path) -> tuple[list[int], np.ndarray]:
+def _entries(folder: Path) -> list[Path]:
     try:
-        with open(f, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise fail(folder, f"cannot list the folder: {exc.strerror or exc}") from None
+
+
+def _read_rank_csv(f: Path) -> tuple[list[int], np.ndarray]:
+    # a regular file within EPLB_MAX_BYTES (a FIFO would block, /dev/zero never end)
+    text = read_text(f, "layer file", lambda msg: fail(f, msg))
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
         raise fail(f, f"cannot read: {exc}") from None
     if not rows:
         raise fail(f, "file is empty; expected a header and one row per iteration")
@@ -123,8 +153,8 @@ def _read_rank_csv(f: Path) -> tuple[list[int], np.ndarray]:
         if vec.ndim != 1 or vec.size == 0:
             raise fail(f, f"line {i}: '{header[col]}' must be a flat list of counts")
         out.append(check_values(f, vec, f"line {i} '{header[col]}'"))
-        iters.append(int(row[it_col]) if it_col is not None and row[it_col].strip().isdigit()
-                     else i - 2)
+        cell = row[it_col].strip() if it_col is not None else ""
+        iters.append(int(cell) if cell.isascii() and cell.isdigit() else i - 2)
     lens = {v.size for v in out}
     if len(lens) > 1:
         raise fail(f, f"'{header[col]}' lists {sorted(lens)} experts on different lines; "

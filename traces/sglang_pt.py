@@ -141,6 +141,10 @@ def _read_pt_records(path, obj: dict, prov: dict) -> Trace:
         raise fail(path, f"{key} holds {int(p2l.min())}; logical expert ids must be >= 0")
     L, P = p2l.shape
     E = int(p2l.max()) + 1
+    # the largest expert id sets the size of every table below: checked before allocating
+    check_size(f"{path}: the counts {key} implies (largest expert id {E - 1})",
+               (len(obj.get("records") or ()) or 1, L, E), 8,
+               fix=f"are the expert ids in {key} right?", error=TraceError)
     records = obj["records"]
     if not isinstance(records, list) or not records:
         raise fail(path, "records is empty; record at least one forward pass before dumping")
@@ -187,11 +191,16 @@ def _pt_tokens(path, records: list, p2l: np.ndarray, keep_ids: np.ndarray):
         return None, None
     L = p2l.shape[0]
     parts, ranks = [], []
+    K = None
     for i, rec in enumerate(records):
         ids = _to_numpy(rec["topk_ids_of_layer"], path, f"records[{i}].topk_ids_of_layer")
         if ids.ndim != 3 or ids.shape[0] != L or not np.issubdtype(ids.dtype, np.integer):
             raise fail(path, f"records[{i}].topk_ids_of_layer must be int[{L}, tokens, K], got "
                         f"{ids.dtype}{list(ids.shape)}")
+        K = ids.shape[2] if K is None else K
+        if ids.shape[2] != K:
+            raise fail(path, f"records[{i}].topk_ids_of_layer picks {ids.shape[2]} experts per "
+                       f"token but records[0] picks {K}; one dump holds one model's top-k")
         ids = ids[keep_ids].astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= p2l.shape[1]):
             return None, None  # padded (-1) picks: counts stay, token arrays are not exact

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from eplb.errors import TraceError
+from eplb.safeload import check_size
 from eplb.traces.model import Trace
 from eplb.traces.readers import read
 
@@ -65,6 +66,12 @@ def stack(items: Sequence[Trace | str | os.PathLike]) -> Trace:
     blocks, srcs = [], []
     keep_src = all(t.source_counts is not None for _, t in parts) and len(
         {t.source_counts.shape[2] for _, t in parts}) == 1
+    # the stacked trace's size, checked before its blocks are allocated (each part was
+    # within the limit; together they may not be): the blocks and the trace built from them
+    W = sum(t.num_windows for _, t in parts)
+    R = parts[0][1].source_counts.shape[2] if keep_src else 0
+    check_size("the stacked trace", (W, len(ids), E * (1 + R)), 16, error=TraceError,
+               fix="stack fewer or smaller traces")
     for _, t in parts:
         rows = [pos[int(lid)] for lid in t.layer_ids]
         block = np.zeros((t.num_windows, len(ids), E))

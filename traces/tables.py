@@ -70,18 +70,23 @@ def from_frame(
     E = int(ints["expert"].max()) + 1
     R = int(ints["rank"].max()) + 1 if "rank" in ints else 1
     r_codes = ints["rank"] if "rank" in ints else 0
-    flat = ((w_codes.astype(np.int64) * L + l_codes) * R + r_codes) * E + ints["expert"]
-    size = T * L * R * E
-    check_size("the dense trace", (T, L, R, E), 8, error=lambda msg: fail(path, msg),
+    # the ids imply the dense size: checked before anything of that size is allocated (the
+    # dense counts and the trace's copy of them)
+    check_size("the dense trace", (T, L, R, E), 16, error=lambda msg: fail(path, msg),
                fix="are the window/layer/expert ids right?")
-    hits = np.bincount(flat, minlength=size)
-    if hits.max() > 1:
-        cell = int(np.argmax(hits > 1))
+    wl = w_codes.astype(np.int64) * L + l_codes
+    flat = (wl * R + r_codes) * E + ints["expert"]
+    size = T * L * R * E
+    cells, counts = np.unique(flat, return_counts=True)  # per row, not per dense cell
+    if counts.max() > 1:
+        cell = int(cells[np.argmax(counts > 1)])
         i = int(np.flatnonzero(flat == cell)[1])
         what = ", ".join(f"{k}={ints[k][i]}" for k in keys)
         raise fail(path, f"row {i + 1} repeats ({what}); each (window, layer, expert"
                     f"{', rank' if R > 1 or 'rank' in ints else ''}) needs one row (sum them)")
-    seen = (hits.reshape(T, L, R * E) > 0).any(axis=2)
+    seen = np.zeros(T * L, dtype=bool)
+    seen[wl] = True
+    seen = seen.reshape(T, L)
     if not seen.all():
         w, lyr = map(int, np.argwhere(~seen)[0])
         n0 = int(seen[0].sum()) if w else L

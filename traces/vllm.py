@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 
+from eplb.errors import TraceError
+from eplb.safeload import check_size, read_text
 from eplb.traces.checks import check_values, fail, make_trace
 from eplb.traces.model import Trace
 
@@ -44,10 +45,7 @@ def _table(where: str, rec: dict, name: str, ints: bool) -> np.ndarray:
 
 def read_vllm(path: str | os.PathLike) -> Trace:
     """A trace from vLLM's expert-load stats JSONL (``counts: float64[steps, L, E]``)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(path, f"cannot read as UTF-8 text: {exc}") from None
+    text = read_text(path, "vLLM stats file", lambda msg: fail(path, msg))  # regular, sized
     meta, loads, maps, steps = None, [], [], []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -85,6 +83,9 @@ def read_vllm(path: str | os.PathLike) -> Trace:
         raise fail(path, f"no {STATS} records found (the run recorded no steps)")
     E = int(max(m.max() for m in maps)) + 1
     T, (L, _) = len(loads), loads[0].shape
+    # the largest expert id sets the size: checked before the counts are allocated
+    check_size(f"{path}: the counts p2l_map implies (largest expert id {E - 1})", (T, L, E), 8,
+               fix="are the p2l_map expert ids right?", error=TraceError)
     counts = np.zeros((T, L, E))
     rows = np.arange(L)[:, None]
     for t, (load, p2l) in enumerate(zip(loads, maps, strict=True)):

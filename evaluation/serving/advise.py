@@ -34,6 +34,7 @@ from eplb.evaluation.serving.simulator.planner import gpu_balance
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.moves import migration_bytes
 from eplb.placement import Placement
+from eplb.solvers.primitives.validation import check_time_limit
 from eplb.topology import RDMA_GBPS, Topology
 
 __all__ = ["COLUMNS", "LEVERS", "Advice", "Option", "advise", "balance_bound"]
@@ -118,6 +119,7 @@ class Context:
     redundant: tuple[int, ...]
     seed: int
     lp_overhead_s: float = LP_OVERHEAD_S
+    time_limit: float | None = None  # wall seconds per solve (solvers.solve's time_limit)
     duplicate: DuplicateConfig = field(default_factory=DuplicateConfig)
     options: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
@@ -145,7 +147,8 @@ class Context:
             try:
                 self.solved[slots] = solvers.solve(
                     self.solver, self.load, self.topology(slots),
-                    num_groups=self.model.num_groups, seed=self.seed, **self.options,
+                    num_groups=self.model.num_groups, seed=self.seed,
+                    time_limit=self.time_limit, **self.options,
                 )
             except InfeasibleError as exc:
                 raise InfeasibleError(
@@ -539,6 +542,7 @@ def advise(
     duplicate: DuplicateConfig | None = None,
     max_tokens: int | None = None,
     seed: int = 0,
+    time_limit: float | None = None,
 ) -> Advice:
     """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
 
@@ -560,7 +564,8 @@ def advise(
     ``dispatch_duplicate`` rows, minus ``duplicate.hbm_gb``; ``duplicate``: a `DuplicateConfig`,
     default its cited/assumed defaults). Break-even
     search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
-    Returns an `Advice` (``table``: one row per option, `COLUMNS`).
+    ``time_limit``: wall seconds per solve (`solvers.solve`; a third-party policy past it is
+    stopped). Returns an `Advice` (``table``: one row per option, `COLUMNS`).
     """
     m, hw = _presets(phase, model, hardware)
     load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
@@ -570,6 +575,7 @@ def advise(
         rebalance_interval_s=rebalance_interval_s, memory_fraction=memory_fraction,
         lp_overhead_s=lp_overhead_s, duplicate=duplicate, redundant=redundant, levers=levers,
         solver=solver, solver_options=solver_options, max_tokens=max_tokens, seed=seed,
+        time_limit=time_limit,
     )
     ctx = _context(s, load, previous)  # today's placement and what every lever reads
     opts = _run_levers(ctx, s.levers)  # each lever's rows, today's first
@@ -604,6 +610,7 @@ class _Settings:
     solver_options: dict[str, Any]
     max_tokens: int  # top of the break-even search, tokens per rank
     seed: int
+    time_limit: float | None = None  # wall seconds per solve
 
 
 def _presets(phase: str, model: str, hardware: str) -> tuple[ModelSpec, Hardware]:
@@ -667,7 +674,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
               lp_overhead_s: float, duplicate: DuplicateConfig | None,
               redundant: Sequence[int], levers: Sequence[str] | None, solver: str,
               solver_options: Mapping[str, Any] | None, max_tokens: int | None,
-              seed: int) -> _Settings:
+              seed: int, time_limit: float | None = None) -> _Settings:
     """The remaining arguments checked once, in the order their errors are reported
     (topology, token counts, migration, memory, lists, solver, search top), with defaults
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
@@ -685,6 +692,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
     if not isinstance(duplicate, DuplicateConfig):
         raise InputError(f"duplicate must be a DuplicateConfig, got {type(duplicate).__name__}")
     red, names = _check_lists(redundant, levers)
+    _check_redundant(red, m.num_experts, topo.num_gpus)
     options = _check_solver(solver, solver_options)
     top = max_tokens if max_tokens is not None else max(
         4 * tokens_per_rank, 65536 if phase == "prefill" else 1024)
@@ -696,7 +704,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
     return _Settings(phase, m, hw, topology, topo, tokens_per_rank, kv_tokens, input_tokens,
                      migration, float(migration_gbps), float(rebalance_interval_s),
                      float(memory_fraction), float(lp_overhead_s), duplicate, red, names,
-                     solver, options, top, seed)
+                     solver, options, top, seed, check_time_limit(time_limit))
 
 
 def _check_migration(migration: str, migration_gbps: float, rebalance_interval_s: float) -> None:
@@ -734,6 +742,18 @@ def _check_lists(redundant: Sequence[int],
     return red, ("today", *[n for n in names if n != "today"])
 
 
+def _check_redundant(redundant: Sequence[int], num_experts: int, num_gpus: int) -> None:
+    """Each N of ``redundant`` at most ``E x (G - 1)``: beyond that every expert already has
+    a replica on every GPU (another copy on a GPU balances nothing), and the tables of
+    ``E + N`` slots grow without bound."""
+    top = num_experts * (num_gpus - 1)
+    for n in redundant:
+        if n > top:
+            raise InputError(f"redundant {n:,} is more than {num_experts} experts x "
+                             f"({num_gpus} GPUs - 1) = {top:,}, where every expert already has "
+                             "a replica on every GPU; use fewer")
+
+
 def _check_solver(solver: str, solver_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``solver`` registered and ``solver_options`` its options (`solvers.resolve` names an
     unknown option or a bad value), as a new dict."""
@@ -760,7 +780,7 @@ def _context(s: _Settings, load: np.ndarray, previous: Placement | str | None) -
     topo = s.topology
     return Context(s.phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, s.model,
                    s.hardware, today, s.solver, s.redundant, s.seed, s.lp_overhead_s,
-                   s.duplicate, s.solver_options)
+                   s.time_limit, s.duplicate, s.solver_options)
 
 
 def _run_levers(ctx: Context, names: Sequence[str]) -> list[Option]:

@@ -21,6 +21,7 @@ from eplb.evaluation.serving.intervals import mean_ci
 from eplb.evaluation.serving.simulator.loop import check_args, simulate
 from eplb.evaluation.serving.workload.model import Workload
 from eplb.evaluation.serving.workload.synth import rescale
+from eplb.tolerance import check_stop_tol
 
 __all__ = ["capacity", "capacity_mix", "capacity_table", "mean_rate"]
 
@@ -90,10 +91,7 @@ def capacity(
         0 < goodput <= 1
     ):
         raise InputError(f"goodput must be a fraction in (0, 1], got {goodput!r}")
-    if isinstance(rel_tol, bool) or not isinstance(rel_tol, (int, float)) or not (
-        0 < rel_tol < 1
-    ):
-        raise InputError(f"rel_tol must be in (0, 1), got {rel_tol!r}")
+    rel_tol = check_stop_tol("rel_tol", rel_tol)  # >= float noise: the bisection ends
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise InputError("capacity needs at least one seed")

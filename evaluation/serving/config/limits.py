@@ -20,6 +20,10 @@ MAX_OP_S = 86_400.0  # one KV transfer, prompt load or weight migration: at most
 MAX_REBALANCES = 100_000  # rebalances one run may imply (each one solves a placement)
 MAX_GPUS = 100_000  # GPUs in all units together
 MIN_SPAN_S = 60.0  # the least simulated time a run is assumed to cover when counting events
+MAX_DRAFT_TOKENS = 64  # MTP / speculative drafts per request per step (DeepSeek's MTP: 1)
+# the utilisation record as float64[buckets, ranks], and its long table (time, rank, value)
+# with pandas' intermediates when utilisation.parquet is written: about 5 copies
+UTILISATION_BYTES = 40
 
 
 def _finite(name: str, value: float, limit: float, unit: str = "s") -> None:
@@ -39,6 +43,11 @@ def check_config(config) -> None:
         raise InputError(f"the config has {gpus:,} GPUs in all (count x nodes x gpus_per_node "
                          f"of prefill and decode), over the limit of {MAX_GPUS:,}; use fewer "
                          "units")
+    drafts = config.unit("decode").mtp_draft_tokens
+    if drafts > MAX_DRAFT_TOKENS:  # each step sums and draws over every draft position
+        raise InputError(f"decode.mtp_draft_tokens = {drafts:,} is over the limit of "
+                         f"{MAX_DRAFT_TOKENS} draft tokens per request per step (DeepSeek's "
+                         "MTP drafts 1; speculative decoders a few); use fewer")
     eplb = config.eplb
     _finite("eplb.history_s", float(eplb.history_s), MAX_SIM_S)
     _finite("eplb.rebalance_interval_s", float(eplb.rebalance_interval_s), MAX_SIM_S)
@@ -90,5 +99,6 @@ def check_work(config, workload, duration_s: float | None, bucket_s: float) -> N
             )
     buckets = math.ceil((horizon + MAX_OP_S) / float(bucket_s))
     ranks = sum(config.unit(p).count * config.unit(p).num_gpus for p in ("prefill", "decode"))
-    check_size(f"bucket_s = {bucket_s:g} s: the utilisation record", (buckets, ranks), 8,
-               fix="use a coarser bucket_s")
+    check_size(f"bucket_s = {bucket_s:g} s: the utilisation record of {ranks:,} ranks (with its "
+               "table)", (buckets, ranks), UTILISATION_BYTES,
+               fix="use a coarser bucket_s or fewer GPUs")

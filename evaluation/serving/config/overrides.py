@@ -28,6 +28,9 @@ def parse_value(text: str) -> Any:
 
 
 def _split(item: str) -> tuple[list[str], Any]:
+    if not isinstance(item, str):
+        raise InputError(f"an override is a KEY=VALUE string (e.g. decode.count=2), got "
+                         f"{item!r}")
     key, sep, value = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -40,6 +43,8 @@ def _split(item: str) -> tuple[list[str], Any]:
 def apply(config, overrides: Sequence[str]):
     """``config`` with every ``KEY=VALUE`` of ``overrides`` set (dotted keys into its tables;
     the result is validated; an unknown key is one `InputError` naming it)."""
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (Sequence, type(None))):
+        raise InputError(f"overrides must be a list of KEY=VALUE strings, got {overrides!r}")
     if not overrides:
         return config
     data = config.to_dict()
@@ -63,6 +68,8 @@ def apply(config, overrides: Sequence[str]):
 def parse_variant(text: str) -> tuple[str, list[str]]:
     """``NAME:KEY=VALUE,KEY=VALUE`` as ``(NAME, [KEY=VALUE, ...])`` (commas inside brackets
     or quotes do not split)."""
+    if not isinstance(text, str):
+        raise InputError(f"a variant is a NAME:KEY=VALUE[,KEY=VALUE...] string, got {text!r}")
     name, sep, rest = text.partition(":")
     if not sep or not name.strip() or not rest.strip():
         raise InputError(

@@ -24,6 +24,8 @@ else:  # pragma: no cover - Python 3.10
 def read(path: str | os.PathLike) -> dict[str, Any]:
     """The table in the TOML file ``path`` (`InputError` naming the file when it cannot be
     read or parsed)."""
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"a cluster config is a TOML file name, got {path!r}")
     p = Path(path)
     text = read_text(p, "cluster config")  # regular UTF-8 files only (a FIFO would block)
     try:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eplb.args import check_int
 from eplb.errors import InputError
 from eplb.evaluation.serving.kvcache import KVStore, cached_tokens
 
@@ -23,7 +24,8 @@ _I64 = np.iinfo(np.int64)
 
 def _show(value: object) -> str:
     """``repr`` of a cell as a user wrote it: numpy scalars as plain Python (``1``, ``nan``)."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def _where(df: pd.DataFrame, pos: int) -> str:
@@ -38,8 +40,17 @@ def _numeric(df: pd.DataFrame, col: str) -> np.ndarray:
     s = df[col]
     if pd.api.types.is_bool_dtype(s.dtype):
         raise InputError(f"column {col!r} holds booleans; it needs numbers")
+    t = pd.api.types
+    if t.is_datetime64_any_dtype(s.dtype) or t.is_timedelta64_dtype(s.dtype) or \
+            isinstance(s.dtype, pd.PeriodDtype):
+        raise InputError(f"column {col!r} holds {s.dtype} values (dates or durations), read "
+                         "as nanoseconds they would be wrong by 1e9; give seconds, e.g. "
+                         "(t - t.min()).dt.total_seconds()")
     if not pd.api.types.is_numeric_dtype(s.dtype):
-        conv = pd.to_numeric(s, errors="coerce")
+        try:
+            conv = pd.to_numeric(s, errors="coerce")
+        except (OverflowError, ValueError, TypeError):  # e.g. an integer of 400 digits
+            conv = pd.Series([_float(v) for v in s.to_numpy(dtype=object)], index=s.index)
         bad = np.flatnonzero(conv.isna().to_numpy() & s.notna().to_numpy())
         if bad.size:
             i = int(bad[0])
@@ -52,12 +63,24 @@ def _numeric(df: pd.DataFrame, col: str) -> np.ndarray:
         s = conv
     try:
         return s.to_numpy(dtype=np.float64, na_value=np.nan)
+    except OverflowError:  # an integer beyond float range: inf, refused by the callers
+        return np.array([_float(v) for v in s.to_numpy(dtype=object)], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InputError(f"column {col!r} is not numeric ({exc})") from None
 
 
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _tokens(df: pd.DataFrame, col: str) -> np.ndarray:
-    if df[col].dtype.kind in "iu":  # fast path: no NaN possible
+    if isinstance(df[col].dtype, np.dtype) and df[col].dtype.kind in "iu":  # fast path: numpy
+        # integers hold no NaN (pandas' nullable Int64 may hold NA: the checked path below)
         raw = df[col].to_numpy()
         if raw.dtype.kind == "u" and raw.size and raw.max() > _I64.max:
             i = int(np.argmax(raw > _I64.max))
@@ -74,11 +97,12 @@ def _tokens(df: pd.DataFrame, col: str) -> np.ndarray:
     if bad.size:
         i = int(bad[0])
         x = df[col].iloc[i]
-        if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        fx = _float(x)  # NaN for a missing value (None, NaN, pandas' NA)
+        if x is None or (isinstance(x, float) and not math.isfinite(x)) or math.isnan(fx):
             why = "is missing or not finite; every request needs a token count"
-        elif float(x) > MAX_TOKENS:
+        elif fx > MAX_TOKENS:
             why = f"is more than {MAX_TOKENS:,} tokens; is the unit right?"
-        elif float(x) != round(float(x)):
+        elif fx != round(fx):
             why = "is not a whole number of tokens"
         else:
             why = "must be >= 1 (a request has at least one token); drop or fix the request"
@@ -260,10 +284,11 @@ class Workload:
         if (
             isinstance(block_size, bool)
             or not isinstance(block_size, (int, np.integer))
-            or (block_size < 1)
+            or not 1 <= block_size <= MAX_TOKENS
         ):
             raise InputError(
-                f"block_size must be a whole number of tokens >= 1, got {block_size!r}"
+                f"block_size must be a whole number of tokens in 1..{MAX_TOKENS:,}, got "
+                f"{block_size!r}"
             )
         if meta is not None and not isinstance(meta, dict):
             raise InputError(f"meta must be a dict, got {type(meta).__name__}")
@@ -296,6 +321,7 @@ class Workload:
 
     def head(self, n: int = 5) -> Workload:
         """The first ``n`` requests by arrival, as a workload."""
+        n = check_int("n", n, 0)
         return Workload._trusted(self._frame.head(n), self.block_size, self.meta)
 
     def select(self, rows) -> Workload:

@@ -16,7 +16,7 @@ import pandas as pd
 from eplb.atomic import atomic_write
 from eplb.errors import InputError
 from eplb.evaluation.serving.workload.model import MAX_TOKENS, Workload
-from eplb.safeload import check_regular
+from eplb.safeload import MAX_JSON_INT, check_regular, check_size, read_text
 
 __all__ = ["READ_FORMATS", "WRITE_FORMATS", "dropped", "read", "sniff", "write", "write_format"]
 
@@ -39,10 +39,11 @@ def _fail(path, msg: str) -> InputError:
 def _check_file(path) -> Path:
     p = check_regular(path, "workload file")  # a name, a regular file (a FIFO would block)
     try:
-        empty = p.stat().st_size == 0
+        size = p.stat().st_size
     except OSError as exc:
         raise _fail(path, f"cannot read: {exc.strerror or exc}") from None
-    if empty:
+    check_size(f"workload file {p}", (size,), 1, error=lambda msg: _fail(path, msg))
+    if size == 0:
         raise _fail(path, "file is empty; a workload needs at least one request")
     return p
 
@@ -121,13 +122,8 @@ _MOONCAKE = ("timestamp", "input_length", "output_length")
 
 
 def _read_mooncake(path: Path, block_size: int | None) -> Workload:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise _fail(
-            path,
-            f"is not UTF-8 text ({exc.reason} at byte {exc.start}); JSON lines files are UTF-8",
-        ) from None
+    # a regular UTF-8 file within EPLB_MAX_BYTES
+    text = read_text(path, "workload file", lambda msg: _fail(path, msg), encoding="utf-8-sig")
     ts, inp, out, hashes = [], [], [], []
     has_hash = None
     loads = json.loads
@@ -145,6 +141,11 @@ def _read_mooncake(path: Path, block_size: int | None) -> Workload:
                 else "; fix or drop that line"
             )
             raise _fail(path, f"line {ln} is not valid JSON ({exc.msg}){hint}") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, deep nesting
+            why = "nested too deeply" if isinstance(exc, RecursionError) else \
+                " ".join(str(exc).split())[:80]
+            raise _fail(path, f"line {ln} is not usable JSON ({why}); fix or drop that "
+                        "line") from None
         if not isinstance(rec, dict):
             raise _fail(
                 path,
@@ -163,6 +164,9 @@ def _read_mooncake(path: Path, block_size: int | None) -> Workload:
         for key, v in (("timestamp", t), ("input_length", i), ("output_length", o)):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _fail(path, f"line {ln}: {key} is {json.dumps(v)[:40]}, expected a number")
+            if isinstance(v, int) and abs(v) > MAX_JSON_INT:  # beyond float range: no time
+                raise _fail(path, f"line {ln}: {key} {str(v)[:24]}... is beyond 2**53; "
+                            "timestamps are milliseconds, lengths tokens (an overflow?)")
         h = rec.get("hash_ids")
         if has_hash is None:
             has_hash = h is not None
@@ -254,6 +258,8 @@ def _read_azure(path: Path, block_size: int | None) -> Workload:
             f"TIMESTAMP,ContextTokens,GeneratedTokens (found "
             f"{', '.join(map(str, df.columns))})",
         )
+    if len(df) == 0:
+        raise _fail(path, "has a header but no requests")
     raw = df["TIMESTAMP"].astype(str)
     ok = raw.str.match(_AZURE_TS.pattern)
     if not ok.all():
@@ -267,7 +273,11 @@ def _read_azure(path: Path, block_size: int | None) -> Workload:
         t = pd.to_datetime(raw.str.strip().str.replace("T", " ", regex=False), format="ISO8601")
     except (ValueError, TypeError) as exc:
         raise _fail(path, f"TIMESTAMP is not a valid date-time ({exc})") from None
-    ns = t.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    try:  # nanoseconds hold 1677..2262: a wider span would wrap around silently
+        ns = t.dt.as_unit("ns").to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    except (ValueError, OverflowError) as exc:  # pandas' OutOfBoundsDatetime
+        raise _fail(path, f"TIMESTAMP spans dates beyond years 1677..2262 ({exc}); "
+                    "the trace's dates are corrupt") from None
     frame = pd.DataFrame({"arrival_s": (ns - ns.min()) / 1e9})
     for src, dst in (("ContextTokens", "input_tokens"), ("GeneratedTokens", "output_tokens")):
         frame[dst] = df[src].to_numpy()
@@ -347,23 +357,29 @@ def _read_parquet(path: Path, block_size: int | None) -> Workload:
     except ImportError:
         raise InputError("reading Parquet needs pyarrow; pip install 'eplb[parquet]'") from None
     try:
+        info = pq.ParquetFile(path).metadata  # the footer: sizes checked before reading
+        check_size("the Parquet table", (info.num_rows, max(info.num_columns, 1)), 8,
+                   error=lambda msg: _fail(path, msg), fix="is the footer's row count right?")
         table = pq.read_table(path)
+    except InputError:
+        raise
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise _fail(path, f"not a readable Parquet file ({exc}); it may be truncated") from None
     md = table.schema.metadata or {}
     meta: dict = {}
     if b"eplb.workload.meta" in md:
-        try:
+        try:  # provenance only: metadata that is not a JSON object is left out
             meta = json.loads(md[b"eplb.workload.meta"])
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad JSON or UTF-8, a huge integer, deep
+            meta = {}
+        if not isinstance(meta, dict):
             meta = {}
     if block_size is None and b"eplb.workload.block_size" in md:
-        try:
-            block_size = int(md[b"eplb.workload.block_size"])
-        except ValueError:
-            raise _fail(
-                path, "schema metadata eplb.workload.block_size is not an integer"
-            ) from None
+        text = md[b"eplb.workload.block_size"]
+        if not (text.isascii() and text.strip().isdigit() and len(text) <= 18):
+            raise _fail(path, f"schema metadata eplb.workload.block_size {text[:24]!r} is not "
+                        "a whole number of tokens")
+        block_size = int(text)
     df = table.to_pandas()
     if len(df) == 0:
         raise _fail(path, "holds no requests")

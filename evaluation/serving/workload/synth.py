@@ -152,15 +152,12 @@ def _sessions(
     n = d.n
     sys_blocks = system_tokens // block
     num_sys = max(d.system) + 1 if n else 0
-    next_id = 0
-    sys_hash: list[np.ndarray] = []
-    if hashes:
-        for _ in range(num_sys):
-            sys_hash.append(np.arange(next_id, next_id + sys_blocks, dtype=np.int64))
-            next_id += sys_blocks
+    # system prompt j's blocks are hashes j * sys_blocks ...; session blocks follow them (only
+    # the prompts drawn are built: system_prompts may be far more than the requests)
+    next_id = num_sys * sys_blocks if hashes else 0
     none = np.empty(0, dtype=np.int64)
     concat, arange, i64 = np.concatenate, np.arange, np.int64
-    sys_seen = [False] * num_sys
+    sys_seen: set[int] = set()
     opened = Recent()  # open sessions, least recently used first
     ctx_tokens: dict[int, int] = {}
     ctx_blocks: dict[int, np.ndarray | int] = {}  # a session's full blocks (or their count)
@@ -191,13 +188,14 @@ def _sessions(
             length = min(new + (system_tokens if j >= 0 else 0), max_input)
             reuse = min(sys_blocks, length // block) if j >= 0 else 0
             if j >= 0:
-                if sys_seen[j]:
+                if j in sys_seen:
                     hit_total += reuse * block
-                sys_seen[j] = True
+                sys_seen.add(j)
             opened.append(s)
             if len(opened) > open_sessions:
                 opened.popleft()
-            prev = sys_hash[j] if hashes and j >= 0 else none
+            prev = arange(j * sys_blocks, (j + 1) * sys_blocks, dtype=i64) if hashes and j >= 0 \
+                else none
         nblocks = -(-length // block)
         if hashes:
             h = concat((prev[:reuse], arange(next_id, next_id + nblocks - reuse, dtype=i64)))
