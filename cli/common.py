@@ -159,11 +159,28 @@ def seconds_or_zero_arg(text: str) -> float:
                             zero=True)
 
 
+def topology_hint(text: str | None, slots: int | None) -> Topology | str | None:
+    """``--topology``/``--slots`` for reading a placement file: None without ``--topology``;
+    ``"NODESxGPUS"`` as given when ``--slots`` is absent (a runtime file states its slots:
+    `eplb.io.read_placement`); else the `Topology`."""
+    if text is None:
+        return None
+    if slots is None and isinstance(text, str) and text.lower().count("x") == 1:
+        return text
+    return Topology.parse(text, slots)
+
+
 def check_topology_hint(placement, hint, path) -> None:
-    """Refuse ``--topology``/``--slots`` (``hint``, a `Topology` or None) that contradict the
-    topology the placement file ``path`` carries (native and npz files store theirs; the
-    flags were silently ignored there)."""
+    """Refuse ``--topology``/``--slots`` (``hint``, a `Topology`, ``"NODESxGPUS"`` or None)
+    that contradict the topology the placement file ``path`` carries (native and npz files
+    store theirs; the flags were silently ignored there)."""
     shape = lambda t: f"{t.num_nodes}x{t.gpus_per_node}x{t.slots_per_gpu}"  # noqa: E731
+    if isinstance(hint, str):
+        have = f"{placement.topology.num_nodes}x{placement.topology.gpus_per_node}"
+        if hint.lower().replace(" ", "") != have:
+            raise InputError(f"--topology {hint} contradicts {path}, which stores {have} "
+                             f"(nodes x GPUs); drop --topology or fix it")
+        return
     if hint is not None and shape(hint) != shape(placement.topology):
         raise InputError(f"--topology {shape(hint)} (nodes x GPUs x slots per GPU) contradicts "
                          f"{path}, which stores {shape(placement.topology)}; drop --topology "
@@ -255,3 +272,25 @@ def windows_arg(spec: str | None, flag: str = "--windows"):
     from eplb.traces.windows import parse_windows  # lazy: keeps eplb --help fast
 
     return parse_windows(spec, flag)
+
+
+def read_trace(path, format: str | None = None, passes_per_window: int | None = None):
+    """`traces.read` of ``path`` (a file of another kind, a placement or a request trace,
+    named as such: `recognise.explain`) with every ``passes_per_window`` windows summed
+    (`traces.group_passes`; ``--passes-per-window``)."""
+    from eplb import traces  # lazy: keeps eplb --help fast
+    from eplb.cli.recognise import read_trace_as
+
+    trace = read_trace_as(path, format)
+    if passes_per_window is not None:
+        if passes_per_window < 1:
+            raise InputError(f"--passes-per-window must be >= 1, got {passes_per_window}")
+        trace = traces.group_passes(trace, passes_per_window)
+    return trace
+
+
+def print_notes(trace, file=None) -> None:
+    """Print what the reader said about ``trace``'s file (``meta["notes"]``: records left out
+    or skipped, recorder buffer rows dropped), one ``note:`` line each."""
+    for note in trace.meta.get("notes") or ():
+        print(f"note: {note}", file=file)

@@ -15,6 +15,7 @@ from eplb.cli.common import (
     check_outputs,
     check_reserved,
     parse_options,
+    read_trace,
     seconds_or_zero_arg,
     solvers_epilog,
 )
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from dataclasses import replace
 
-    from eplb import solvers, traces
+    from eplb import solvers
     from eplb.evaluation.compare import CompareSpec, compare
 
     check_outputs({"TRACE": args.traces},
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = {}
     for path in args.traces:
         name = Path(path).stem or Path(path).name
-        loaded[name if name not in loaded else str(path)] = trace = traces.read(path)
+        loaded[name if name not in loaded else str(path)] = trace = read_trace(path)
         if args.groups is not None or args.topk_groups is not None:
             groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
             check_groups(groups, trace.num_experts, args.topk_groups)

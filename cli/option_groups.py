@@ -118,6 +118,14 @@ def windows(p: Parser, *, what: str = "sum") -> None:
                    "(default all)")
 
 
+def passes_per_window(p: Parser) -> None:
+    """``--passes-per-window``: sum N consecutive windows (forward passes) into one."""
+    p.add_argument("--passes-per-window", type=int, metavar="N",
+                   help="sum every N consecutive windows into one (vLLM stats records and "
+                   "SGLang recorder dumps hold one window per forward pass, a few dozen picks "
+                   "per layer each; default 1)")
+
+
 def ema(p: Parser, *, over: str = "the windows") -> None:
     """``--ema``: an exponential average instead of a sum."""
     p.add_argument("--ema", type=float, metavar="ALPHA",

@@ -14,6 +14,8 @@ from eplb.cli.common import (
     check_solver_options,
     failed_gpus_arg,
     parse_options,
+    print_notes,
+    read_trace,
     solvers_epilog,
     windows_arg,
 )
@@ -32,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Compute a replicated expert placement for LOAD (a trace or load matrix: "
         ".npz, .npy, SGLang .json/.pt, CSV/Parquet, per-rank directory) on a cluster topology "
         "and write it as a placement file. The placement rows carry LOAD's model layer ids, so "
-        "SGLang and TensorRT-LLM exports line up with the model's layers.",
+        "SGLang and TensorRT-LLM exports line up with the model's layers. --format vllm "
+        "writes the eplb_initial_mapping record vLLM's offline EPLB loads (PR #41141, not yet "
+        "in a release: revisions A 63727bfc and B 8f4722ce; the later revision C reads a "
+        "stats file, not a mapping; docs/deployment.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.lazy_epilog = lambda: solvers_epilog(EXAMPLE)
@@ -159,9 +164,10 @@ def _empty_note(placement, topology) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
-    from eplb import solvers, traces
+    from eplb import solvers
+    from eplb.cli.recognise import read_placement_as
     from eplb.evaluation.solve import solve_trace
-    from eplb.io import format_for, read_placement, write_placement
+    from eplb.io import VLLM_LOADED_BY, format_for, write_placement
 
     check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
     options = parse_options(args.option)
@@ -169,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     solvers.load_plugins(args.plugin or ())
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options, previous=args.previous is not None)
-    trace = traces.read(args.load)
+    trace = read_trace(args.load)
     windows = windows_arg(args.windows)
     trace.load(windows, ema=args.ema)  # a bad selection or ema fails here, before the topology
     if solvers.takes_windows(args.solver) and args.ema:
@@ -183,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if args.previous is not None:
         vllm = format_for(args.previous) == "vllm"
         # runtime files carry no topology: the cluster before any GPU failed
-        previous = read_placement(args.previous, topology=replace(topology, failed_gpus=()),
+        previous = read_placement_as(args.previous, topology=replace(topology, failed_gpus=()),
                                   num_experts=E, layer_ids=trace.layer_ids if vllm else None)
     result = solve_trace(args.solver, trace, topology, windows=args.windows, ema=args.ema,
                          num_groups=args.groups, seed=args.seed, time_limit=args.time_limit,
@@ -232,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
             placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None,
             layer_ids_are_model_ids=True,  # they come from LOAD (its rows or its layer column)
         )
-        rows.append(("wrote", f"{args.output} ({fmt})"))
+        what = f"{fmt}: the mapping {VLLM_LOADED_BY} load" if fmt == "vllm" else fmt
+        rows.append(("wrote", f"{args.output} ({what})"))
     print(text_table(rows))
+    print_notes(trace)
     return 0
