@@ -85,8 +85,8 @@ def _json_kind(text: str) -> Kind | None:
         if '"eplb_load_' in text:
             return Kind(TRACE, "vLLM's recorded expert load (eplb_load_stats records)")
     if first.startswith("{") and '"hash_ids"' in first and '"input_length"' in first:
-        return Kind(REQUESTS, "a Mooncake request trace (JSON lines: timestamp, input_length, "
-                              "output_length, hash_ids), requests rather than expert loads")
+        return Kind(REQUESTS, "a Mooncake request trace (JSON lines of timestamp, input_length, "
+                              "output_length, hash_ids)")
     if re.search(r'"format"\s*:\s*"eplb\.placement"', text[:4096]):
         return Kind(PLACEMENT, "an eplb placement (native JSON)")
     if '"physical_to_logical_map"' in text[:4096]:
@@ -119,7 +119,8 @@ def _toml_kind(text: str) -> Kind | None:
 def _csv_kind(text: str) -> Kind | None:
     cells = {c.strip().strip('"') for c in _first_line(text).split(",")}
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= cells:
-        return Kind(REQUESTS, "an Azure LLM inference trace (requests, not expert loads)")
+        return Kind(REQUESTS, "an Azure LLM inference trace (TIMESTAMP, ContextTokens, "
+                              "GeneratedTokens)")
     if {"arrival_s", "input_tokens"} <= cells:
         return Kind(REQUESTS, "a request workload CSV")
     if {"solver", "topology", "status"} <= cells:
