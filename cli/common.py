@@ -294,3 +294,63 @@ def print_notes(trace, file=None) -> None:
     or skipped, recorder buffer rows dropped), one ``note:`` line each."""
     for note in trace.meta.get("notes") or ():
         print(f"note: {note}", file=file)
+
+
+# ------------------------------------------------------------------ expert groups from a model
+MODEL_ALIASES = {"deepseek_r1": "deepseek_v3"}  # same architecture (config.json n_group 8)
+GROUPS_HINT = "pass --groups G (DeepSeek-V3: 8) or --model PRESET (deepseek_v3)"
+TOPK_HINT = ("pass --groups G --topk-groups T (DeepSeek-V3: --groups 8 --topk-groups 4) or "
+             "--model PRESET (deepseek_v3)")
+
+
+def model_preset(name: str | None):
+    """The model preset (`serving.config.model.MODELS`) a model name means: a preset name, or
+    a runtime's model id such as ``deepseek-ai/DeepSeek-V3`` (organisation dropped, case and
+    punctuation ignored, a suffix after the name allowed); None when no preset matches."""
+    import re
+
+    from eplb.evaluation.serving.config.model import MODELS  # lazy: keeps eplb --help fast
+
+    if not isinstance(name, str) or not name.strip():
+        return None
+    key = re.sub(r"[^a-z0-9]+", "_", name.strip().lower().rsplit("/", 1)[-1]).strip("_")
+    for preset in (*MODELS, *MODEL_ALIASES):
+        if key == preset or key.startswith(preset + "_"):
+            return MODELS[MODEL_ALIASES.get(preset, preset)]
+    return None
+
+
+def check_model_flag(name: str | None):
+    """``--model PRESET``: the preset, or one `InputError` listing them."""
+    if name is None:
+        return None
+    from eplb.evaluation.serving.config.model import get_model  # lazy
+
+    return model_preset(name) or get_model(name)
+
+
+def with_model_groups(trace, model_flag: str | None = None):
+    """``(trace, source)``: ``trace`` with ``meta["num_groups"]`` / ``["topk_groups"]`` filled
+    from the model preset ``--model`` names, or else the one the trace's ``meta["model"]``
+    names, where the trace records none (DeepSeek-V3: 8 groups, top 4); ``source`` says where
+    the groups come from ("the trace's record", "model deepseek_v3 (--model)", ...) or is None
+    when no groups are known."""
+    from eplb.traces import Trace  # lazy: keeps eplb --help fast
+
+    meta = dict(trace.meta)
+    spec = check_model_flag(model_flag)
+    how = "--model"
+    if spec is None:
+        spec, how = model_preset(meta.get("model")), f"named by the trace: {meta.get('model')!r}"
+    source = "the trace's record" if "num_groups" in meta else None
+    if spec is None or ("num_groups" in meta and "topk_groups" in meta):
+        return trace, source
+    if trace.num_experts != spec.num_experts:
+        return trace, source  # another model's preset: its groups would not fit
+    if "num_groups" not in meta:
+        meta["num_groups"] = spec.num_groups
+        source = f"model {spec.name} ({how})"
+    if meta["num_groups"] == spec.num_groups:
+        meta.setdefault("topk_groups", spec.topk_groups)
+    return Trace(trace.counts, trace.layer_ids, trace.source_counts, trace.topk_ids,
+                 trace.token_rank, meta), source

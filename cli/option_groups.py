@@ -69,6 +69,13 @@ def groups(p: Parser, *, default: str | None = "the trace's", topk: str | None =
                                   topk_note))
 
 
+def model(p: Parser, *, what: str) -> None:
+    """``--model``: a model preset whose expert groups apply where the trace records none."""
+    p.add_argument("--model", metavar="PRESET",
+                   help=f"model preset (deepseek_v3) whose expert groups {what} where the trace "
+                   "records none (default: the model the trace names, if a preset matches it)")
+
+
 # ------------------------------------------------------------------ solvers
 def solver(p: Parser, *, default: str, note: str | None = None,
            listed_below: bool = False) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from eplb.cli import option_groups as og
 from eplb.cli.common import (
+    GROUPS_HINT,
     check_groups,
     check_outputs,
     check_solver_options,
@@ -18,6 +19,7 @@ from eplb.cli.common import (
     read_trace,
     solvers_epilog,
     windows_arg,
+    with_model_groups,
 )
 from eplb.errors import InputError
 from eplb.format import text_table
@@ -45,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.topology(p, required=True)
     og.bandwidths(p)
     og.failed_gpus(p)
-    og.groups(p, default=None, must_divide=True)
+    og.groups(p, default="the trace's, else its model's", must_divide=True)
+    og.model(p, what="the solver uses")
     og.windows(p)
     og.ema(p)
     og.solver(p, default="deepseek", listed_below=True)
@@ -134,6 +137,23 @@ def contract_rows(info: dict, groups: int | None, topology, num_experts: int) ->
                        "are not kept on one node")]
 
 
+def groups_rows(args, groups: int | None, source: str | None, info: dict) -> list:
+    """An ``expert groups`` row saying where the groups came from (``--groups``, the trace's
+    record, its model's preset), or, when a policy that uses groups got none and so ran its
+    global variant, that it did and how to give them."""
+    from eplb import solvers  # lazy: keeps eplb --help fast
+
+    if args.groups is not None:
+        return []
+    if groups is not None:
+        return [("expert groups", f"{groups} from {source}; --groups overrides")]
+    if solvers.group_fallback(args.solver) or info.get("policy") == "global":
+        return [("expert groups", f"none known (the trace records none and names no model "
+                                  f"preset): {args.solver} ran the global policy; "
+                                  f"{GROUPS_HINT}")]
+    return []
+
+
 def live_slots(topology) -> int:
     """Slots per layer on the GPUs that have not failed."""
     return (topology.num_gpus - len(topology.failed_gpus)) * topology.slots_per_gpu
@@ -175,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
     solvers.load_plugins(args.plugin or ())
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options, previous=args.previous is not None)
-    trace = read_trace(args.load)
+    trace, groups_source = with_model_groups(read_trace(args.load), args.model)
+    groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
     windows = windows_arg(args.windows)
     trace.load(windows, ema=args.ema)  # a bad selection or ema fails here, before the topology
     if solvers.takes_windows(args.solver) and args.ema:
@@ -184,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
                               failed_gpus=failed_gpus_arg(args.failed_gpus))
-    check_groups(args.groups, E, fallback=solvers.group_fallback(args.solver))
+    check_groups(groups, E, fallback=solvers.group_fallback(args.solver))
     previous = None
     if args.previous is not None:
         vllm = format_for(args.previous) == "vllm"
@@ -192,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         previous = read_placement_as(args.previous, topology=replace(topology, failed_gpus=()),
                                   num_experts=E, layer_ids=trace.layer_ids if vllm else None)
     result = solve_trace(args.solver, trace, topology, windows=args.windows, ema=args.ema,
-                         num_groups=args.groups, seed=args.seed, time_limit=args.time_limit,
+                         num_groups=groups, seed=args.seed, time_limit=args.time_limit,
                          path=args.load, previous=previous, **options)
     placement, load = result.placement, result.load
     info = placement.meta["solver"]
@@ -214,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
                  f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
                           "score their sum)")] if result.forecast else []),
-        *contract_rows(info, args.groups, topology, E),
+        *groups_rows(args, groups, groups_source, info),
+        *contract_rows(info, groups, topology, E),
         *summary_rows(placement, result.balance),
         *failed_rows(topology, placement.num_experts),
         (
