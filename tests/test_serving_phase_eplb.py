@@ -121,3 +121,22 @@ def test_rebalance_rows_name_the_phase_and_its_solver():
     assert len(rb) and set(rb["phase"]) == {"decode"}  # static prefill never rebalances
     assert set(rb["solver"]) == {"greedy"}
     assert result.meta["eplb"]["prefill"]["solver"] == "static"
+
+
+def test_few_tokens_per_gpu_gets_a_word():
+    """Issue 37 part 4: a decode max/mean GPU load of 2-2.9 at under one running request per
+    GPU is printed with why (few tokens per GPU), not alone."""
+    from eplb.evaluation.serving.results.notes import few_tokens_note
+
+    cfg = ClusterConfig.deepseek_day6().to_dict()
+    note = few_tokens_note({"decode_gpu_load_max_over_mean": 2.4,
+                            "decode_running_per_gpu": 0.5}, cfg)
+    assert "few tokens per GPU" in note and "about 8.0 expert picks" in note  # 0.5 x 2 x 8
+    assert few_tokens_note({"decode_gpu_load_max_over_mean": 2.4,
+                            "decode_running_per_gpu": 3.0}, cfg) is None
+    assert few_tokens_note({"decode_gpu_load_max_over_mean": 1.1,
+                            "decode_running_per_gpu": 0.5}, cfg) is None
+    _, result = _first_steps(ClusterConfig.deepseek_day6())
+    s = result.summary()
+    assert s["decode_running_per_gpu"] < 1 and s["decode_gpu_load_max_over_mean"] >= 1.5
+    assert "few tokens per GPU" in result.summary_table()
