@@ -191,6 +191,8 @@ def test_trtllm_num_slots_come_from_the_file(tmp_path):
         read_placement(path, topology="1x4")  # num_slots % ep_size != 0, as TRT-LLM refuses
     code, _, err = run_cli("evaluate", path, FIX / "rev_b_stats.jsonl", "--topology", "1x2")
     assert code == 0, err  # no --slots needed
+    code, out, err = run_cli("execute", path, "--topology", "1x2", "--hidden", 16, "--top-k", 2)
+    assert code == 0 and "PASS" in out, err
 
 
 def test_trtllm_inline_llm_api_config(tmp_path):
