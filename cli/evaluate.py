@@ -18,6 +18,7 @@ from eplb.cli.common import (
     read_trace,
     topology_hint,
     windows_arg,
+    with_model_groups,
 )
 from eplb.errors import InputError
 from eplb.format import json_text, number, text_table
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         topo = dataclasses.replace(placement.topology, **over)  # validates the bandwidths
         placement = Placement(placement.phy2log, placement.num_experts, topo,
                               placement.replica_share, placement.meta, placement.layer_ids)
-    trace = read_trace(args.trace)
+    trace, _ = with_model_groups(read_trace(args.trace))  # groups of a model it names
     windows = windows_arg(args.windows)
     if windows is not None:
         trace.window_index(windows)  # an out-of-range selection fails here, by name

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -587,6 +588,9 @@ def read_placement(
     if topology is not None and not isinstance(topology, (Topology, str)):
         raise InputError(f"topology must be an eplb.Topology or 'NODESxGPUS', got "
                          f"{type(topology).__name__}")
+    if isinstance(topology, str) and not re.fullmatch(r"\s*\d+\s*[xX]\s*\d+\s*", topology):
+        raise InputError(f"topology {topology[:40]!r} is not 'NODESxGPUS' (e.g. '4x8'; the "
+                         "slots come from the file), nor an eplb.Topology")
     if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(
             num_experts, (int, np.integer)) or num_experts < 1):
         raise InputError(f"num_experts must be a positive integer, got {num_experts!r}")
