@@ -338,6 +338,8 @@ def with_model_groups(trace, model_flag: str | None = None):
     from eplb.traces import Trace  # lazy: keeps eplb --help fast
 
     meta = dict(trace.meta)
+    if model_flag is None and "num_groups" in meta and "topk_groups" in meta:
+        return trace, "the trace's record"  # (no model preset is imported: keeps solve light)
     spec = check_model_flag(model_flag)
     how = "--model"
     if spec is None:

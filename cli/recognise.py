@@ -79,7 +79,7 @@ def _parquet_kind(p: Path) -> Kind | None:
 
 def _json_kind(text: str) -> Kind | None:
     first = _first_line(text)
-    if first.startswith("{") and '"record_type"' in first or '"record_type"' in text[:4096]:
+    if (first.startswith("{") and '"record_type"' in first) or '"record_type"' in text[:4096]:
         if '"eplb_initial_mapping"' in text:
             return Kind(PLACEMENT, "vLLM's offline-EPLB mapping file (eplb_initial_mapping)")
         if '"eplb_load_' in text:

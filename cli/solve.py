@@ -137,7 +137,7 @@ def contract_rows(info: dict, groups: int | None, topology, num_experts: int) ->
                        "are not kept on one node")]
 
 
-def groups_rows(args, groups: int | None, source: str | None, info: dict) -> list:
+def groups_rows(args, groups: int | None, source: str | None) -> list:
     """An ``expert groups`` row saying where the groups came from (``--groups``, the trace's
     record, its model's preset), or, when a policy that uses groups got none and so ran its
     global variant, that it did and how to give them."""
@@ -147,7 +147,7 @@ def groups_rows(args, groups: int | None, source: str | None, info: dict) -> lis
         return []
     if groups is not None:
         return [("expert groups", f"{groups} from {source}; --groups overrides")]
-    if solvers.group_fallback(args.solver) or info.get("policy") == "global":
+    if solvers.group_fallback(args.solver):  # places by groups when given them (deepseek)
         return [("expert groups", f"none known (the trace records none and names no model "
                                   f"preset): {args.solver} ran the global policy; "
                                   f"{GROUPS_HINT}")]
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
                           "score their sum)")] if result.forecast else []),
-        *groups_rows(args, groups, groups_source, info),
+        *groups_rows(args, groups, groups_source),
         *contract_rows(info, groups, topology, E),
         *summary_rows(placement, result.balance),
         *failed_rows(topology, placement.num_experts),

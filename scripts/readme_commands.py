@@ -15,9 +15,7 @@ every test run (`run_block`); this script runs them all.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
-import io
 import os
 import re
 import shlex
@@ -25,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,13 +84,13 @@ def _expand(token: str, env: dict) -> list[str]:
     return [value]
 
 
-def run_block(block: Block, cwd: Path, env: dict) -> None:
-    """Run ``block`` in this process with ``cwd`` as the working folder: ``eplb ...`` through
-    `eplb.cli.main`, ``VAR=value``, ``$VAR``, globs, ``>`` redirects, ``&&`` and ``cat >
-    FILE <<'EOF'`` heredocs in bash blocks; python blocks with `exec`. Raises
-    `AssertionError` naming the command on a non-zero exit or an unsupported construct."""
-    from eplb.cli import main  # lazy: the script's own run needs no eplb import
-
+def run_block(block: Block, cwd: Path, env: dict,
+              eplb: Callable[..., tuple[int, str, str]]) -> None:
+    """Run ``block`` in this process with ``cwd`` as the working folder: each ``eplb ARGS``
+    through ``eplb(*ARGS) -> (exit code, stdout, stderr)`` (the test passes its in-process
+    runner), ``VAR=value``, ``$VAR``, globs, ``>`` redirects, ``&&`` and ``cat > FILE
+    <<'EOF'`` heredocs in bash blocks; python blocks with `exec`. Raises `AssertionError`
+    naming the command on a non-zero exit or a command other than ``eplb``."""
     old = os.getcwd()
     os.chdir(cwd)
     try:
@@ -118,16 +117,11 @@ def run_block(block: Block, cwd: Path, env: dict) -> None:
                     target, words = words[k + 1], words[:k]
                 argv = [x for w in words for x in _expand(w, env)]
                 assert argv[0] == "eplb", f"README.md:{block.line}: not an eplb command: {line}"
-                out, err = io.StringIO(), io.StringIO()
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                    try:
-                        code = main(argv[1:])
-                    except SystemExit as exc:
-                        code = exc.code or 0
+                code, out, err = eplb(*argv[1:])
                 assert code == 0, f"README.md:{block.line}: {command!r} exited {code}: " \
-                    f"{err.getvalue()[-600:]}"
+                    f"{err[-600:]}"
                 if target is not None:
-                    Path(target).write_text(out.getvalue(), encoding="utf-8")
+                    Path(target).write_text(out, encoding="utf-8")
     finally:
         os.chdir(old)
 

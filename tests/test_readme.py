@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli import run_cli
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "readme_commands.py"
 
@@ -55,7 +57,7 @@ def test_readme_block_runs(block, clone):
 
     before = set(solvers.available())
     try:
-        RC.run_block(block, clone, {**os.environ})
+        RC.run_block(block, clone, {**os.environ}, run_cli)
     finally:  # a block registering its own policy (--plugin) leaves nothing behind
         for name in set(solvers.available()) - before:
             solvers.unregister(name)
@@ -66,7 +68,7 @@ def test_the_runner_fails_a_failing_command(clone):
     bad = RC.Block("bash", "eplb solve traces/data/missing.npz --topology 4x8 --slots 288\n",
                    1, False)
     with pytest.raises(AssertionError, match="exited 2"):
-        RC.run_block(bad, clone, {})
+        RC.run_block(bad, clone, {}, run_cli)
     other = RC.Block("bash", "ls traces\n", 1, False)
     with pytest.raises(AssertionError, match="not an eplb command"):
-        RC.run_block(other, clone, {})
+        RC.run_block(other, clone, {}, run_cli)

@@ -115,7 +115,8 @@ def read_vllm(path: str | os.PathLike) -> Trace:
             raise fail(where, f"expert_load has shape {list(load.shape)} but p2l_map "
                        f"{list(p2l.shape)}; they must match")
         model = rec.get("model", (meta or {}).get("model"))
-        groups.setdefault((str(model), *load.shape), []).append((rec, load, p2l))
+        model = model if isinstance(model, str) else None
+        groups.setdefault((model, *load.shape), []).append((rec, load, p2l))
     # the main model has the most MoE layers (an MTP / draft model has one or a few)
     key = max(groups, key=lambda k: (k[1], len(groups[k])))
     chosen = groups[key]
@@ -123,8 +124,9 @@ def read_vllm(path: str | os.PathLike) -> Trace:
     notes = []
     for other, recs in groups.items():
         if other != key:
+            name = other[0] or "unnamed"
             notes.append(f"left out {len(recs)} {STATS} records of another model or shape "
-                         f"({other[1]} layers x {other[2]} slots, model {other[0]}: an MTP or "
+                         f"({other[1]} layers x {other[2]} slots, model {name}: an MTP or "
                          f"draft model); read the {L}-layer model")
     if skipped:
         kinds = ", ".join(f"{k} x{v}" for k, v in sorted(skipped.items()))
@@ -149,7 +151,7 @@ def read_vllm(path: str | os.PathLike) -> Trace:
             prov[k] = value
     info = {"provenance": prov,
             "layer_ids": "vLLM MoE-layer index (0..L-1), not the model layer id"}
-    if model != "None":
+    if model is not None:
         info["model"] = model
     if notes:
         info["notes"] = notes
