@@ -140,3 +140,13 @@ def test_few_tokens_per_gpu_gets_a_word():
     s = result.summary()
     assert s["decode_running_per_gpu"] < 1 and s["decode_gpu_load_max_over_mean"] >= 1.5
     assert "few tokens per GPU" in result.summary_table()
+
+
+def test_counterfactual_variants_may_differ_in_a_phase_policy():
+    from eplb.evaluation.serving.counterfactual import check_shared
+
+    base = ClusterConfig.deepseek_day6()
+    variant = overrides.apply(base, ["decode.eplb.solver=greedy"])
+    check_shared({"base": base, "decode greedy": variant})  # the step sequence is shared
+    with pytest.raises(InputError, match="differ in decode"):
+        check_shared({"base": base, "other": overrides.apply(base, ["decode.count=2"])})
