@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
+from eplb.errors import TraceError
+from eplb.safeload import check_size, read_text
 from eplb.traces.checks import check_values, fail, make_trace
 from eplb.traces.model import Trace
 
@@ -60,10 +61,7 @@ def _table(where: str, rec: dict, name: str, ints: bool) -> np.ndarray:
 
 def _records(path) -> tuple[dict | None, list[tuple[str, dict]], Counter, bool]:
     """``(meta, [(where, stats record)], skipped record types, saw a mapping record)``."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(path, f"cannot read as UTF-8 text: {exc}") from None
+    text = read_text(path, "vLLM stats file", lambda msg: fail(path, msg))  # regular, sized
     meta, stats, skipped, mapping = None, [], Counter(), False
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -136,6 +134,10 @@ def read_vllm(path: str | os.PathLike) -> Trace:
         raise fail(path, f"{META} says num_layers {meta['num_layers']} but the stats have "
                    f"{sorted({k[1] for k in groups})} layers")
     E = int(max(p2l.max() for _, _, p2l in chosen)) + 1
+    # the largest expert id sets the size: checked before the counts are allocated
+    check_size(f"{path}: the counts p2l_map implies (largest expert id {E - 1})",
+               (len(chosen), L, E), 8, fix="are the p2l_map expert ids right?",
+               error=TraceError)
     counts = np.zeros((len(chosen), L, E))
     rows = np.arange(L)[:, None]
     for t, (_, load, p2l) in enumerate(chosen):
