@@ -159,11 +159,28 @@ def seconds_or_zero_arg(text: str) -> float:
                             zero=True)
 
 
+def topology_hint(text: str | None, slots: int | None) -> Topology | str | None:
+    """``--topology``/``--slots`` for reading a placement file: None without ``--topology``;
+    ``"NODESxGPUS"`` as given when ``--slots`` is absent (a runtime file states its slots:
+    `eplb.io.read_placement`); else the `Topology`."""
+    if text is None:
+        return None
+    if slots is None and isinstance(text, str) and text.lower().count("x") == 1:
+        return text
+    return Topology.parse(text, slots)
+
+
 def check_topology_hint(placement, hint, path) -> None:
-    """Refuse ``--topology``/``--slots`` (``hint``, a `Topology` or None) that contradict the
-    topology the placement file ``path`` carries (native and npz files store theirs; the
-    flags were silently ignored there)."""
+    """Refuse ``--topology``/``--slots`` (``hint``, a `Topology`, ``"NODESxGPUS"`` or None)
+    that contradict the topology the placement file ``path`` carries (native and npz files
+    store theirs; the flags were silently ignored there)."""
     shape = lambda t: f"{t.num_nodes}x{t.gpus_per_node}x{t.slots_per_gpu}"  # noqa: E731
+    if isinstance(hint, str):
+        have = f"{placement.topology.num_nodes}x{placement.topology.gpus_per_node}"
+        if hint.lower().replace(" ", "") != have:
+            raise InputError(f"--topology {hint} contradicts {path}, which stores {have} "
+                             f"(nodes x GPUs); drop --topology or fix it")
+        return
     if hint is not None and shape(hint) != shape(placement.topology):
         raise InputError(f"--topology {shape(hint)} (nodes x GPUs x slots per GPU) contradicts "
                          f"{path}, which stores {shape(placement.topology)}; drop --topology "
@@ -270,3 +287,87 @@ def windows_arg(spec: str | None, flag: str = "--windows"):
     from eplb.traces.windows import parse_windows  # lazy: keeps eplb --help fast
 
     return parse_windows(spec, flag)
+
+
+def read_trace(path, format: str | None = None, passes_per_window: int | None = None):
+    """`traces.read` of ``path`` (a file of another kind, a placement or a request trace,
+    named as such: `recognise.explain`) with every ``passes_per_window`` windows summed
+    (`traces.group_passes`; ``--passes-per-window``)."""
+    from eplb import traces  # lazy: keeps eplb --help fast
+    from eplb.cli.recognise import read_trace_as
+
+    trace = read_trace_as(path, format)
+    if passes_per_window is not None:
+        if passes_per_window < 1:
+            raise InputError(f"--passes-per-window must be >= 1, got {passes_per_window}")
+        trace = traces.group_passes(trace, passes_per_window)
+    return trace
+
+
+def print_notes(trace, file=None) -> None:
+    """Print what the reader said about ``trace``'s file (``meta["notes"]``: records left out
+    or skipped, recorder buffer rows dropped), one ``note:`` line each."""
+    for note in trace.meta.get("notes") or ():
+        print(f"note: {note}", file=file)
+
+
+# ------------------------------------------------------------------ expert groups from a model
+MODEL_ALIASES = {"deepseek_r1": "deepseek_v3"}  # same architecture (config.json n_group 8)
+GROUPS_HINT = "pass --groups G (DeepSeek-V3: 8) or --model PRESET (deepseek_v3)"
+TOPK_HINT = ("pass --groups G --topk-groups T (DeepSeek-V3: --groups 8 --topk-groups 4) or "
+             "--model PRESET (deepseek_v3)")
+
+
+def model_preset(name: str | None):
+    """The model preset (`serving.config.model.MODELS`) a model name means: a preset name, or
+    a runtime's model id such as ``deepseek-ai/DeepSeek-V3`` (organisation dropped, case and
+    punctuation ignored, a suffix after the name allowed); None when no preset matches."""
+    import re
+
+    from eplb.evaluation.serving.config.model import MODELS  # lazy: keeps eplb --help fast
+
+    if not isinstance(name, str) or not name.strip():
+        return None
+    key = re.sub(r"[^a-z0-9]+", "_", name.strip().lower().rsplit("/", 1)[-1]).strip("_")
+    for preset in (*MODELS, *MODEL_ALIASES):
+        if key == preset or key.startswith(preset + "_"):
+            return MODELS[MODEL_ALIASES.get(preset, preset)]
+    return None
+
+
+def check_model_flag(name: str | None):
+    """``--model PRESET``: the preset, or one `InputError` listing them."""
+    if name is None:
+        return None
+    from eplb.evaluation.serving.config.model import get_model  # lazy
+
+    return model_preset(name) or get_model(name)
+
+
+def with_model_groups(trace, model_flag: str | None = None):
+    """``(trace, source)``: ``trace`` with ``meta["num_groups"]`` / ``["topk_groups"]`` filled
+    from the model preset ``--model`` names, or else the one the trace's ``meta["model"]``
+    names, where the trace records none (DeepSeek-V3: 8 groups, top 4); ``source`` says where
+    the groups come from ("the trace's record", "model deepseek_v3 (--model)", ...) or is None
+    when no groups are known."""
+    from eplb.traces import Trace  # lazy: keeps eplb --help fast
+
+    meta = dict(trace.meta)
+    if model_flag is None and "num_groups" in meta and "topk_groups" in meta:
+        return trace, "the trace's record"  # (no model preset is imported: keeps solve light)
+    spec = check_model_flag(model_flag)
+    how = "--model"
+    if spec is None:
+        spec, how = model_preset(meta.get("model")), f"named by the trace: {meta.get('model')!r}"
+    source = "the trace's record" if "num_groups" in meta else None
+    if spec is None or ("num_groups" in meta and "topk_groups" in meta):
+        return trace, source
+    if trace.num_experts != spec.num_experts:
+        return trace, source  # another model's preset: its groups would not fit
+    if "num_groups" not in meta:
+        meta["num_groups"] = spec.num_groups
+        source = f"model {spec.name} ({how})"
+    if meta["num_groups"] == spec.num_groups:
+        meta.setdefault("topk_groups", spec.topk_groups)
+    return Trace(trace.counts, trace.layer_ids, trace.source_counts, trace.topk_ids,
+                 trace.token_rank, meta), source

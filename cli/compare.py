@@ -11,12 +11,15 @@ from pathlib import Path
 from eplb.atomic import staged_outputs
 from eplb.cli import option_groups as og
 from eplb.cli.common import (
+    TOPK_HINT,
     check_groups,
     check_outputs,
     check_reserved,
     parse_options,
+    read_trace,
     seconds_or_zero_arg,
     solvers_epilog,
+    with_model_groups,
 )
 from eplb.errors import EplbError, InputError
 
@@ -35,6 +38,20 @@ def fallback_lines(summary) -> list[str]:
     return out
 
 
+def routing_notes(path, groups: int | None, topk_groups: int | None) -> list[str]:
+    """One line when the traffic model must assume routing the trace does not state: no
+    expert groups (unrestricted top-k routing; group-aware policies left out), or groups
+    without the groups each token may use (any of them)."""
+    if groups is None:
+        return [f"{path}: no expert groups known (the trace records none and names no model "
+                f"preset): traffic assumes unrestricted top-k routing and policies that need "
+                f"groups are left out; {TOPK_HINT}"]
+    if topk_groups is None:
+        return [f"{path}: traffic assumes each token may use any of the {groups} expert groups "
+                f"(no --topk-groups, none recorded); {TOPK_HINT}"]
+    return []
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
@@ -51,11 +68,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or directories")
     p.add_argument("--solvers", metavar="A,B",
                    help="comma-separated solver names (default: every registered solver that runs "
-                   "without a live placement, i.e. all but repair)")
+                   "without a live placement, i.e. all but repair; lplb with a replica graph "
+                   "that fits each topology, and a policy that cannot run on a trace and "
+                   "topology, lplb where no graph fits or one that needs groups where none are "
+                   "known, is left out there with one line saying so)")
     p.add_argument("--topologies", default="4x8:288", metavar="SPECS",
                    help="comma-separated NxG:SLOTS, NxGxSLOTS_PER_GPU, NxG+REDUNDANT or NxG "
                    "(default 4x8:288); several slot counts make a redundancy sweep")
-    og.groups(p, default="each trace's own", topk="each trace's")
+    og.groups(p, default="each trace's own, else its model's", topk="each trace's, else its "
+              "model's")
+    og.model(p, what="and routing groups (--topk-groups) apply")
     og.dispatch(p, what="dispatch policy of the traffic model")
     p.add_argument("--holdout", type=float, default=0.0, metavar="F",
                    help="score on the last fraction F of windows, solve on the rest (default 0: "
@@ -123,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
     from dataclasses import replace
 
-    from eplb import solvers, traces
+    from eplb import solvers
     from eplb.evaluation.compare import CompareSpec, compare
 
     solvers.load_plugins(args.plugin or ())  # first: no output may replace their modules
@@ -140,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     # every setting (dispatch policies, topologies, holdout...) is checked once, by the specs,
     # before any trace is read; the Pareto sweep's differs in its dispatch policy only
     spec = CompareSpec(
-        solvers=tuple(names), topologies=args.topologies, num_groups=args.groups,
+        solvers=tuple(names) if args.solvers else None, topologies=args.topologies,
+        num_groups=args.groups,
         topk_groups=args.topk_groups, policy=args.dispatch, holdout=args.holdout, seed=args.seed,
         time_limit=args.time_limit, solver_options=options, nvlink_gbps=args.nvlink_gbps,
         rdma_gbps=args.rdma_gbps,
@@ -149,13 +172,15 @@ def run(args: argparse.Namespace) -> int:
     if args.pareto and args.plot is None:
         raise InputError("--pareto writes its plots and table into --plot DIR; give --plot")
     weights = _floats(args.pareto_weights, "--pareto-weights") if args.pareto_weights else None
-    loaded = {}
+    loaded, notes = {}, []
     for path in args.traces:
         name = Path(path).stem or Path(path).name
-        loaded[name if name not in loaded else str(path)] = trace = traces.read(path)
+        trace, _ = with_model_groups(read_trace(path), args.model)
+        loaded[name if name not in loaded else str(path)] = trace
+        groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
         if args.groups is not None or args.topk_groups is not None:
-            groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
             check_groups(groups, trace.num_experts, args.topk_groups)
+        notes += routing_notes(path, groups, args.topk_groups or trace.meta.get("topk_groups"))
     start = time.perf_counter()
     result = compare(loaded, spec, workers=args.workers, scheduler=args.scheduler,
                      progress=not args.quiet)
@@ -170,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         written = _write(args, result, tables, loaded, sweep_spec, weights, stage)
     if args.markdown is None:
         print(tables)
-    for line in fallback_lines(result.summary):
+    for line in [*notes, *result.skipped_lines(), *fallback_lines(result.summary)]:
         print(line, file=sys.stderr)
     print(f"{ok}/{len(result.summary)} runs ok in {seconds:.1f} s", file=sys.stderr)
     for path in [args.output, args.markdown, args.layers_csv] + written:

@@ -11,11 +11,18 @@ import numpy as np
 
 from eplb.atomic import atomic_write_bytes
 from eplb.cli import option_groups as og
-from eplb.cli.common import check_groups, check_outputs, check_topology_hint, windows_arg
+from eplb.cli.common import (
+    check_groups,
+    check_outputs,
+    check_topology_hint,
+    read_trace,
+    topology_hint,
+    windows_arg,
+    with_model_groups,
+)
 from eplb.errors import InputError
 from eplb.format import json_text, number, text_table
 from eplb.placement import Placement
-from eplb.topology import Topology
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,11 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
-    from eplb import traces
+    from eplb.cli.recognise import check_not_swapped, read_placement_as
     from eplb.dispatch import check_policy
     from eplb.evaluation.evaluate import SOURCES, evaluate
     from eplb.evaluation.tables import write_csv
-    from eplb.io import read_placement
 
     check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
@@ -72,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     check_policy(args.dispatch)
     if args.source not in SOURCES:
         raise InputError(f"--source {args.source!r}: use auto, tokens, source_counts or load")
-    topo_hint = Topology.parse(args.topology, args.slots) if args.topology else None
-    placement = read_placement(args.placement, topology=topo_hint)
+    check_not_swapped(args.placement, args.trace)
+    topo_hint = topology_hint(args.topology, args.slots)
+    placement = read_placement_as(args.placement, topology=topo_hint)
     check_topology_hint(placement, topo_hint, args.placement)
     over = {k: v for k, v in (("nvlink_gbps", args.nvlink_gbps), ("rdma_gbps", args.rdma_gbps))
             if v is not None}
@@ -81,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         topo = dataclasses.replace(placement.topology, **over)  # validates the bandwidths
         placement = Placement(placement.phy2log, placement.num_experts, topo,
                               placement.replica_share, placement.meta, placement.layer_ids)
-    trace = traces.read(args.trace)
+    trace, _ = with_model_groups(read_trace(args.trace))  # groups of a model it names
     windows = windows_arg(args.windows)
     if windows is not None:
         trace.window_index(windows)  # an out-of-range selection fails here, by name

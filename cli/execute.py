@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from eplb.cli import option_groups as og
-from eplb.cli.common import check_topology_hint, topology_from
+from eplb.cli.common import check_topology_hint, topology_from, topology_hint
 from eplb.errors import InputError
 from eplb.format import text_table
 from eplb.safeload import check_size
@@ -95,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
                (args.tokens, 2 * K + 4, args.hidden), itemsize,
                fix="use fewer --tokens or a smaller --hidden")
     F = args.ffn or max(args.hidden // 4, 1)
-    topology = topology_from(args) if args.topology else None
+    topology = None
+    if args.topology and args.slots is None and not args.failed_gpus:
+        topology = topology_hint(args.topology, None)  # a runtime file's slots are its own
+    elif args.topology:
+        topology = topology_from(args)
     placement = read_placement(args.placement, topology=topology, num_experts=args.experts)
     check_topology_hint(placement, topology, args.placement)
     topo = placement.topology

@@ -69,6 +69,13 @@ def groups(p: Parser, *, default: str | None = "the trace's", topk: str | None =
                                   topk_note))
 
 
+def model(p: Parser, *, what: str) -> None:
+    """``--model``: a model preset whose expert groups apply where the trace records none."""
+    p.add_argument("--model", metavar="PRESET",
+                   help=f"model preset (deepseek_v3) whose expert groups {what} where the trace "
+                   "records none (default: the model the trace names, if a preset matches it)")
+
+
 # ------------------------------------------------------------------ solvers
 def solver(p: Parser, *, default: str, note: str | None = None,
            listed_below: bool = False) -> None:
@@ -119,6 +126,14 @@ def windows(p: Parser, *, what: str = "sum") -> None:
     p.add_argument("--windows", metavar="SPEC",
                    help=f"windows to {what}: an index, a slice 'a:b' or a list '0,3,5' "
                    "(default all)")
+
+
+def passes_per_window(p: Parser) -> None:
+    """``--passes-per-window``: sum N consecutive windows (forward passes) into one."""
+    p.add_argument("--passes-per-window", type=int, metavar="N",
+                   help="sum every N consecutive windows into one (vLLM stats records and "
+                   "SGLang recorder dumps hold one window per forward pass, a few dozen picks "
+                   "per layer each; default 1)")
 
 
 def ema(p: Parser, *, over: str = "the windows") -> None:

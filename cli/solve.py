@@ -9,13 +9,17 @@ import numpy as np
 
 from eplb.cli import option_groups as og
 from eplb.cli.common import (
+    GROUPS_HINT,
     check_groups,
     check_outputs,
     check_solver_options,
     failed_gpus_arg,
     parse_options,
+    print_notes,
+    read_trace,
     solvers_epilog,
     windows_arg,
+    with_model_groups,
 )
 from eplb.errors import InputError
 from eplb.format import text_table
@@ -32,7 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Compute a replicated expert placement for LOAD (a trace or load matrix: "
         ".npz, .npy, SGLang .json/.pt, CSV/Parquet, per-rank directory) on a cluster topology "
         "and write it as a placement file. The placement rows carry LOAD's model layer ids, so "
-        "SGLang and TensorRT-LLM exports line up with the model's layers.",
+        "SGLang and TensorRT-LLM exports line up with the model's layers. --format vllm "
+        "writes the eplb_initial_mapping record vLLM's offline EPLB loads (PR #41141, not yet "
+        "in a release: revisions A 63727bfc and B 8f4722ce; the later revision C reads a "
+        "stats file, not a mapping; docs/deployment.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.lazy_epilog = lambda: solvers_epilog(EXAMPLE)
@@ -40,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.topology(p, required=True)
     og.bandwidths(p)
     og.failed_gpus(p)
-    og.groups(p, default=None, must_divide=True)
+    og.groups(p, default="the trace's, else its model's", must_divide=True)
+    og.model(p, what="the solver uses")
     og.windows(p)
     og.ema(p)
     og.solver(p, default="deepseek", listed_below=True)
@@ -129,6 +137,23 @@ def contract_rows(info: dict, groups: int | None, topology, num_experts: int) ->
                        "are not kept on one node")]
 
 
+def groups_rows(args, groups: int | None, source: str | None) -> list:
+    """An ``expert groups`` row saying where the groups came from (``--groups``, the trace's
+    record, its model's preset), or, when a policy that uses groups got none and so ran its
+    global variant, that it did and how to give them."""
+    from eplb import solvers  # lazy: keeps eplb --help fast
+
+    if args.groups is not None:
+        return []
+    if groups is not None:
+        return [("expert groups", f"{groups} from {source}; --groups overrides")]
+    if solvers.group_fallback(args.solver):  # places by groups when given them (deepseek)
+        return [("expert groups", f"none known (the trace records none and names no model "
+                                  f"preset): {args.solver} ran the global policy; "
+                                  f"{GROUPS_HINT}")]
+    return []
+
+
 def live_slots(topology) -> int:
     """Slots per layer on the GPUs that have not failed."""
     return (topology.num_gpus - len(topology.failed_gpus)) * topology.slots_per_gpu
@@ -159,9 +184,10 @@ def _empty_note(placement, topology) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
-    from eplb import solvers, traces
+    from eplb import solvers
+    from eplb.cli.recognise import read_placement_as
     from eplb.evaluation.solve import solve_trace
-    from eplb.io import format_for, read_placement, write_placement
+    from eplb.io import VLLM_LOADED_BY, format_for, write_placement
 
     solvers.load_plugins(args.plugin or ())  # first: no output may replace their modules
     check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
@@ -169,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
     fmt = format_for(args.output, args.format) if args.output is not None else None
     solvers.get(args.solver)  # unknown names fail before reading anything
     check_solver_options(args.solver, options, previous=args.previous is not None)
-    trace = traces.read(args.load)
+    trace, groups_source = with_model_groups(read_trace(args.load), args.model)
+    groups = args.groups if args.groups is not None else trace.meta.get("num_groups")
     windows = windows_arg(args.windows)
     trace.load(windows, ema=args.ema)  # a bad selection or ema fails here, before the topology
     if solvers.takes_windows(args.solver) and args.ema:
@@ -178,15 +205,15 @@ def run(args: argparse.Namespace) -> int:
     topology = Topology.parse(args.topology, args.slots, nvlink_gbps=args.nvlink_gbps,
                               rdma_gbps=args.rdma_gbps, min_slots=E,
                               failed_gpus=failed_gpus_arg(args.failed_gpus))
-    check_groups(args.groups, E, fallback=solvers.group_fallback(args.solver))
+    check_groups(groups, E, fallback=solvers.group_fallback(args.solver))
     previous = None
     if args.previous is not None:
         vllm = format_for(args.previous) == "vllm"
         # runtime files carry no topology: the cluster before any GPU failed
-        previous = read_placement(args.previous, topology=replace(topology, failed_gpus=()),
+        previous = read_placement_as(args.previous, topology=replace(topology, failed_gpus=()),
                                   num_experts=E, layer_ids=trace.layer_ids if vllm else None)
     result = solve_trace(args.solver, trace, topology, windows=args.windows, ema=args.ema,
-                         num_groups=args.groups, seed=args.seed, time_limit=args.time_limit,
+                         num_groups=groups, seed=args.seed, time_limit=args.time_limit,
                          path=args.load, previous=previous, **options)
     placement, load = result.placement, result.load
     info = placement.meta["solver"]
@@ -208,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
                  f"{load.sum() / len(load):,.0f} expert picks per layer"),
         *([("placed for", "the next window, forecast from these windows (the figures below "
                           "score their sum)")] if result.forecast else []),
-        *contract_rows(info, args.groups, topology, E),
+        *groups_rows(args, groups, groups_source),
+        *contract_rows(info, groups, topology, E),
         *summary_rows(placement, result.balance),
         *failed_rows(topology, placement.num_experts),
         (
@@ -232,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
             placement, args.output, fmt, num_model_layers=nml if fmt == "sglang" else None,
             layer_ids_are_model_ids=True,  # they come from LOAD (its rows or its layer column)
         )
-        rows.append(("wrote", f"{args.output} ({fmt})"))
+        what = f"{fmt}: the mapping {VLLM_LOADED_BY} load" if fmt == "vllm" else fmt
+        rows.append(("wrote", f"{args.output} ({what})"))
     print(text_table(rows))
+    print_notes(trace)
     return 0

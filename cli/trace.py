@@ -7,7 +7,14 @@ import argparse
 from pathlib import Path
 
 from eplb.cli import option_groups as og
-from eplb.cli.common import check_outputs, parse_options, say_dropped, windows_arg
+from eplb.cli.common import (
+    check_outputs,
+    parse_options,
+    print_notes,
+    read_trace,
+    say_dropped,
+    windows_arg,
+)
 from eplb.errors import InputError
 from eplb.format import text_table
 
@@ -32,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     info.add_argument("file", metavar="FILE", help="trace file or per-rank directory")
     og.formats(info, out=False)
+    og.passes_per_window(info)
     og.windows(info)
     og.ema(info)
     info.add_argument("--plot", metavar="PNG", help="write a layer x expert load heatmap")
@@ -75,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("output", metavar="OUT")
     og.formats(conv, names=og.TRACE_FORMATS)
     og.formats(conv, out=False, flag="--in-format")
+    og.passes_per_window(conv)
     conv.set_defaults(func=run_convert)
 
     stk = tsub.add_parser(
@@ -109,7 +118,7 @@ def run_info(args: argparse.Namespace) -> int:
     from eplb import traces
     from eplb.traces.summary import picks_spread, skew_overview, skew_table
     check_outputs({"FILE": args.file}, {"--plot": args.plot})
-    trace = traces.read(args.file, format=args.format)
+    trace = read_trace(args.file, args.format, args.passes_per_window)
     fmt = args.format or (traces.sniff(args.file) if Path(args.file).exists() else "sglang")
     windows = windows_arg(args.windows)
     chosen = trace.window_index(windows)
@@ -144,6 +153,7 @@ def run_info(args: argparse.Namespace) -> int:
     how = f"EMA alpha={args.ema}" if args.ema else "sum"
     rows.append(("load", f"{how} over {len(chosen)} of {trace.num_windows} windows"))
     print(text_table(rows))
+    print_notes(trace)
 
     df = skew_table(load, ids)
     header = ["layer", "load", "max/mean", "cv", "gini", "top1%", "top10%"]
@@ -202,7 +212,8 @@ def run_convert(args: argparse.Namespace) -> int:
     from eplb import traces  # lazy: keeps eplb --help fast
     check_outputs({"IN": args.input}, {"OUT": args.output})
     fmt = traces.writers.write_format(args.output, args.format)
-    trace = traces.read(args.input, format=args.in_format)
+    trace = read_trace(args.input, args.in_format, args.passes_per_window)
+    print_notes(trace)
     traces.write(trace, args.output, fmt)
     print(f"wrote {args.output} ({fmt}): {trace}")
     _say_dropped(trace, fmt)

@@ -2,9 +2,11 @@
 
 SGLang and TensorRT-LLM exports index rows by *model* layer id and refuse the default ``0..L-1``
 unless ``layer_ids_are_model_ids=True``; vLLM's mapping file is keyed by MoE-layer index
-(``0..L-1`` in model-layer order), so its rows are the placement's rows sorted by layer id.
-Writes are atomic; reads raise `PlacementError` or `InputError`
-naming the file and field. Formats: docs/deployment.md, section "Placement file formats".
+(``0..L-1`` in model-layer order), so its rows are the placement's rows sorted by layer id;
+the record written is the one vLLM PR #41141's loader reads at revisions A (``63727bfc``) and
+B (``8f4722ce``) (`VLLM_LOADED_BY`; revision C reads stats, not a mapping). Writes are atomic;
+reads raise `PlacementError` or `InputError` naming the file and field. Formats:
+docs/deployment.md, section "Placement file formats".
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from eplb.topology import Topology
 
 FORMATS = ("native", "npz", "sglang", "trtllm", "vllm")
 VLLM_RECORD = "eplb_initial_mapping"  # vLLM offline EPLB (PR #41141): docs/deployment.md
+# the revisions of PR #41141 whose loader (`_load_initial_mapping`) reads that record
+VLLM_LOADED_BY = "vLLM PR #41141 revisions A (63727bfc) and B (8f4722ce)"
 # meta["source"]["layer_ids"] of a placement whose layer ids are MoE-layer indices (a vLLM
 # file read without layer_ids=), not model layer ids: see evaluation.align.moe_rows
 MOE_INDEX = "moe_index"
@@ -430,12 +435,25 @@ def _read_npz(path) -> Placement:
     return _from_header(path, head, z["phy2log"], z.get("replica_share"), z["layer_ids"])
 
 
-def _need_topology(path, fmt: str, topology: Topology | None) -> Topology:
+def _need_topology(path, fmt: str, topology: Topology | str | None, slots: int,
+                   ep_size: int | None = None) -> Topology:
+    """The topology of a runtime file that records none: ``topology`` as given (a `Topology`),
+    or ``"NODESxGPUS"`` with the file's own slot count ``slots`` (its rows, or TensorRT-LLM's
+    ``num_slots``); ``ep_size`` (TensorRT-LLM's ``moe_expert_parallel_size``) must match."""
     if topology is None:
         raise InputError(
             f"{path}: a {fmt} placement file does not record the topology; pass topology= "
-            "(CLI: --topology NODESxGPUS)"
+            "(CLI: --topology NODESxGPUS; the slots come from the file)"
         )
+    if isinstance(topology, str):
+        try:
+            topology = Topology.parse(topology, slots)
+        except TopologyError as exc:
+            raise _fail(path, f"the file's {slots} slots per layer do not fit topology "
+                        f"{topology!r}: {exc}") from None
+    if ep_size is not None and topology.num_gpus != ep_size:
+        raise _fail(path, f"moe_expert_parallel_size {ep_size} but the topology has "
+                    f"{topology.num_gpus} GPUs; give --topology with {ep_size} GPUs")
     return topology
 
 
@@ -459,26 +477,53 @@ def _read_sglang(path, topology, num_experts, doc: Any = None) -> Placement:
     doc = _read_json(path) if doc is None else doc
     if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
         raise _fail(path, "expected an object with 'physical_to_logical_map'")
-    topo = _need_topology(path, "sglang", topology)
+    if topology is None:
+        _need_topology(path, "sglang", topology, 0)
     phy2log = _int_table(path, "physical_to_logical_map", doc["physical_to_logical_map"])
+    topo = _need_topology(path, "sglang", topology, phy2log.shape[1])
     return _build(path, phy2log, topo, num_experts, None, {"source": {"format": "sglang"}})
 
 
-def _read_trtllm(path, topology, num_experts) -> Placement:
+def _trtllm_doc(path) -> tuple[Any, int | None]:
+    """The load-balancer mapping of a TensorRT-LLM YAML and its EP size: the standalone file
+    (``num_slots``, ``initial_global_assignments``) or an LLM-API config whose
+    ``moe_config.load_balancer`` is that mapping inline or the path of such a file."""
     doc = yaml_load(read_text(path, "placement file"), str(path), PlacementError)
+    if not isinstance(doc, dict) or "initial_global_assignments" in doc:
+        return doc, None
+    moe = doc.get("moe_config")
+    lb = moe.get("load_balancer") if isinstance(moe, dict) else None
+    ep = doc.get("moe_expert_parallel_size")
+    ep = ep if isinstance(ep, int) and not isinstance(ep, bool) and ep > 0 else None
+    if isinstance(lb, str):
+        target = Path(lb) if Path(lb).is_absolute() else Path(path).parent / lb
+        check_regular(target, "placement file")
+        inner = yaml_load(read_text(target, "placement file"), str(target), PlacementError)
+        return inner, ep
+    if isinstance(lb, dict):
+        return lb, ep
+    return doc, ep
+
+
+def _read_trtllm(path, topology, num_experts) -> Placement:
+    doc, ep = _trtllm_doc(path)
     if not isinstance(doc, dict) or "initial_global_assignments" not in doc:
-        raise _fail(path, "expected a mapping with 'initial_global_assignments'")
+        raise _fail(path, "expected a mapping with 'initial_global_assignments' (TensorRT-LLM's "
+                    "load-balancer file, or an LLM-API config whose moe_config.load_balancer "
+                    "holds or names one)")
     assign = doc["initial_global_assignments"]
     if not isinstance(assign, dict) or not assign:
         raise _fail(path, "initial_global_assignments must map layer ids to slot lists")
     if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**31
                for k in assign):
         raise _fail(path, "initial_global_assignments keys must be integer layer ids >= 0")
-    topo = _need_topology(path, "trtllm", topology)
     ids = sorted(assign)
     phy2log = _int_table(path, "initial_global_assignments", [assign[i] for i in ids])
-    if "num_slots" in doc and doc["num_slots"] != phy2log.shape[1]:
-        raise _fail(path, f"num_slots {doc['num_slots']} but rows have {phy2log.shape[1]} slots")
+    slots = doc.get("num_slots", phy2log.shape[1])
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots != phy2log.shape[1]:
+        raise _fail(path, f"num_slots {slots!r} but rows have {phy2log.shape[1]} slots "
+                    "(TensorRT-LLM requires every row to be num_slots long)")
+    topo = _need_topology(path, "trtllm", topology, slots, ep)
     meta = {"source": {"format": "trtllm"}}
     return _build(path, phy2log, topo, num_experts, np.asarray(ids), meta)
 
@@ -488,15 +533,21 @@ def _read_vllm(path, topology, num_experts, layer_ids) -> Placement:
     records = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not records:
         raise _fail(path, "file is empty")
-    found = []
+    found, kinds = [], set()
     for n, line in records:
         doc = _parse_json(f"{path}:{n}", line)
-        if isinstance(doc, dict) and doc.get("record_type") == VLLM_RECORD:
+        kind = doc.get("record_type") if isinstance(doc, dict) else None
+        kinds.add(kind)
+        if kind == VLLM_RECORD:
             found.append((n, doc))
-    if len(found) != 1:
-        raise _fail(path, f"expected exactly one {VLLM_RECORD!r} record (one JSON object per "
-                    f"line), found {len(found)}")
-    n, doc = found[0]
+    if not found:
+        if kinds & {"eplb_load_stats", "eplb_load_meta"}:
+            raise _fail(path, "is vLLM's recorded expert load (eplb_load_stats records), a "
+                        "trace, not a placement: eplb solve TRACE places it, eplb trace info "
+                        "reads it")
+        raise _fail(path, f"no {VLLM_RECORD!r} record (one JSON object per line); not a vLLM "
+                    "mapping file")
+    n, doc = found[-1]  # vLLM keeps the last mapping record, as here
     where = f"{path}:{n}"
     if doc.get("version") != 1:
         raise _fail(where, f"unsupported version {doc.get('version')!r}; this eplb reads 1")
@@ -516,7 +567,7 @@ def _read_vllm(path, topology, num_experts, layer_ids) -> Placement:
     if doc.get("num_redundant_experts") != P - E:
         raise _fail(where, f"num_redundant_experts {doc.get('num_redundant_experts')!r} but "
                     f"{P} slots - {E} experts = {P - E}")
-    topo = _need_topology(path, "vllm", topology)
+    topo = _need_topology(path, "vllm", topology, P)
     ids = np.arange(L) if layer_ids is None else np.asarray(layer_ids)
     if ids.shape != (L,) or not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"layer_ids must be {L} integers (the model layer id of each MoE "
@@ -532,21 +583,28 @@ def read_placement(
     path: str | os.PathLike,
     format: str | None = None,
     *,
-    topology: Topology | None = None,
+    topology: Topology | str | None = None,
     num_experts: int | None = None,
     layer_ids=None,
 ) -> Placement:
     """Read and validate a placement file.
 
-    Native and npz files carry their topology. SGLang and TensorRT-LLM files do not: pass
-    ``topology`` (and ``num_experts`` if some expert id is absent; default max id + 1).
+    Native and npz files carry their topology. SGLang, TensorRT-LLM and vLLM files do not: pass
+    ``topology``, a `Topology` or ``"NODESxGPUS"`` (the slots are then the file's: its row
+    width, TensorRT-LLM's ``num_slots``), and ``num_experts`` if some expert id is absent
+    (default max id + 1). A TensorRT-LLM LLM-API config whose ``moe_config.load_balancer``
+    holds the mapping inline, or names its file, is read too.
     A ``.json`` file is sniffed: native when it has ``"format": "eplb.placement"``, SGLang
     when it has ``physical_to_logical_map``. vLLM files (``.jsonl``) are keyed by MoE-layer
     index: ``layer_ids: int[L]`` gives each row's model layer id (default ``0..L-1``).
     """
     fmt = format_for(path, format)
-    if topology is not None and not isinstance(topology, Topology):
-        raise InputError(f"topology must be an eplb.Topology, got {type(topology).__name__}")
+    if topology is not None and not isinstance(topology, (Topology, str)):
+        raise InputError(f"topology must be an eplb.Topology or 'NODESxGPUS', got "
+                         f"{type(topology).__name__}")
+    if isinstance(topology, str) and not re.fullmatch(r"\s*\d+\s*[xX]\s*\d+\s*", topology):
+        raise InputError(f"topology {topology[:40]!r} is not 'NODESxGPUS' (e.g. '4x8'; the "
+                         "slots come from the file), nor an eplb.Topology")
     if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(
             num_experts, (int, np.integer)) or num_experts < 1):
         raise InputError(f"num_experts must be a positive integer, got {num_experts!r}")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,7 @@ from eplb.evaluation.align import check_trace, with_layers
 from eplb.evaluation.metrics import group_layer_bound, layer_bound, rescore, score, summarize
 from eplb.evaluation.tables import markdown, slug, write_csv
 from eplb.evaluation.traffic import check_traffic_options, simulate
+from eplb.solvers.primitives.replica_graph import Graph, graph_misfit
 from eplb.topology import NVLINK_GBPS, RDMA_GBPS, Topology
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:(?P<sep>[:xX+])\s*(?P<num>\d+))?\s*$")
@@ -245,10 +246,37 @@ def _fit_eval(trace, holdout: float) -> tuple[slice, slice, bool]:
     return slice(0, cut), slice(cut, T), False
 
 
+GROUPS_FIX = ("give expert groups (CLI: --groups G, DeepSeek-V3: 8, or --model PRESET; API: "
+              "num_groups=)")
+
+
+def default_fit(name: str, options: Mapping[str, Any], topology: Topology | None,
+                num_experts: int, groups: int | None) -> tuple[dict[str, Any] | None, str]:
+    """How default-list policy ``name`` runs on one (trace, topology): ``(options, "")``, with
+    a replica ``graph`` that fits chosen when the policy takes one and none is given; or
+    ``(None, why)`` when it cannot run there (it needs expert groups and there are none, or no
+    replica graph fits the topology's slots per GPU), so the default list leaves it out."""
+    if registry.needs_groups(name, dict(options)) and groups is None:
+        return None, f"needs expert groups and the trace records none; {GROUPS_FIX}"
+    if "graph" in registry.options(name) and "graph" not in options and topology is not None:
+        misfits = {g: graph_misfit(num_experts, topology, g) for g in get_args(Graph)}
+        fits = [g for g, why in misfits.items() if why is None]
+        if not fits:
+            default = registry.options(name)["graph"]
+            return None, (f"no replica graph ({', '.join(misfits)}) fits {topology.num_gpus} "
+                          f"GPUs x {topology.slots_per_gpu} slots: {misfits[default]}")
+        return {**options, "graph": fits[0]}, ""
+    return dict(options), ""
+
+
 def make_tasks(traces: Mapping[str, Any], solver_names: Sequence[str],
-               spec: CompareSpec) -> list[dict[str, Any]]:
+               spec: CompareSpec, skipped: list[dict[str, Any]] | None = None
+               ) -> list[dict[str, Any]]:
     """One picklable task dict per (trace, topology, solver) of ``spec``; loads are sliced
-    here, the settings every task shares travel as ``task["settings"]`` (the spec)."""
+    here, the settings every task shares travel as ``task["settings"]`` (the spec). With the
+    default solver list (``spec.solvers`` None) a policy that cannot run on a (trace,
+    topology) is left out (`default_fit`) and appended to ``skipped`` (trace, topology,
+    solver, why) instead."""
     tasks = []
     for tname, trace in traces.items():
         fit, ev, in_sample = _fit_eval(trace, spec.holdout)
@@ -263,12 +291,24 @@ def make_tasks(traces: Mapping[str, Any], solver_names: Sequence[str],
         data = {"fit_load": trace.load(fit), "eval_load": trace.load(ev), "source_counts": src,
                 "layer_ids": np.asarray(trace.layer_ids), "top_k": trace.meta.get("top_k")}
         for topo in spec.specs:
+            try:
+                resolved = topo.resolve(trace.num_experts)
+            except EplbError:
+                resolved = None  # the task itself reports it
             for solver in solver_names:
+                options = dict(spec.solver_options.get(solver, {}))
+                if spec.solvers is None:
+                    options, why = default_fit(solver, options, resolved, trace.num_experts,
+                                               groups)
+                    if options is None:
+                        if skipped is not None:
+                            skipped.append({"trace": tname, "topology": topo.text,
+                                            "solver": solver, "why": why})
+                        continue
                 tasks.append({
                     "trace": tname, "spec": topo, "solver": solver, "num_groups": groups,
                     "topk_groups": tgroups if groups is not None else None,
-                    "in_sample": in_sample, "settings": spec,
-                    "options": dict(spec.solver_options.get(solver, {})), **data,
+                    "in_sample": in_sample, "settings": spec, "options": options, **data,
                 })
     return tasks
 
@@ -352,11 +392,27 @@ def run_bound_task(task: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | No
 @dataclass
 class CompareResult:
     """``summary``: one row per task; ``layers``: one row per (task, layer) (`score` columns);
-    ``gpu_loads``: ``{(trace, topology, solver): float64[L, G]}`` on the scored windows."""
+    ``gpu_loads``: ``{(trace, topology, solver): float64[L, G]}`` on the scored windows;
+    ``skipped``: the default-list policies left out where they cannot run (trace, topology,
+    solver, why)."""
 
     summary: pd.DataFrame
     layers: pd.DataFrame
     gpu_loads: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
+    skipped: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["trace", "topology", "solver", "why"]))
+
+    def skipped_lines(self) -> list[str]:
+        """One line per default-list policy left out (`default_fit`), naming where and why."""
+        out = []
+        for solver, rows in self.skipped.groupby("solver", sort=False):
+            whys = []
+            for why, part in rows.groupby("why", sort=False):
+                whys.append(f"on {', '.join(dict.fromkeys(part['topology']))} "
+                            f"({', '.join(dict.fromkeys(part['trace']))}): {why}")
+            out.append(f"{solver} left out of the default list {'; '.join(whys)}; name it in "
+                       "--solvers to run it anyway")
+        return out
 
     def tables(self, values: Sequence[str] | str | None = None) -> str:
         """Markdown: one pivot table (trace x solver) per topology for each of ``values``
@@ -495,7 +551,11 @@ def compare(
     if "ilp" in names and (workers > 1 or scheduler is not None):
         # the sweep already runs tasks in parallel: one ilp layer at a time per task
         solver_options["ilp"] = {"workers": 1, **solver_options.get("ilp", {})}
-    tasks = make_tasks(traces, names, replace(spec, solver_options=solver_options))
+    skipped: list[dict[str, Any]] = []
+    tasks = make_tasks(traces, names, replace(spec, solver_options=solver_options), skipped)
+    if not tasks:
+        why = "; ".join(dict.fromkeys(f"{s['solver']}: {s['why']}" for s in skipped))
+        raise InputError(f"no solver of the default list can run here ({why})")
 
     def run(items, fn, desc):
         return runners.run(fn, items, workers=workers, scheduler=scheduler, progress=progress,
@@ -523,4 +583,5 @@ def compare(
     layers = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     loads = {(r["row"]["trace"], r["row"]["topology"], r["row"]["solver"]): r["gpu_load"]
              for r in back if r["gpu_load"] is not None}
-    return CompareResult(summary, layers, loads)
+    return CompareResult(summary, layers, loads, pd.DataFrame(
+        skipped, columns=["trace", "topology", "solver", "why"]))

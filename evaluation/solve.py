@@ -82,9 +82,12 @@ def solve_trace(
     ``num_model_layers``). ``previous``: the live placement (its rows matched to the trace's
     layers by layer id, `align`): a policy that takes it (`solvers.takes_previous`) places for
     few moves from it; any other's result is relabeled to keep as many replicas in place.
-    ``num_groups``, ``seed``, ``time_limit``, ``options``: the solver's.
+    ``num_groups`` (default: the trace's ``meta["num_groups"]``, the groups its dump or
+    model records), ``seed``, ``time_limit``, ``options``: the solver's.
     """
     check_trace(trace)
+    if num_groups is None:
+        num_groups = trace.meta.get("num_groups")
     if previous is not None:
         check_placement(previous, "previous")
         previous = align(previous, trace)  # any solver: relabeled to it (`solvers.solve`)

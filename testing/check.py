@@ -27,7 +27,8 @@ from eplb.testing.meta import assert_meta_truthful
 from eplb.tolerance import REL_TOL
 from eplb.topology import Topology
 
-__all__ = ["PROPERTIES", "CheckReport", "Failure", "check_solver", "contract_feasible"]
+__all__ = ["PROPERTIES", "CheckReport", "Failure", "check_solver", "contract_feasible",
+           "duplicates_avoidable"]
 
 PROPERTIES = (
     "places",
@@ -121,6 +122,14 @@ def contract_feasible(topology: Topology, num_experts: int, num_groups: int) -> 
         (live >= size).all() and int((live // size).sum()) >= num_groups
         and num_groups >= live.size
     )
+
+
+def duplicates_avoidable(topology: Topology, num_experts: int) -> bool:
+    """Whether a placement filling every slot can keep ``no_duplicates`` (no GPU holding two
+    replicas of one expert) on ``topology``: each GPU's ``slots_per_gpu`` slots need that many
+    distinct experts, so not with more slots per GPU than experts (1 expert, 2 slots on 1 GPU:
+    every slot-filling policy, round robin included, puts two replicas on that GPU)."""
+    return topology.slots_per_gpu <= num_experts
 
 
 def _assert_contract(p: Placement, load, topo: Topology, groups: int) -> None:
@@ -399,9 +408,12 @@ class _Checker:
         """Whether the policy declared it may refuse this problem."""
         if self.may_refuse is not None and self.may_refuse(load, topo, groups):
             return True
+        declared = self.declared(topo, groups)
+        if "no_duplicates" in declared and not duplicates_avoidable(topo, load.shape[1]):
+            return True
         return (
             groups is not None
-            and "group_contract" in self.declared(topo, groups)
+            and "group_contract" in declared
             and not contract_feasible(topo, load.shape[1], groups)
         )
 
@@ -489,12 +501,24 @@ class _Checker:
         return None
 
     def no_duplicates(self, load, topo, groups, c, live):
+        """No GPU holds two replicas of an expert, where a placement can avoid it
+        (`duplicates_avoidable`; elsewhere the guarantee is not asked, and a refusal is
+        allowed)."""
         if "no_duplicates" not in self.declared(topo, groups):
+            return "skip"
+        if not duplicates_avoidable(topo, load.shape[1]):
             return "skip"
         p = self.base(load, topo, groups)
         if p is None:
             return "refused"
-        assert_valid_placement(p, load, no_duplicates=True)
+        try:
+            assert_valid_placement(p, load, no_duplicates=True)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc} (declared no_duplicates; {topo.slots_per_gpu} slots per GPU and "
+                f"{load.shape[1]} experts leave room for a placement without duplicates; where "
+                "a policy cannot keep a declared guarantee, it raises InfeasibleError)"
+            ) from None
         return None
 
     def group_contract(self, load, topo, groups, c, live):

@@ -360,9 +360,11 @@ def test_solve_windows_and_ema(work):
     trace = traces.read(work / "t.npz")
     w1 = read_placement(work / "w1.json")
     assert w1.meta["source"]["windows"] == "1"
-    # the placement is the one solved on window 1 alone
+    # the placement is the one solved on window 1 alone, with the groups the trace records
+    # (issue 37: solve without --groups takes them from the trace or its model)
     from eplb import solvers
-    ref = solvers.solve("deepseek", trace.load([1]), w1.topology)
+    ref = solvers.solve("deepseek", trace.load([1]), w1.topology,
+                        num_groups=trace.meta["num_groups"])
     assert np.array_equal(ref.phy2log, w1.phy2log)
     one_error(*run_cli("solve", "t.npz", "--topology", "2x2", "--slots", "20",
                        "--windows", "7")[::2], "windows")

@@ -92,7 +92,8 @@ def test_cli_export_lines_up_with_the_model(trace, tmp_path):
                  "--format", "sglang", "-o", str(tmp_path / "sg.json")]) == 0
     q = read_placement(tmp_path / "sg.json", topology=TOPO, num_experts=256)
     assert q.num_layers == 61
-    p = solvers.solve("deepseek", trace.load(), TOPO)
+    # without --groups the CLI takes the groups the trace records (issue 37 part 2)
+    p = solvers.solve("deepseek", trace.load(), TOPO, num_groups=trace.meta["num_groups"])
     _rows_match_trace(q, with_layers(p, trace.layer_ids), trace)
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from eplb import Placement, Topology, solvers
+from eplb.errors import InfeasibleError
 from eplb.testing import assert_valid_placement, check_solver
 from eplb.testing import strategies as est
 
@@ -80,6 +81,27 @@ def test_a_correct_plain_function_passes():
     assert report.refusals == {"examples": report.refusals["examples"], "refused": 0,
                                "declared": 0}
     assert not any(n.startswith("_check_") for n in solvers.available())  # cleaned up
+
+
+def test_round_robin_declaring_no_duplicates_passes():
+    """Issue 37: round robin keeps ``no_duplicates`` wherever a placement can (a GPU's slots
+    at most the experts); the checker does not ask it where no slot-filling placement can
+    (1 expert, 2 slots on 1 GPU), and a policy may refuse there."""
+    from eplb.testing.check import duplicates_avoidable
+
+    report = check_solver(_round_robin, guarantees={"no_duplicates"}, max_examples=10)
+    assert report.ok and "no_duplicates" in report.passed
+    assert not duplicates_avoidable(Topology(1, 1, 2), 1)
+    assert duplicates_avoidable(Topology(1, 1, 2), 2)
+
+    def refuses_where_duplicates_are_forced(load, topology):
+        if not duplicates_avoidable(topology, load.shape[1]):
+            raise InfeasibleError("every GPU would hold two replicas of an expert")
+        return _round_robin(load, topology)
+
+    report = check_solver(refuses_where_duplicates_are_forced, guarantees={"no_duplicates"},
+                          max_examples=10)
+    assert report.ok and report.refusals["refused"] == report.refusals["declared"] >= 1
 
 
 def test_broken_policies_are_caught_with_shrunk_counterexamples():

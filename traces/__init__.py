@@ -10,6 +10,7 @@ from eplb.traces.model import Trace
 from eplb.traces.readers import FORMATS, read, sniff
 from eplb.traces.stack import stack
 from eplb.traces.tables import from_frame
+from eplb.traces.windows import group_passes
 from eplb.traces.writers import WRITE_FORMATS, dropped, write, write_csv, write_npz, write_parquet
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "Trace",
     "dropped",
     "from_frame",
+    "group_passes",
     "read",
     "sniff",
     "stack",

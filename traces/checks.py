@@ -65,9 +65,41 @@ def drop_dense(
     return counts[:, keep], ids[keep]
 
 
-def from_dense(path: str | os.PathLike, arr: ArrayLike, meta: dict, field: str = "counts") -> Trace:
+SGLANG_BUFFER = 1000  # rows of SGLang's recorder buffer unless set (server_args.py)
+
+
+def drop_empty_passes(arr: np.ndarray, meta: dict) -> np.ndarray:
+    """``arr: float[B, L, E]`` of an SGLang recorder buffer (one row per forward pass) without
+    its all-zero rows, the passes a circular buffer had not reached (SGLang dumps every row of
+    it); ``meta["notes"]`` says how many were dropped, or, when every row holds counts, that a
+    buffer of ``B`` passes may have wrapped (its rows are then rotated: the window order is
+    unknown) and how to record with the exact order."""
+    B = arr.shape[0]
+    kept = arr.reshape(B, -1).any(axis=1)
+    prov = meta.setdefault("provenance", {})
+    prov["buffer_rows"] = B
+    if not kept.all() and kept.any():
+        note = (f"dropped {int((~kept).sum())} all-zero passes of {B} (recorder buffer rows "
+                "no pass reached)")
+        meta.setdefault("notes", []).append(note)
+        prov["empty_passes_dropped"] = int((~kept).sum())
+        return arr[kept]
+    if B > 1 and kept.all():
+        likely = " (SGLang's default buffer size)" if B == SGLANG_BUFFER else ""
+        note = (f"every one of the {B} passes holds counts: a recorder buffer of {B} rows"
+                f"{likely} may have wrapped, which rotates the pass order; treat the windows "
+                "as unordered samples, or record with --expert-distribution-recorder-buffer-size "
+                "-1 for the exact order")
+        meta.setdefault("notes", []).append(note)
+        prov["order"] = "may have wrapped"
+    return arr
+
+
+def from_dense(path: str | os.PathLike, arr: ArrayLike, meta: dict, field: str = "counts",
+               *, passes: bool = False) -> Trace:
     """A trace from a dense ``[L, E]`` or ``[T, L, E]`` count array (all-zero layers dropped,
-    ``meta["num_model_layers"]`` the original row count)."""
+    ``meta["num_model_layers"]`` the original row count). ``passes``: the rows of a 3-D array
+    are an SGLang recorder's forward passes (`drop_empty_passes`)."""
     arr = np.asarray(arr)
     if arr.ndim in (2, 3) and 0 not in arr.shape:
         arr = check_values(path, arr, field)  # indices in the file's own coordinates
@@ -79,6 +111,8 @@ def from_dense(path: str | os.PathLike, arr: ArrayLike, meta: dict, field: str =
     if 0 in arr.shape:
         raise fail(path, f"{field} is empty (shape {list(arr.shape)}); it needs at least one "
                     "layer and one expert")
-    counts, ids = drop_dense(arr)
     meta = {"num_model_layers": int(arr.shape[1]), **meta}
+    if passes and arr.shape[0] > 1:
+        arr = drop_empty_passes(arr, meta)
+    counts, ids = drop_dense(arr)
     return make_trace(path, counts, ids, meta=meta)

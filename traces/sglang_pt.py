@@ -120,7 +120,7 @@ def read_pt(path: str | os.PathLike) -> Trace:
         util = obj.get("average_utilization_rate_over_window")
         if isinstance(util, (int, float)):
             meta["provenance"]["average_utilization_rate_over_window"] = float(util)
-        return from_dense(path, arr, meta, "logical_count")
+        return from_dense(path, arr, meta, "logical_count", passes=True)
     if "records" in obj:
         return _read_pt_records(path, obj, prov)
     raise fail(path, f"dict has keys {sorted(map(str, obj))}; expected an SGLang dump with "

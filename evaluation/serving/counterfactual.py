@@ -17,6 +17,7 @@ after it (the step sequence does not move in a counterfactual).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -76,22 +77,23 @@ def _logged(step_time, steps: list):
 def replay(config: ClusterConfig, log: Mapping, seed: int) -> tuple[pd.DataFrame, list[dict]]:
     """``config``'s placement policy on the recorded steps of ``log`` (`step_log`): one row per
     step (`STEP_KEYS`) and the rebalances made."""
-    model, eplb = config.model_spec, config.eplb
+    model = config.model_spec
     pops = {ph: Popularity(config.routing, model, ph, seed) for ph in ("prefill", "decode")}
     units = build_engines(config, pops, seed)
     rows: list[tuple] = []
     rebalances: list[dict] = []
-    interval = eplb.rebalance_interval_s
-    stall = eplb.migration == "stall"
     for phase in ("prefill", "decode"):
         pop = pops[phase]
+        eplb = config.eplb_for(phase)  # [eplb] with the phase's own table over it
+        interval = eplb.rebalance_interval_s
+        stall = eplb.migration == "stall"
         for unit in units[phase]:
             planner = unit.planner
             ideal = StepLoads(pop, unit.index, seed) if eplb.mode is EplbMode.BALANCED else None
             unit.set_placement(
                 planner.initial(
-                    lambda pop=pop: pop.mean(-eplb.history_s, 0.0),
-                    lambda pop=pop: pop.mean(0.0, interval),
+                    lambda pop=pop, h=eplb.history_s: pop.mean(-h, 0.0),
+                    lambda pop=pop, i=interval: pop.mean(0.0, i),
                 )
             )
             next_rebal = interval if planner.rebalances else math.inf
@@ -195,9 +197,9 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     log = step_log(driver, task["workload"], seed, task["duration_s"])
     # the DP wait of each step with the experts perfectly balanced (`balanced_step`)
     done = {name: replay(cfg, log, seed) for name, cfg in named.items()
-            if cfg.eplb.mode is EplbMode.BALANCED}
+            if all(cfg.eplb_for(ph).mode is EplbMode.BALANCED for ph in ("prefill", "decode"))}
     ref = next(iter(done.values()), None) or replay(
-        driver.replace(eplb=EplbConfig(solver=EplbMode.BALANCED.value)), log, seed)
+        driver.with_eplb(EplbConfig(solver=EplbMode.BALANCED.value)), log, seed)
     dp_ref = ref[0]["dp_wait_s"].to_numpy()
     rows, frames = [], []
     for name, cfg in named.items():
@@ -213,13 +215,20 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "steps": frames, "wall_s": time.perf_counter() - start}
 
 
+def _shared(config: ClusterConfig, key: str):
+    """Field ``key`` of ``config`` as the step sequence sees it: a unit without its phase's
+    eplb table (placement policy may differ between the configs)."""
+    value = getattr(config, key)
+    return dataclasses.replace(value, eplb={}) if key in ("prefill", "decode") else value
+
+
 def check_shared(named: Mapping[str, ClusterConfig]) -> None:
     """Every config must share the step sequence's fields (`SHARED`): only ``eplb``,
     ``dispatch``, ``slo`` and ``name`` may differ."""
     first_name, first = next(iter(named.items()))
     for name, cfg in named.items():
         for key in SHARED:
-            if getattr(cfg, key) != getattr(first, key):
+            if _shared(cfg, key) != _shared(first, key):
                 raise InputError(
                     f"counterfactual mode replays one step sequence, so configs may differ only "
                     f"in eplb and dispatch; {name!r} and {first_name!r} differ in {key} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, get_args
 
@@ -92,6 +93,26 @@ class ClusterConfig:
         """The phase's unit as a `Topology` with the hardware's effective bandwidths."""
         return self.unit(phase).topology(self.hardware_spec)
 
+    @cached_property
+    def _phase_eplb(self) -> dict[str, EplbConfig]:
+        return {ph: self.eplb.override(getattr(self, ph).eplb) for ph in PHASES}
+
+    def eplb_for(self, phase: str) -> EplbConfig:
+        """The placement policy of the ``phase`` units: ``[eplb]`` with the phase's own table
+        (``[prefill.eplb]`` / ``[decode.eplb]``, `UnitConfig.eplb`) laid over it field by
+        field (`EplbConfig.override`), resolved once."""
+        return self._phase_eplb[_choice("phase", phase, PHASES)]
+
+    def eplb_path(self, phase: str, key: str) -> str:
+        """Where ``key`` of the ``phase`` policy is set: ``{phase}.eplb.{key}`` when the phase's
+        table sets it, else ``eplb.{key}`` (error messages name the table to fix)."""
+        return f"{phase}.eplb.{key}" if key in self.unit(phase).eplb else f"eplb.{key}"
+
+    def with_eplb(self, eplb: EplbConfig) -> ClusterConfig:
+        """A validated copy placing every unit by ``eplb`` (the phases' own tables dropped)."""
+        return replace(self, eplb=eplb, prefill=replace(self.prefill, eplb={}),
+                       decode=replace(self.decode, eplb={}))
+
     def validate(self) -> ClusterConfig:
         """Check every field; raise one `InputError` naming the first bad one."""
         try:
@@ -112,6 +133,9 @@ class ClusterConfig:
             if not isinstance(block, cls):
                 raise InputError(f"{name} must be a {cls.__name__}, got {type(block).__name__}")
             block.check()
+        for phase in PHASES:  # each phase's policy: [eplb] with its own table over it
+            if getattr(self, phase).eplb:
+                self.eplb_for(phase).check(f"{phase}.eplb")
         _choice("dispatch", self.dispatch, dispatch_names())
         if check_dispatch(self.dispatch).copies:
             for phase in PHASES:
@@ -150,37 +174,42 @@ class ClusterConfig:
         return self
 
     def _check_lplb(self, model: ModelSpec) -> None:
-        """LPLB's replica graph (``"lplb"``) only where it fits each unit, as ``eplb.solver``
-        (with ``eplb.options.graph``) and as ``eplb.base_solver`` where ``static`` or
-        ``oracle`` places with it (no options reach it: the default graph); else one
-        `InputError` naming the field, the phase, the unit and the fix, before any run."""
-        if self.eplb.solver == "lplb":
-            graph = self.eplb.options.get("graph", "hypercube")
-            graphs = get_args(Graph)
-            if graph not in graphs:
-                raise InputError(
-                    f"eplb.options.graph {graph!r} is unknown; use one of {', '.join(graphs)}"
-                )
-            self._check_graph(model, "eplb.solver", graph,
-                              "set eplb.options.graph or another eplb.solver")
-        if self.eplb.base_solver == "lplb" and self.eplb.mode in (EplbMode.STATIC, EplbMode.ORACLE):
-            self._check_graph(model, "eplb.base_solver", "hypercube",
-                              f"set another eplb.base_solver (eplb.solver {self.eplb.solver!r} "
-                              "places with it and gives it no eplb.options, so its graph is "
-                              "'hypercube')")
-
-    def _check_graph(self, model: ModelSpec, path: str, graph: str, fix: str) -> None:
-        """Raise one `InputError` when ``graph`` does not fit a unit: ``{phase}: {path} 'lplb'
-        does not fit ...: {why}; else {fix}``."""
+        """LPLB's replica graph (``"lplb"``) only where it fits each phase's unit, as the
+        phase's ``eplb.solver`` (with its ``eplb.options.graph``) and as its
+        ``eplb.base_solver`` where ``static`` or ``oracle`` places with it (no options reach
+        it: the default graph); else one `InputError` naming the field, the phase, the unit
+        and the fix, before any run."""
+        graphs = get_args(Graph)
         for phase in PHASES:
-            unit = getattr(self, phase)
-            why = graph_misfit(model.num_experts, unit.topology(), graph)
-            if why:
-                raise InputError(
-                    f"{phase}: {path} 'lplb' does not fit the {unit.nodes} x "
-                    f"{unit.gpus_per_node} GPU unit with {unit.slots_per_layer} slots: {why}; "
-                    f"else {fix}"
-                )
+            cfg = self.eplb_for(phase)
+            if cfg.solver == "lplb":
+                graph = cfg.options.get("graph", "hypercube")
+                where = self.eplb_path(phase, "options")
+                if graph not in graphs:
+                    raise InputError(
+                        f"{where}.graph {graph!r} is unknown; use one of {', '.join(graphs)}"
+                    )
+                self._check_graph(model, phase, self.eplb_path(phase, "solver"), graph,
+                                  f"set {where}.graph or another eplb.solver")
+            if cfg.base_solver == "lplb" and cfg.mode in (EplbMode.STATIC, EplbMode.ORACLE):
+                self._check_graph(model, phase, self.eplb_path(phase, "base_solver"),
+                                  "hypercube",
+                                  f"set another eplb.base_solver (eplb.solver {cfg.solver!r} "
+                                  "places with it and gives it no eplb.options, so its graph "
+                                  "is 'hypercube')")
+
+    def _check_graph(self, model: ModelSpec, phase: str, path: str, graph: str,
+                     fix: str) -> None:
+        """Raise one `InputError` when ``graph`` does not fit the ``phase`` unit: ``{phase}:
+        {path} 'lplb' does not fit ...: {why}; else {fix}``."""
+        unit = getattr(self, phase)
+        why = graph_misfit(model.num_experts, unit.topology(), graph)
+        if why:
+            raise InputError(
+                f"{phase}: {path} 'lplb' does not fit the {unit.nodes} x "
+                f"{unit.gpus_per_node} GPU unit with {unit.slots_per_layer} slots: {why}; "
+                f"else {fix}"
+            )
 
     # --------------------------------------------------------------- files
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +225,8 @@ class ClusterConfig:
                     for k in fields(value)
                     if getattr(value, k.name) is not None
                 }
+                if f.name in PHASES and not value.eplb:
+                    del out[f.name]["eplb"]  # no [prefill.eplb] table: the phase takes [eplb]
             else:
                 out[f.name] = value
         return out

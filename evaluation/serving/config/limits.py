@@ -48,18 +48,19 @@ def check_config(config) -> None:
         raise InputError(f"decode.mtp_draft_tokens = {drafts:,} is over the limit of "
                          f"{MAX_DRAFT_TOKENS} draft tokens per request per step (DeepSeek's "
                          "MTP drafts 1; speculative decoders a few); use fewer")
-    eplb = config.eplb
-    _finite("eplb.history_s", float(eplb.history_s), MAX_SIM_S)
-    _finite("eplb.rebalance_interval_s", float(eplb.rebalance_interval_s), MAX_SIM_S)
-    moved = max(config.unit(p).slots_per_gpu for p in ("prefill", "decode")) \
-        * model.moe_layers * model.expert_params  # bytes per GPU if every slot moves (FP8)
-    worst = moved / (float(eplb.migration_gbps) * 1e9)
-    if worst > MAX_OP_S:
-        raise InputError(
-            f"eplb.migration_gbps = {eplb.migration_gbps:g} GB/s makes one rebalance's weight "
-            f"migration take up to {worst:.3g} simulated s, over the limit of {MAX_OP_S:g} s; "
-            f"use at least {moved / MAX_OP_S / 1e9:.3g} GB/s"
-        )
+    for phase in ("prefill", "decode"):  # each phase's policy ([eplb] with its own table)
+        eplb, at = config.eplb_for(phase), lambda key, ph=phase: config.eplb_path(ph, key)
+        _finite(at("history_s"), float(eplb.history_s), MAX_SIM_S)
+        _finite(at("rebalance_interval_s"), float(eplb.rebalance_interval_s), MAX_SIM_S)
+        # bytes per GPU if every slot moves (FP8)
+        moved = config.unit(phase).slots_per_gpu * model.moe_layers * model.expert_params
+        worst = moved / (float(eplb.migration_gbps) * 1e9)
+        if worst > MAX_OP_S:
+            raise InputError(
+                f"{at('migration_gbps')} = {eplb.migration_gbps:g} GB/s makes one rebalance's "
+                f"weight migration take up to {worst:.3g} simulated s, over the limit of "
+                f"{MAX_OP_S:g} s; use at least {moved / MAX_OP_S / 1e9:.3g} GB/s"
+            )
 
 
 def check_work(config, workload, duration_s: float | None, bucket_s: float) -> None:
@@ -77,13 +78,16 @@ def check_work(config, workload, duration_s: float | None, bucket_s: float) -> N
     horizon = max(min(span, duration_s) if duration_s is not None else span, MIN_SPAN_S)
     if duration_s is not None and duration_s > MAX_SIM_S:
         _finite("duration_s", float(duration_s), MAX_SIM_S)
-    rebalances = horizon / float(config.eplb.rebalance_interval_s)
-    if config.eplb.mode is not EplbMode.STATIC and rebalances > MAX_REBALANCES:
-        raise InputError(
-            f"eplb.rebalance_interval_s = {config.eplb.rebalance_interval_s:g} s implies "
-            f"{rebalances:.3g} rebalances over {horizon:.3g} simulated s, over the limit of "
-            f"{MAX_REBALANCES:,}; use at least {horizon / MAX_REBALANCES:.3g} s"
-        )
+    for phase in ("prefill", "decode"):
+        eplb = config.eplb_for(phase)
+        rebalances = horizon / float(eplb.rebalance_interval_s)
+        if eplb.mode is not EplbMode.STATIC and rebalances > MAX_REBALANCES:
+            raise InputError(
+                f"{config.eplb_path(phase, 'rebalance_interval_s')} = "
+                f"{eplb.rebalance_interval_s:g} s implies {rebalances:.3g} rebalances over "
+                f"{horizon:.3g} simulated s, over the limit of {MAX_REBALANCES:,}; use at least "
+                f"{horizon / MAX_REBALANCES:.3g} s"
+            )
     model = config.model_spec
     tokens = float(workload.requests["input_tokens"].max())
     kv_bytes = tokens * model.kv_bytes_per_token * model.num_layers

@@ -8,7 +8,7 @@ import enum
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 from eplb import solvers
@@ -129,7 +129,10 @@ class UnitConfig:
     ``kv_capacity_tokens`` per rank; ``mtp_draft_tokens`` speculative tokens per request per
     step accepted with probability ``mtp_acceptance`` each. ``balancer`` names the DP balancer
     (`evaluation.serving.balancers`) with ``balancer_options``; ``micro_batches`` is 2 for
-    DeepSeek's overlap, 1 for none.
+    DeepSeek's overlap, 1 for none. ``eplb``: this phase's ``[prefill.eplb]`` /
+    ``[decode.eplb]`` table, overriding the cluster's ``[eplb]`` field by field
+    (`EplbConfig.override`; `ClusterConfig.eplb_for` gives the result): its own solver and
+    options, initial placement file, interval, history, ``min_gain``, migration mode.
     """
 
     count: int = 1
@@ -145,6 +148,7 @@ class UnitConfig:
     mtp_acceptance: float = 0.0
     balancer: str = "round_robin"
     balancer_options: dict = field(default_factory=dict)
+    eplb: dict = field(default_factory=dict)
 
     @property
     def num_gpus(self) -> int:
@@ -203,6 +207,12 @@ class UnitConfig:
             raise InputError(f"{path}.mtp_draft_tokens applies to decode units only; set 0")
         _str(f"{path}.balancer", self.balancer)
         _options(f"{path}.balancer_options", self.balancer_options)
+        _options(f"{path}.eplb", self.eplb)
+        known = [f.name for f in fields(EplbConfig)]
+        bad = [k for k in self.eplb if k not in known]
+        if bad:
+            raise InputError(f"unknown key {path}.eplb.{bad[0]}; a phase's eplb table takes the "
+                             f"keys of [eplb]: {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -225,7 +235,8 @@ class EplbConfig:
     the unit's solver). ``min_gain``: a scheduled
     rebalance is skipped when its predicted gain, ``1 - after / before`` of the mean max/mean
     GPU load on the load it was placed from, is below it (0: skip only what would not help;
-    a negative value never skips)."""
+    a negative value never skips). A phase's ``UnitConfig.eplb`` table overrides these
+    field by field (`override`)."""
 
     solver: str = "deepseek"
     rebalance_interval_s: float = 600.0
@@ -257,35 +268,51 @@ class EplbConfig:
         pseudo-solver."""
         return self.solver if self.mode is EplbMode.SOLVER else self.base_solver
 
-    def check(self) -> None:
+    def override(self, table: Mapping) -> EplbConfig:
+        """This config with the fields ``table`` sets (a phase's ``[prefill.eplb]`` /
+        ``[decode.eplb]``; `UnitConfig.eplb`) replaced, the others kept. ``options`` belong to
+        a solver: a table naming another ``solver`` without ``options`` starts from none."""
+        if not table:
+            return self
+        changes = dict(table)
+        if changes.get("solver", self.solver) != self.solver and "options" not in changes:
+            changes["options"] = {}
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Every field as a plain dict (``options`` copied)."""
+        return {f.name: dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v
+                for f in fields(self)}
+
+    def check(self, path: str = "eplb") -> None:
+        """Raise one `InputError` naming the first bad field as ``{path}.{field}``."""
         names = (*solvers.available(), *EXTRA_SOLVERS)
-        if self.solver not in names:
+        if not isinstance(self.solver, str) or self.solver not in names:
             raise InputError(
-                f"eplb.solver {self.solver!r} is unknown; use one of {', '.join(names)}"
+                f"{path}.solver {self.solver!r} is unknown; use one of {', '.join(names)}"
             )
         if self.base_solver not in solvers.available():
             raise InputError(
-                f"eplb.base_solver {self.base_solver!r} is unknown; use one of "
+                f"{path}.base_solver {self.base_solver!r} is unknown; use one of "
                 f"{', '.join(solvers.available())}"
             )
-        if self.initial_kind is InitialPlacement.FILE:
-            _str("eplb.initial", self.initial)
-            if not os.path.isfile(self.initial):
-                raise InputError(
-                    f"eplb.initial must be one of {', '.join(INITIAL_PLACEMENTS)} or a placement "
-                    f"file; {self.initial!r} is not a file"
-                )
-        _num("eplb.rebalance_interval_s", self.rebalance_interval_s)
-        _num("eplb.history_s", self.history_s)
-        _choice("eplb.migration", self.migration, MIGRATION_MODES)
-        _num("eplb.migration_gbps", self.migration_gbps)
-        _options("eplb.options", self.options)
-        _choice("eplb.emergency", self.emergency, EMERGENCY_MODES)
-        _num("eplb.emergency_tolerance", self.emergency_tolerance, strict=False)
+        _str(f"{path}.initial", self.initial)
+        if self.initial_kind is InitialPlacement.FILE and not os.path.isfile(self.initial):
+            raise InputError(
+                f"{path}.initial must be one of {', '.join(INITIAL_PLACEMENTS)} or a placement "
+                f"file; {self.initial!r} is not a file"
+            )
+        _num(f"{path}.rebalance_interval_s", self.rebalance_interval_s)
+        _num(f"{path}.history_s", self.history_s)
+        _choice(f"{path}.migration", self.migration, MIGRATION_MODES)
+        _num(f"{path}.migration_gbps", self.migration_gbps)
+        _options(f"{path}.options", self.options)
+        _choice(f"{path}.emergency", self.emergency, EMERGENCY_MODES)
+        _num(f"{path}.emergency_tolerance", self.emergency_tolerance, strict=False)
         g = self.min_gain
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not -1.0 <= g < 1.0:
             raise InputError(
-                f"eplb.min_gain must be a number in [-1, 1) (a relative gain; 0.02 = skip "
+                f"{path}.min_gain must be a number in [-1, 1) (a relative gain; 0.02 = skip "
                 f"rebalances predicted to gain under 2%), got {g!r}"
             )
 

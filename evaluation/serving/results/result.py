@@ -18,6 +18,7 @@ import pandas as pd
 from eplb.atomic import os_errors
 from eplb.errors import InputError
 from eplb.evaluation.serving.results import plots
+from eplb.evaluation.serving.results.notes import few_tokens_note
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.format import text_table
 
@@ -389,6 +390,9 @@ class SimResult:
                 f"'>=': lower bounds ({1 - s['served_fraction']:.1%} of the arrivals had no "
                 "first token by the end and enter with their wait so far)"
             )
+        few = few_tokens_note(s, self.meta.get("config"))
+        if few:
+            lines.append(few)
         if s["overloaded"]:
             lines.append(
                 f"OVERLOADED: {s['arrivals_per_s']:.3g} req/s arrived but "

@@ -1,15 +1,17 @@
 """EPLB in the simulator's loop: each unit records the expert load it served
 (`recorder.Recorder`, as SGLang's expert-distribution recorder sums each forward pass's counts),
 and every ``eplb.rebalance_interval_s`` its `Planner` places from the last ``eplb.history_s`` of
-it; the weights move while serving (``overlap``) or stall the unit (``stall``); a rebalance
-predicted to gain less than ``eplb.min_gain`` on that load is skipped, except the first after a
-failure (which re-balances what the emergency patch left). `EplbLoop` holds the handlers: the
-initial placements, a rebalance, a placement going live; `rebalance_row` is one row of the
-``rebalances`` frame (``kind``: ``scheduled``, ``skipped`` or ``emergency``)."""
+it, each setting its phase's (``[prefill.eplb]`` / ``[decode.eplb]`` over ``[eplb]``: the
+planner's `EplbConfig`, `ClusterConfig.eplb_for`); the weights move while serving
+(``overlap``) or stall the unit (``stall``); a rebalance predicted to gain less than
+``eplb.min_gain`` on that load is skipped, except the first after a failure (which re-balances
+what the emergency patch left). `EplbLoop` holds the handlers: the initial placements, a
+rebalance, a placement going live; `rebalance_row` is one row of the ``rebalances`` frame
+(``kind``: ``scheduled``, ``skipped`` or ``emergency``; ``phase`` and its ``solver``)."""
 
 from __future__ import annotations
 
-from eplb.evaluation.serving.config import EplbConfig, EplbMode
+from eplb.evaluation.serving.config import EplbMode
 from eplb.evaluation.serving.simulator.cluster import Cluster
 from eplb.evaluation.serving.simulator.events import LIVE, REBAL, Event
 from eplb.evaluation.serving.simulator.expert_loads import Popularity
@@ -43,30 +45,31 @@ def rebalance_row(t: float, phase: str, u: int, kind: str, solver: str, plan, st
 
 
 class EplbLoop:
-    """The EPLB handlers of a run over the ``units`` (per phase) placing by ``config``, with
-    each phase's expected load ``popularity``; rebalances go to ``records``; the router sizes
-    decode KV from the initial placements, ``cluster`` resumes a stalled unit. Handlers return
-    the events they schedule; none is scheduled at or after ``end_time``."""
+    """The EPLB handlers of a run over the ``units`` (per phase), each placing by its planner's
+    `EplbConfig` (its phase's), with each phase's expected load ``popularity``; rebalances go
+    to ``records``; the router sizes decode KV from the initial placements, ``cluster``
+    resumes a stalled unit. Handlers return the events they schedule; none is scheduled at or
+    after ``end_time``."""
 
-    def __init__(self, config: EplbConfig, units: dict[str, list[Unit]],
+    def __init__(self, units: dict[str, list[Unit]],
                  popularity: dict[str, Popularity], records: Records, router: Admission,
                  cluster: Cluster, end_time: float):
-        self.cfg = config
         self.units, self.popularity, self.records = units, popularity, records
         self.router, self.cluster, self.end_time = router, cluster, end_time
 
     def initial_placements(self) -> list[Event]:
         """Every unit's placement at the start (`Planner.initial`), and its first rebalance
         event."""
-        eplb, out = self.cfg, []
+        out = []
         for phase in ("prefill", "decode"):
             pop = self.popularity[phase]
             for unit in self.units[phase]:
                 pl = unit.planner
+                eplb = pl.config
                 unit.set_placement(
                     pl.initial(
-                        lambda pop=pop: pop.mean(-eplb.history_s, 0.0),
-                        lambda pop=pop: pop.mean(0.0, eplb.rebalance_interval_s),
+                        lambda pop=pop, h=eplb.history_s: pop.mean(-h, 0.0),
+                        lambda pop=pop, i=eplb.rebalance_interval_s: pop.mean(0.0, i),
                     )
                 )
                 cap = pl.reserve(unit.placement)  # empty slots: weight memory freed for KV
@@ -85,8 +88,9 @@ class EplbLoop:
         """Unit ``arg = (phase, index)`` places again from its recorded load (the oracle: from
         the coming interval's expected load); the next rebalance is scheduled."""
         phase, u = arg
-        eplb, out = self.cfg, []
+        out: list[Event] = []
         unit = self.units[phase][u]
+        eplb = unit.planner.config
         self._schedule(t + eplb.rebalance_interval_s, unit, out)
         if unit.dead or unit.placement is None:
             return out

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from eplb.evaluation.serving.config import EplbConfig, GpuFailure
+from eplb.evaluation.serving.config import GpuFailure
 from eplb.evaluation.serving.simulator.cluster import Cluster
 from eplb.evaluation.serving.simulator.eplb_loop import rebalance_row
 from eplb.evaluation.serving.simulator.events import FAULT, Event
@@ -25,14 +25,15 @@ __all__ = ["Faults"]
 
 class Faults:
     """The fault handlers of a run: the configured ``faults`` on the ``units`` (per phase);
-    the router takes the lost requests back, ``cluster`` re-routes after a failure, ``eplb``
-    and ``popularity`` serve the emergency placement; ``records`` takes the ``faults`` and
+    the router takes the lost requests back, ``cluster`` re-routes after a failure, each
+    unit's planner (its phase's `EplbConfig`) and ``popularity`` serve the emergency
+    placement; ``records`` takes the ``faults`` and
     emergency ``rebalances`` rows. Handlers return the events they schedule."""
 
-    def __init__(self, faults: Sequence[GpuFailure], eplb: EplbConfig,
+    def __init__(self, faults: Sequence[GpuFailure],
                  units: dict[str, list[Unit]], router: Admission, cluster: Cluster,
                  records: Records, popularity: dict[str, Popularity]):
-        self.faults, self.eplb, self.units = faults, eplb, units
+        self.faults, self.units = faults, units
         self.router, self.cluster = router, cluster
         self.records, self.popularity = records, popularity
 
@@ -85,7 +86,7 @@ class Faults:
         degraded = emptied(unit.placement, topo)
         orphans = int((degraded.logcnt == 0).sum())
         row["orphaned_experts"] = orphans
-        eplb = self.eplb
+        eplb = unit.planner.config  # the unit's phase's policy
         # a patched placement (the emptied one, or the orphans re-homed) is re-balanced at the
         # next scheduled rebalance whatever its predicted gain
         unit.rebalance_due = not orphans or eplb.emergency == "patch"

@@ -92,7 +92,7 @@ def _engine(config: ClusterConfig, popularity: dict, seed: int, phase: str, u: i
     """Unit ``u`` of ``phase``'s engine: its step-time model, planner, expert-load draws (None
     under balanced routing) and load recorder (None when nothing rebalances from recorded
     load), as `Unit`'s arguments."""
-    model, eplb = config.model_spec, config.eplb
+    model, eplb = config.model_spec, config.eplb_for(phase)
     topo = config.topology(phase)
     uc = config.unit(phase)
     sm = StepModel(
@@ -106,7 +106,8 @@ def _engine(config: ClusterConfig, popularity: dict, seed: int, phase: str, u: i
         shared_expert=config.shared_expert,
         duplicate=config.duplicate,
     )
-    planner = Planner(eplb, model, topo, seed=seed, unit_key=(0 if phase == "prefill" else 1, u))
+    planner = Planner(eplb, model, topo, seed=seed, unit_key=(0 if phase == "prefill" else 1, u),
+                      phase=phase)
     loads = None if eplb.mode is EplbMode.BALANCED else StepLoads(popularity[phase], u, seed)
     rec = (
         Recorder(model.moe_layers, model.num_experts, min(10.0, eplb.history_s / 10),
@@ -190,9 +191,9 @@ class Simulation:
         self.admission = Admission(config, self.seed, self.req, self.records,
                                    units["prefill"], units["decode"])
         self.cluster = Cluster(units["prefill"], units["decode"], self.admission)
-        self.eplb = EplbLoop(config.eplb, units, self.popularity, self.records, self.admission,
+        self.eplb = EplbLoop(units, self.popularity, self.records, self.admission,
                              self.cluster, self.end_time)
-        self.faults = Faults(config.faults, config.eplb, units, self.admission, self.cluster,
+        self.faults = Faults(config.faults, units, self.admission, self.cluster,
                              self.records, self.popularity)
         self.now = 0.0
         self.events_handled = 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eplb import solvers
-from eplb.errors import InfeasibleError
+from eplb.errors import InfeasibleError, InputError
 from eplb.evaluation.serving.config import EplbConfig, EplbMode, InitialPlacement
 from eplb.evaluation.serving.config.model import ModelSpec
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
@@ -101,7 +101,8 @@ class Plan:
 
 
 class Planner:
-    """The placement policy of one unit (`EplbConfig`; docs/serving.md, "Simulator", item 7)."""
+    """The placement policy of one unit (its phase's `EplbConfig`, ``ClusterConfig.eplb_for``;
+    docs/serving.md, "Simulator", item 7)."""
 
     def __init__(
         self,
@@ -111,8 +112,10 @@ class Planner:
         *,
         seed: int,
         unit_key: tuple[int, int],
+        phase: str = "",
     ):
         self.config = config
+        self.phase = phase  # "prefill" or "decode": errors name the phase's eplb table
         self.model = model
         self.topology = topology
         self.seed = int(seed)
@@ -179,7 +182,15 @@ class Planner:
         if kind is InitialPlacement.TRIVIAL:
             return trivial_placement(self.model, self.topology)
         if kind is InitialPlacement.FILE:
-            return fit_placement(cfg.initial, self.model, self.topology, what="eplb.initial")
+            where = f"{self.phase}: eplb.initial" if self.phase else "eplb.initial"
+            try:
+                return fit_placement(cfg.initial, self.model, self.topology, what=where)
+            except InputError as exc:
+                if not self.phase:
+                    raise
+                raise InputError(f"{exc}; or give the {self.phase} units their own file: "
+                                 f"[{self.phase}.eplb] initial = \"...\" (--set "
+                                 f"{self.phase}.eplb.initial=PATH)") from None
         return self._solve(cfg.placing_solver, history_load(), None)
 
     def emergency(self, degraded: Placement, load: np.ndarray) -> Plan:

@@ -214,5 +214,7 @@ class Records:
             "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
             "events": events,
             "kv_store": kv_store,
+            # each phase's placement policy as run ([eplb] with [prefill.eplb] / [decode.eplb])
+            "eplb": {ph: cfg.eplb_for(ph).to_dict() for ph in ("prefill", "decode")},
         }
         return SimResult(requests, steps, rebalances, faults, util, meta)
