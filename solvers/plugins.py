@@ -40,6 +40,13 @@ _loaded: list[bool] = []  # entry points loaded in this process
 _modules: list[str] = []  # --plugin modules loaded in this process (workers load them too)
 _broken: dict[str, tuple[str, str]] = {}  # entry point -> (its package, why it is unusable)
 _origin: list[str] = []  # where the policies being registered now come from
+_bound: list = []  # [the solver registry, its register decorator]: set by `bind`
+
+
+def bind(registry: Any, register: Callable) -> None:
+    """Called once by `eplb.solvers.registry` (this module never imports the registry: no
+    cycle); loaders register into what is bound here."""
+    _bound[:] = [registry, register]
 
 
 def origin_of(fn: Callable) -> str:
@@ -118,8 +125,7 @@ def load_plugins(modules: Sequence[str] = ()) -> list[str]:
     once per process, every entry point of the group ``eplb.solvers`` (`load_entry_points`).
     Returns the solver names added. A name that is not a module name, or a module that fails
     to import (missing, a syntax error, an exception), is one `InputError` naming it."""
-    from eplb.solvers.registry import _REGISTRY  # lazy: the registry imports this module
-
+    _REGISTRY = _bound[0]
     if isinstance(modules, (str, bytes)) or not isinstance(modules, Sequence):
         raise InputError(f"plugins must be a list of module names, got {modules!r}")
     before = set(_REGISTRY.names())
@@ -173,8 +179,7 @@ def load_entry_points() -> None:
     imported for its `register` calls; a function is registered under the entry point's name.
     One that fails (an import error, a function `register` refuses, a name taken by another
     policy) is recorded in `broken` and named when that solver is asked for; the others load."""
-    from eplb.solvers.registry import _REGISTRY, register  # lazy: the registry imports us
-
+    _REGISTRY, register = _bound
     if _loaded:
         return
     _loaded.append(True)

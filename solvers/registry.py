@@ -152,6 +152,9 @@ def register(
     return deco
 
 
+plugins.bind(_REGISTRY, register)  # loaders register here (plugins never imports us)
+
+
 def takes_windows(name: str) -> bool:
     """Whether policy ``name`` takes the load history ``float64[W, L, E]`` (registered with
     ``windows=True``) rather than one load ``float64[L, E]``."""
