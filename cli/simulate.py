@@ -118,7 +118,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         metavar="S",
         help="seconds the run may go on after arrivals stop to finish what was admitted "
-        "(default: as long as --duration; 0 stops at --duration)",
+        "(default: as long as --duration, at least 600; 0 stops at --duration)",
     )
     og.seed(p, "the run's arrivals, balancers and noise", any_int=True)
     p.add_argument(

@@ -59,7 +59,9 @@ def proportion_ci(fractions: Sequence[float], trials: Sequence[float],
     den = 1 + z * z / m
     centre = (p + z * z / (2 * m)) / den
     half = z * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m)) / den
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if p == 0 else min(max(0.0, centre - half), p)  # exactly 0 / 1 at the ends
+    hi = 1.0 if p == 1 else max(min(1.0, centre + half), p)
+    return p, lo, hi
 
 
 def fraction_ci(fractions: Sequence[float], trials: Sequence[float] | None = None,

@@ -240,7 +240,8 @@ class SimResult:
         that finished within both SLOs; a request still unfinished at the end whose SLOs are
         not yet missed is ``censored``, reported apart (`verdict.slo_outcomes`). The load
         verdict (``overloaded``, ``bottleneck`` and the rates beside them) covers the part of
-        the window in which requests arrived (`verdict.load_verdict`).
+        the window in which requests arrived (`verdict.load_verdict`). Rebalances, stalls and
+        bytes moved: those of the whole run from ``t0`` (of the window, when given).
         """
         end = self.meta.get("end_s", 0.0)
         arrivals_end = float(self.meta.get("arrivals_end_s", end))
@@ -361,7 +362,8 @@ class SimResult:
         else:
             out["decode_running_per_gpu"] = 0.0
         rb = self.rebalances
-        rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < t1)] if len(rb) else rb
+        r1 = end if window is None else t1  # the run's rebalances, or the window's
+        rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < r1)] if len(rb) else rb
         kind = rb["kind"] if len(rb) else pd.Series([], dtype=object)
         out["rebalances"] = int((kind == "scheduled").sum())  # applied scheduled rebalances
         out["stall_s"] = float(rb["stall_s"].sum()) if len(rb) else 0.0  # emergencies too

@@ -44,17 +44,21 @@ from eplb.evaluation.serving.simulator.units import Unit
 from eplb.evaluation.serving.steptime import StepModel
 from eplb.evaluation.serving.workload.model import Workload
 
-__all__ = ["Simulation", "build_engines", "build_units", "check_args", "drain_cap", "simulate"]
+__all__ = ["DRAIN_MIN_S", "Simulation", "build_engines", "build_units", "check_args", "drain_cap",
+           "simulate"]
+
+
+DRAIN_MIN_S = 600.0  # the default drain cap is never shorter (s): long outputs finish
 
 
 def drain_cap(duration_s: float | None, drain_s: float | None) -> float:
     """Seconds a run may go on after its arrivals stop, to finish what was admitted (the
     stated cap): ``drain_s`` when given; else, with ``duration_s``, as long again as the
-    arrivals lasted (``duration_s``); without it, no cap (the workload is finite: every
-    admitted request finishes)."""
+    arrivals lasted and at least `DRAIN_MIN_S` (``max(duration_s, 600)``); without it, no
+    cap (the workload is finite: every admitted request finishes)."""
     if drain_s is not None:
         return float(drain_s)
-    return float(duration_s) if duration_s is not None else math.inf
+    return max(float(duration_s), DRAIN_MIN_S) if duration_s is not None else math.inf
 
 
 def check_args(config, workload, seed, duration_s, bucket_s, drain_s=None):
@@ -325,10 +329,11 @@ def simulate(
     ``seed``: every random draw (popularity, per-step expert counts, random balancers, solver
     seeds) comes from it. ``duration_s``: arrivals stop there (requests arriving later are not
     simulated); the run then drains what was admitted, as a benchmark client waits for its
-    requests, for at most ``drain_s`` seconds (default: as long again as ``duration_s``;
-    ``drain_s=0`` stops at ``duration_s``); requests still unfinished at the end keep NaN
-    times and the summary reports them apart (censored). None runs until every request has
-    finished (``drain_s`` then caps the time after the last arrival). Rebalances and faults
+    requests, for at most ``drain_s`` seconds (default `drain_cap`: as long again as
+    ``duration_s``, at least 600 s; ``drain_s=0`` stops at ``duration_s``); requests still
+    unfinished at the end keep NaN times and the summary reports them apart (censored).
+    None runs until every request has finished (``drain_s`` then caps the time after the
+    last arrival). Rebalances and faults
     happen while requests arrive. ``progress``: a tqdm bar over simulated seconds.
     ``bucket_s``: time resolution of the per-rank utilisation record
     (`SimResult.utilisation`). Under ``dispatch="duplicate"``
