@@ -333,11 +333,10 @@ def simulate(
     ``duration_s``, at least 600 s; ``drain_s=0`` stops at ``duration_s``); requests still
     unfinished at the end keep NaN times and the summary reports them apart (censored).
     None runs until every request has finished (``drain_s`` then caps the time after the
-    last arrival). Rebalances and faults
-    happen while requests arrive. ``progress``: a tqdm bar over simulated seconds.
-    ``bucket_s``: time resolution of the per-rank utilisation record
-    (`SimResult.utilisation`). Under ``dispatch="duplicate"``
-    the copies' spare HBM comes out of the KV cache (`config.budget.with_duplicate_memory`).
+    last arrival). Rebalances and faults happen while requests arrive. ``progress``: a tqdm
+    bar over simulated seconds. ``bucket_s``: time resolution of the per-rank utilisation
+    record (`SimResult.utilisation`). Under ``dispatch="duplicate"`` the copies' spare HBM
+    comes out of the KV cache (`config.budget.with_duplicate_memory`).
     """
     from eplb.evaluation.serving.config.budget import with_duplicate_memory
 
