@@ -13,7 +13,7 @@ from eplb.atomic import atomic_write_bytes
 from eplb.cli import option_groups as og
 from eplb.cli.common import check_groups, check_outputs, check_topology_hint, windows_arg
 from eplb.errors import InputError
-from eplb.format import json_text, number, text_table
+from eplb.format import data_size, json_text, number, text_table
 from eplb.placement import Placement
 from eplb.topology import Topology
 
@@ -179,10 +179,10 @@ def run(args: argparse.Namespace) -> int:
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
-                         f"{number(totals['nvlink_bytes'] / 1e9)} GB in all (dispatch + combine, "
+                         f"{data_size(totals['nvlink_bytes'])} in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),
         ("RDMA bytes", f"{per['rdma_bytes']:,.0f} B per token per layer; "
-                       f"{number(totals['rdma_bytes'] / 1e9)} GB in all (dispatch + combine, "
+                       f"{data_size(totals['rdma_bytes'])} in all (dispatch + combine, "
                        f"{len(layer_tokens)} layers)"),
         ("all-to-all time", f"{number(per['alltoall_seconds'] * 1e9)} us per 1k tokens per "
                             f"layer; {number(totals['alltoall_seconds'] * 1e3)} ms in all "
