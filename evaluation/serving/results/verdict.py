@@ -207,7 +207,8 @@ def _pct(x: float) -> str:
 
 def verdict_text(s: Mapping[str, Any]) -> str:
     """One line from a summary ``s`` (`SimResult.summary`): the load verdict with the figures
-    it rests on, then what goodput lost and to which SLO."""
+    it rests on, then what goodput lost and to which SLO (when not overloaded, the median
+    prompt of the TTFT misses against all: misses that do not come from load)."""
     lam = s["arrivals_per_s"]
     rates = (f"{lam:.3g} req/s arrived over the {s['arrival_window_s']:.4g} s of arrivals; "
              f"prefill completed {s['prefills_per_s']:.3g} req/s, first tokens "
@@ -229,7 +230,7 @@ def verdict_text(s: Mapping[str, Any]) -> str:
     misses = (f"goodput {g:.3f}: {_pct(s['ttft_miss_fraction'])} miss TTFT <= "
               f"{s['slo_ttft_s']:g} s")
     p50 = s.get("ttft_miss_input_p50", math.nan)
-    if math.isfinite(p50) and s["ttft_miss_fraction"] > 0:
+    if not s["overloaded"] and math.isfinite(p50) and s["ttft_miss_fraction"] > 0:
         misses += (f" (their prompts: median {p50:,.0f} tokens, against "
                    f"{s['input_p50']:,.0f} for all)")
     misses += f", {_pct(s['tpot_miss_fraction'])} miss TPOT <= {s['slo_tpot_s']:g} s"

@@ -295,7 +295,9 @@ class _Progress:
     def __init__(self, sim: Simulation):
         from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
-        horizon = sim.end_time if math.isfinite(sim.end_time) else float(sim.req.arrival[-1])
+        # the arrivals' span (a drain after it runs past the total)
+        horizon = (sim.duration_s if sim.duration_s is not None
+                   else float(sim.req.arrival[-1]) if sim.req.n else 0.0)
         self.sim = sim
         self.bar = tqdm(
             total=round(horizon), desc=f"simulate {sim.cfg.name}", unit="sim s", dynamic_ncols=True
