@@ -84,8 +84,8 @@ def check_args(config, workload, seed, duration_s, bucket_s, drain_s=None):
         or not (0 <= drain_s <= limits.MAX_SIM_S)
     ):
         raise InputError(
-            f"drain_s must be seconds in [0, {limits.MAX_SIM_S:g}] (or None: as long as "
-            f"duration_s), got {drain_s!r}"
+            f"drain_s must be seconds in [0, {limits.MAX_SIM_S:g}] (or None: "
+            f"max(duration_s, {DRAIN_MIN_S:g})), got {drain_s!r}"
         )
     if isinstance(bucket_s, bool) or not (isinstance(bucket_s, (int, float)) and bucket_s > 0
                                           and math.isfinite(bucket_s)):
