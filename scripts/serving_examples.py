@@ -131,10 +131,10 @@ class Outcome:
 
 
 # ------------------------------------------------------------------ running
-def run(name: str, command: str, cwd: Path, inprocess: bool = False) -> Outcome:
+def run(name: str, command: str, cwd: Path, runner=None) -> Outcome:
     """``command`` as written (``eplb`` is ``python -m eplb.cli``; ``> FILE`` redirects);
-    ``inprocess``: through `eplb.cli.main` in this process (no interpreter start: what the
-    test runs)."""
+    ``runner(argv, cwd) -> (code, stdout, stderr)`` runs it another way (the test: in its
+    own process, with no interpreter start)."""
     args = shlex.split(command.replace("\\\n", " "))
     out_file = None
     if ">" in args:
@@ -142,8 +142,8 @@ def run(name: str, command: str, cwd: Path, inprocess: bool = False) -> Outcome:
         out_file, args = cwd / args[i + 1], args[:i]
     assert args[0] == "eplb", command
     t0 = time.perf_counter()
-    if inprocess:
-        code, stdout, stderr = _inprocess(args[1:], cwd)
+    if runner is not None:
+        code, stdout, stderr = runner(args[1:], cwd)
     else:
         proc = subprocess.run([sys.executable, "-m", "eplb.cli", *args[1:]], cwd=cwd,
                               capture_output=True, text=True, env=os.environ.copy())
@@ -155,22 +155,6 @@ def run(name: str, command: str, cwd: Path, inprocess: bool = False) -> Outcome:
     res.check(code == 0, "exit 0" if code == 0 else
               f"exit 0 (got {code}: {stderr.strip().splitlines()[-1:]})")
     return res
-
-
-def _inprocess(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    import contextlib
-    import io
-
-    from eplb.cli import main as cli_main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
-        try:
-            code = cli_main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
 
 
 def scratch(shared: Path) -> Path:
@@ -526,7 +510,7 @@ def write_tiny_config(cwd: Path) -> None:
 
 
 def run_all(tiny: bool = False, only: set[str] | None = None, shared: Path | None = None,
-            inprocess: bool = False) -> tuple[list[Outcome], dict]:
+            runner=None) -> tuple[list[Outcome], dict]:
     """Run the examples in order, check each; returns the outcomes and the parsed figures."""
     shared = shared or Path(os.environ.get("EPLB_REQUESTS", ROOT.parent / "shared" /
                                            "requests")).resolve().parent
@@ -542,7 +526,7 @@ def run_all(tiny: bool = False, only: set[str] | None = None, shared: Path | Non
         for name in order:
             if name not in cmds or (only and name not in only and name not in ("synth",)):
                 continue
-            res = outcomes[name] = run(name, cmds[name], cwd, inprocess)
+            res = outcomes[name] = run(name, cmds[name], cwd, runner)
             print(f"{name}: {res.wall_s:.1f} s wall, exit {res.code}", file=sys.stderr)
             if res.code != 0:
                 continue

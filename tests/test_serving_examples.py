@@ -4,13 +4,22 @@ run, `python scripts/serving_examples.py --check`, regenerates and checks the do
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests._cli import run_cli
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "serving_examples.py"
+
+
+def here(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """The command in this process, in ``cwd`` (no interpreter start)."""
+    with contextlib.chdir(cwd):
+        return run_cli(*argv)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +38,7 @@ def examples():
 
 def test_tiny_examples_agree_with_their_figures(examples, tmp_path):
     outcomes, got = examples.run_all(tiny=True, only={"capacity", "sim40", "rates"},
-                                     shared=tmp_path, inprocess=True)
+                                     shared=tmp_path, runner=here)
     assert [o.name for o in outcomes] == ["synth", "capacity", "sim40", "rates"]
     for o in outcomes:
         assert o.checks and not o.failed, (o.command, o.failed, o.stderr[-2000:])
@@ -49,9 +58,9 @@ def test_a_contradiction_is_caught(examples, tmp_path):
     examples.write_tiny_config(tmp_path)
     cmd = ("eplb workload synth -n 160 --rate 60 --input-mean 1500 --output-mean 12 "
            "--seed 1 -o wl.parquet")
-    assert not examples.run("synth", cmd, tmp_path, inprocess=True).failed
+    assert not examples.run("synth", cmd, tmp_path, here).failed
     cmd = "eplb simulate tiny.toml --workload wl.parquet --duration 15 -o sim/"
-    res = examples.run("sim", cmd, tmp_path, inprocess=True)
+    res = examples.run("sim", cmd, tmp_path, here)
     s = examples.check_simulate(res, tmp_path / "sim", None)
     assert not res.failed and s["overloaded"] == 1.0, res.failed
     lines = res.stdout.splitlines()
