@@ -21,7 +21,7 @@ from eplb.cli.common import (
     with_model_groups,
 )
 from eplb.errors import InputError
-from eplb.format import json_text, number, text_table
+from eplb.format import data_size, json_text, number, text_table
 from eplb.placement import Placement
 
 
@@ -186,10 +186,10 @@ def run(args: argparse.Namespace) -> int:
                                     f"({args.dispatch} dispatch; the rows above use the "
                                     "placement's even split)"),
         ("NVLink bytes", f"{per['nvlink_bytes']:,.0f} B per token per layer; "
-                         f"{number(totals['nvlink_bytes'] / 1e9)} GB in all (dispatch + combine, "
+                         f"{data_size(totals['nvlink_bytes'])} in all (dispatch + combine, "
                          f"{len(layer_tokens)} layers)"),
         ("RDMA bytes", f"{per['rdma_bytes']:,.0f} B per token per layer; "
-                       f"{number(totals['rdma_bytes'] / 1e9)} GB in all (dispatch + combine, "
+                       f"{data_size(totals['rdma_bytes'])} in all (dispatch + combine, "
                        f"{len(layer_tokens)} layers)"),
         ("all-to-all time", f"{number(per['alltoall_seconds'] * 1e9)} us per 1k tokens per "
                             f"layer; {number(totals['alltoall_seconds'] * 1e3)} ms in all "

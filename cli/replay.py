@@ -8,7 +8,7 @@ from pathlib import Path
 from eplb.cli import option_groups as og
 from eplb.cli.common import check_groups, check_outputs, check_solver_options, parse_options
 from eplb.errors import InputError
-from eplb.format import number, text_table
+from eplb.format import data_size, text_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                                    "placement solved before it (stale by design)"),
         ("rebalances", f"{int(s['rebalances'])}"),
         ("replicas moved", f"{int(s['replicas_moved']):,} in all "
-                           f"({number(s['bytes_moved'] / 1e9)} GB)"
+                           f"({data_size(s['bytes_moved'])})"
                            + (f", {s['replicas_moved'] / s['rebalances']:,.0f} per rebalance of "
                               f"{trace.num_layers * topo.num_slots:,} slots"
                               if s["rebalances"] else "")),
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                      f"(step max/mean of the GPU picks as {args.dispatch} dispatch routes each "
                      "window's expected counts)"))
     if "rdma_bytes_mean" in s:
-        rows.append(("RDMA per window", f"mean {s['rdma_bytes_mean'] / 1e9:.4g} GB (all layers, "
+        rows.append(("RDMA per window", f"mean {data_size(s['rdma_bytes_mean'])} (all layers, "
                                         "dispatch + combine)"))
     rows += [("wrote", path) for path in (args.output, args.plot) if path is not None]
     print(text_table(rows))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 from eplb.atomic import atomic_directory, check_output_dir
@@ -108,7 +109,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--duration",
         type=float,
         metavar="S",
-        help="stop after S simulated seconds (default: run until every request has finished)",
+        help="requests arrive for S simulated seconds; the run then finishes what was admitted "
+        "(at most --drain seconds more) and reports what could not finish apart (censored) "
+        "(default: the whole workload, run until every request has finished)",
+    )
+    p.add_argument(
+        "--drain",
+        type=float,
+        metavar="S",
+        help="seconds the run may go on after arrivals stop to finish what was admitted "
+        "(default: as long as --duration, at least 600; 0 stops at --duration)",
     )
     og.seed(p, "the run's arrivals, balancers and noise", any_int=True)
     p.add_argument(
@@ -252,8 +262,7 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
                                inputs=_inputs(args, list(named.values())))
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
-    if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
-        raise InputError(f"--duration must be seconds > 0, got {args.duration}")
+    _check_times(args)
     window = _window(args.window)
     first = next(iter(named.values()))
     workload = load_workload(args, first.kv.block_size)
@@ -262,21 +271,22 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
     plot = None
     if args.capacity:
         frame = serving.capacity_table(named, workload, goodput=args.goodput, seeds=seeds,
-                                       rel_tol=args.rel_tol, duration_s=args.duration, **run_kw)
-        text = sweep.frame_text(frame)
+                                       rel_tol=args.rel_tol, duration_s=args.duration,
+                                       drain_s=args.drain, log=_log, **run_kw)
+        text = capacity_text(frame)
     elif args.rates is not None:
         spec = sweep.SweepSpec(tuple(_floats(args.rates, "--rates")), tuple(seeds),
-                               duration_s=args.duration, window=window)
+                               duration_s=args.duration, window=window, drain_s=args.drain)
         frame = sweep.rate_sweep(named, workload, spec, **run_kw)
         text = sweep.sweep_table(frame)
         if args.duration is not None:  # a time window holds other requests at each rate
-            text += ("\nnote: --duration cuts each rate's run at the same seconds, so each rate "
-                     "measures a different slice of the workload's requests; for the same "
-                     "requests at every rate give --head N and no --duration")
+            text += ("\nnote: --duration ends arrivals at the same seconds at every rate, so "
+                     "each rate measures a different slice of the workload's requests; for the "
+                     "same requests at every rate give --head N and no --duration")
         plot = sweep.plot_rate_sweep
     else:
         frame = serving.compare(named, workload, seeds, duration_s=args.duration,
-                                window=window, mode=args.mode, **run_kw)
+                                window=window, mode=args.mode, drain_s=args.drain, **run_kw)
         text = sweep.comparison_text(frame, sweep.compared_columns(frame), next(iter(named)))
     if args.overrides:  # the names are the configs' own: say what --set changed in each
         text = f"every config with --set {' --set '.join(args.overrides)}\n\n" + text
@@ -291,6 +301,30 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
     return 0
 
 
+def _check_times(args: argparse.Namespace) -> None:
+    if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
+        raise InputError(f"--duration must be seconds > 0, got {args.duration}")
+    if args.drain is not None and not (args.drain >= 0 and math.isfinite(args.drain)):
+        raise InputError(f"--drain must be seconds >= 0, got {args.drain}")
+
+
+def _log(line: str) -> None:
+    """A progress line of a capacity search (stderr, so the table stays alone on stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def capacity_text(frame) -> str:
+    """The capacity table, then one line per config where no rate met the target: why."""
+    from eplb.evaluation.serving import sweep  # lazy: keeps --help fast
+
+    shown = frame.drop(columns=[c for c in ("reason",) if c in frame])
+    text = sweep.frame_text(shown)
+    for name, reason in zip(frame["config"], frame.get("reason", ()), strict=False):
+        if isinstance(reason, str) and reason:
+            text += f"\n{name}: {reason}"
+    return text
+
+
 def _single(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import simulate  # lazy: keeps --help fast
 
@@ -300,14 +334,14 @@ def _single(args: argparse.Namespace) -> int:
         raise InputError(f"--measure-from must be seconds >= 0, got {mfrom}")
     config = args.config
     out = check_output_dir(args.output, force=args.force, inputs=_inputs(args, [config]))
-    if args.duration is not None and not (args.duration > 0 and math.isfinite(args.duration)):
-        raise InputError(f"--duration must be seconds > 0, got {args.duration}")
+    _check_times(args)
     workload = load_workload(args, config.kv.block_size)
     result = simulate(
         config,
         workload,
         seed=args.seed,
         duration_s=args.duration,
+        drain_s=args.drain,
         progress=not args.no_progress,
     )
     # OUTDIR appears all at once, or not at all; without --force the run claims it (refused

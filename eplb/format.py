@@ -22,6 +22,20 @@ def number(value: float, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
+def data_size(num_bytes: float) -> str:
+    """A byte count with its unit, in decimal units as link and HBM figures are quoted
+    (1 GB = 1e9 bytes): ``825.2 GB``, ``87.69 TB``, ``44.04 MB``, ``512 B``; 4 significant
+    digits, never an exponent; NaN prints ``nan``."""
+    x = float(num_bytes)
+    if not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:,.0f} {unit}" if abs(v) >= 1000 else f"{v:.4g} {unit}"
+    return f"{x:.0f} B"
+
+
 def text_table(rows: Sequence[Sequence[object]], header: Sequence[str] | None = None) -> str:
     """A plain text table: columns aligned, a dashed rule under ``header``."""
     cells = [[str(c) for c in row] for row in ([header] if header else []) + list(rows)]

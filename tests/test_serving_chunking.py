@@ -170,7 +170,7 @@ def test_saturated_simulator_matches_steady_state_prefill_rate(chunking):
     est = serving.steady_state(cfg, "prefill", mix=wl, steps=24)
     duration = 40.0
     res = serving.simulate(cfg, serving.rescale(wl, rate=2 * est["requests_per_s"]),
-                           duration_s=duration, progress=False)
+                           duration_s=duration, progress=False, drain_s=0.0)  # saturated only
     s = res.steps
     p = s[(s["phase"] == "prefill") & (s["start_s"] >= duration / 2)]
     sim = p["tokens"].sum() / p["duration_s"].sum()

@@ -216,16 +216,25 @@ def test_policies_static_balanced_oracle_ordered():
     assert (out[("oracle", "trivial")] < out[("static", "trivial")]).all()
 
 
-def test_duration_stops_the_run():
+def test_duration_ends_arrivals_and_the_run_drains():
+    """``duration_s`` ends arrivals; by default the run then finishes what was admitted (a
+    benchmark client waits for its requests); ``drain_s=0`` stops at ``duration_s``."""
     cfg = small_config()
     wl = small_workload(n=400, rate=6.0)
-    res = serving.simulate(cfg, wl, seed=0, duration_s=30.0, progress=False)
+    res = serving.simulate(cfg, wl, seed=0, duration_s=30.0, progress=False, drain_s=0.0)
     assert res.meta["end_s"] == 30.0
     assert (res.requests["arrival_s"] < 30.0).all()
     assert res.requests["finish_s"].isna().any()
     assert (res.steps["start_s"] < 30.0).all()
     s = res.summary()
     assert s["duration_s"] == 30.0 and s["requests_finished"] < s["requests"]
+    drained = serving.simulate(cfg, wl, seed=0, duration_s=30.0, progress=False)
+    assert len(drained.requests) == len(res.requests)  # the same arrivals
+    assert drained.requests["finish_s"].notna().all()  # every one of them finished
+    assert 30.0 < drained.meta["end_s"] <= 30.0 + drained.meta["drain_cap_s"]
+    d = drained.summary()
+    assert d["duration_s"] == 30.0 and d["censored"] == 0  # the window: the arrivals'
+    assert d["requests_finished"] == d["requests"] == s["requests"]
 
 
 def test_stall_migration_stops_serving():

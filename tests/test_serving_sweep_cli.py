@@ -65,10 +65,15 @@ def test_sweep_table_prints_the_comparison_interval_with_two_seeds():
     from scipy import stats
 
     from eplb.evaluation.serving import metrics
+    from eplb.evaluation.serving.intervals import proportion_ci
 
     def frame(seeds):
         rows = [{"config": "a", "offered_rate": r, "seed": s,
-                 **{c: 1.0 + r + 0.25 * s * (i + 1) for i, c in enumerate(metrics.SWEEP)}}
+                 **{c: 1.0 + r + 0.25 * s * (i + 1) for i, c in enumerate(metrics.SWEEP)},
+                 # fractions of 100 requests, overloaded at seed 1 only
+                 "goodput": 0.9 + 0.05 * s, "served_fraction": 1.0, "overloaded": float(s),
+                 "bottleneck": "prefill" if s else "", "requests": 100.0,
+                 "requests_decided": 100.0}
                 for r in (4.0, 40.0) for s in seeds]
         return pd.DataFrame(rows)
 
@@ -77,13 +82,21 @@ def test_sweep_table_prints_the_comparison_interval_with_two_seeds():
     two = sweep.sweep_table(frame([0, 1]))
     head, _, table = two.partition("\n\n")
     assert head.startswith("mean ± h over 2 seeds") and "95% confidence interval" in head
+    assert "Wilson" in head
     line = table.splitlines()[2]  # rate 4: first column's values 5.0 and 5.25
     half = stats.t.ppf(0.975, 1) * pd.Series([5.0, 5.25]).std(ddof=1) / math.sqrt(2)
     assert line.split()[2:5] == ["5.125", "±", f"{half:.4g}"]
-    assert line.count("±") == len(metrics.SWEEP)
+    assert line.count("±") == len(metrics.SWEEP) - len(metrics.FRACTIONS) - 1
+    # fractions: pooled with Wilson's interval, never past 1 (served 200 of 200)
+    p, lo, hi = proportion_ci([0.9, 0.95], [100, 100])
+    assert f"0.925 [{lo:.4g}, {hi:.4g}]" in line and 0 < lo < 0.925 < hi < 1
+    assert "1 [" in line and ", 1]" in line
+    assert "1/2 (prefill)" in line  # overloaded at one seed of two, at prefill
     # a metric no seed has a value for prints as - with no interval
     f = frame([0, 1])
     f["goodput"] = float("nan")
+    assert "- [-, -]" in sweep.sweep_table(f)
+    f["tpot_p50_s"] = float("nan")
     assert "- ± -" in sweep.sweep_table(f)
 
 
@@ -126,7 +139,8 @@ def test_sweep_and_capacity_from_the_cli(toml, tmp_path):
              "--no-progress", "--no-plots")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("mean ± h over 2 seeds: h is the half width of the 95% ")
-    assert r.stdout.count("±") == 1 + 2 * len(serving.metrics.SWEEP)
+    m = serving.metrics
+    assert r.stdout.count("±") == 1 + 2 * (len(m.SWEEP) - len(m.FRACTIONS) - 1)
     r = eplb("simulate", toml, "--workload", SYNTH, "--capacity", "--rel-tol", "0.3",
              "--set", "slo.ttft_s=1.0",
              "--no-progress")

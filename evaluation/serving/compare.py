@@ -36,13 +36,15 @@ PAIRED = (
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """One simulation: ``task`` holds ``name``, ``config``, ``workload``, ``seed``,
-    ``duration_s``, ``window``; returns the summary row (with ``wall_s``)."""
+    ``duration_s``, ``window`` (and optionally ``drain_s``); returns the summary row (with
+    ``wall_s``)."""
     start = time.perf_counter()
     res = simulate(
         task["config"],
         task["workload"],
         seed=task["seed"],
         duration_s=task["duration_s"],
+        drain_s=task.get("drain_s"),
         progress=False,
     )
     row = {"config": task["name"], "seed": task["seed"], **res.summary(task["window"])}
@@ -84,6 +86,7 @@ def compare(
     progress: bool = True,
     mode: str = "closed_loop",
     driver: str | None = None,
+    drain_s: float | None = None,
 ) -> pd.DataFrame:
     """Simulate every config on ``workload`` with every seed (paired: the same arrivals,
     popularity and noise banks per seed).
@@ -94,7 +97,8 @@ def compare(
     (the expert effect alone; `counterfactual.counterfactual`, docs/serving.md).
 
     ``configs``: ``{name: ClusterConfig}`` or a list (named by ``config.name``; the first is
-    the baseline of the ``d_`` / ``r_`` columns). ``duration_s``: as in `simulate`.
+    the baseline of the ``d_`` / ``r_`` columns). ``duration_s``, ``drain_s``: as in
+    `simulate`.
     ``window``: the summary window (default the whole run). ``workers > 1``: a local process
     pool; ``scheduler``: a Dask address or ``distributed.Client`` (wins).
     """
@@ -113,12 +117,12 @@ def compare(
         raise InputError(f"workers must be a positive integer, got {workers!r}")
     if mode == "counterfactual":
         return counterfactual(named, workload, seeds, duration_s=duration_s, window=window,
-                              driver=driver,
+                              driver=driver, drain_s=drain_s,
                               workers=workers, scheduler=scheduler, progress=progress)
     if driver is not None:
         raise InputError("driver= is for mode='counterfactual' only")
     for cfg in named.values():
-        check_args(cfg, workload, 0, duration_s, 1.0)
+        check_args(cfg, workload, 0, duration_s, 1.0, drain_s)
     tasks = [
         {
             "name": name,
@@ -126,6 +130,7 @@ def compare(
             "workload": workload,
             "seed": int(seed),
             "duration_s": duration_s,
+            "drain_s": drain_s,
             "window": window,
         }
         for seed in seeds

@@ -52,10 +52,11 @@ class StepFrame(pd.DataFrame):
         return self
 
 
-def step_log(config: ClusterConfig, workload: Workload, seed: int, duration_s=None) -> dict:
+def step_log(config: ClusterConfig, workload: Workload, seed: int, duration_s=None,
+             drain_s=None) -> dict:
     """The closed-loop run of ``config``: ``{(phase, unit): [(start_s, batch, tokens), ...]}``
     of every step in order, and ``"_end_s"``, the run's end."""
-    sim = Simulation(config, workload, seed, duration_s, False, 10.0)
+    sim = Simulation(config, workload, seed, duration_s, False, 10.0, drain_s)
     log: dict[Any, Any] = {}
     for phase in ("prefill", "decode"):
         for unit in sim.units[phase]:
@@ -194,7 +195,7 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     named, seed = task["configs"], task["seed"]
     driver = named[task["driver"]]
-    log = step_log(driver, task["workload"], seed, task["duration_s"])
+    log = step_log(driver, task["workload"], seed, task["duration_s"], task.get("drain_s"))
     # the DP wait of each step with the experts perfectly balanced (`balanced_step`)
     done = {name: replay(cfg, log, seed) for name, cfg in named.items()
             if all(cfg.eplb_for(ph).mode is EplbMode.BALANCED for ph in ("prefill", "decode"))}
@@ -249,6 +250,7 @@ def counterfactual(
     duration_s: float | None = None,
     window: tuple[float, float] | None = None,
     driver: str | None = None,
+    drain_s: float | None = None,
     workers: int = 1,
     scheduler: Any = None,
     progress: bool = True,
@@ -265,10 +267,10 @@ def counterfactual(
     if driver not in named:
         raise InputError(f"driver {driver!r} is not one of the configs: {', '.join(named)}")
     for cfg in named.values():
-        check_args(cfg, workload, 0, duration_s, 1.0)
+        check_args(cfg, workload, 0, duration_s, 1.0, drain_s)
     tasks = [
         {"configs": dict(named), "workload": workload, "seed": int(s), "driver": driver,
-         "duration_s": duration_s, "window": window}
+         "duration_s": duration_s, "drain_s": drain_s, "window": window}
         for s in seeds
     ]
     start = time.perf_counter()

@@ -21,12 +21,12 @@ from eplb.errors import InputError
 from eplb.evaluation.serving import metrics
 from eplb.evaluation.serving.compare import _named, run_task
 from eplb.evaluation.serving.config import ClusterConfig
-from eplb.evaluation.serving.intervals import ci_table, mean_ci
+from eplb.evaluation.serving.intervals import ci_table, fraction_ci, mean_ci
 from eplb.evaluation.serving.results.result import SUMMARY_UNITS
 from eplb.evaluation.serving.simulator.loop import check_args
 from eplb.evaluation.serving.workload.model import Workload
 from eplb.evaluation.serving.workload.synth import rescale
-from eplb.format import text_table
+from eplb.format import data_size, text_table
 
 __all__ = [
     "SweepSpec",
@@ -49,7 +49,7 @@ TINY_S = 1e-12  # seconds a comparison table prints as 0 (float rounding, not a 
 UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s",
          # capacity_table's columns: the rate found, its interval, goodputs at lo and hi
          "rate": "req/s", "lo": "req/s", "hi": "req/s", "goodput_hi": "fraction",
-         "target": "fraction", "runs": "simulations"}
+         "target": "fraction", "runs": "simulations", "overloaded": "yes/no"}
 
 
 def _rates(rates: Sequence[float]) -> list[float]:
@@ -74,15 +74,18 @@ class SweepSpec:
     - ``rates: tuple[float, ...]``: offered rates, req/s (> 0, finite); the workload is
       rescaled to each (order within sessions kept);
     - ``seeds: tuple[int, ...]``: every config runs every rate with every seed (paired);
-    - ``duration_s``: simulated seconds per run, as in `simulate` (None: until every request
-      has finished);
-    - ``window: (t0, t1)``: simulated seconds the summary covers (None: the whole run).
+    - ``duration_s``: seconds requests arrive per run, as in `simulate` (None: the whole
+      workload); each run then drains what was admitted for at most ``drain_s`` seconds (as
+      in `simulate`);
+    - ``window: (t0, t1)``: simulated seconds the summary covers (None: the window in which
+      requests arrive at that rate, so throughput is never averaged over a drained tail).
     """
 
     rates: tuple[float, ...]
     seeds: tuple[int, ...] = (0,)
     duration_s: float | None = None
     window: tuple[float, float] | None = None
+    drain_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rates", tuple(_rates(self.rates)))
@@ -98,14 +101,15 @@ class SweepSpec:
               workload: Workload) -> tuple[list[dict], list[tuple[str, float, int]]]:
         """One `compare.run_task` task per (config, rate, seed), and those keys."""
         for cfg in named.values():
-            check_args(cfg, workload, 0, self.duration_s, 1.0)
+            check_args(cfg, workload, 0, self.duration_s, 1.0, self.drain_s)
         scaled = {r: rescale(workload, rate=r) for r in self.rates}
         tasks, keys = [], []
         for name, cfg in named.items():
             for r in self.rates:
                 for s in self.seeds:
                     tasks.append({"name": name, "config": cfg, "workload": scaled[r], "seed": s,
-                                  "duration_s": self.duration_s, "window": self.window})
+                                  "duration_s": self.duration_s, "drain_s": self.drain_s,
+                                  "window": self.window})
                     keys.append((name, r, s))
         return tasks, keys
 
@@ -149,8 +153,10 @@ def sweep_table(frame: pd.DataFrame, columns: Sequence[str] = metrics.SWEEP) -> 
     """The sweep as text: per config and offered rate, the mean over seeds of ``columns``
     (units in the header). With two or more seeds each cell is ``mean ± h``, ``h`` the half
     width of the 95% Student-t interval of the mean (`intervals.mean_ci`, the comparison
-    table's interval; ``-`` where fewer than two seeds have a value), said in a heading line;
-    one seed prints the values alone."""
+    table's interval; ``-`` where fewer than two seeds have a value), and a fraction of
+    requests (`metrics.FRACTIONS`) is ``p [lo, hi]``, Wilson's interval within [0, 1]
+    (`intervals.proportion_ci`), said in a heading line; one seed prints the values alone.
+    ``overloaded`` prints ``yes (tier)`` / ``no``, or with several seeds how many were."""
     cols = list(columns)
     seeds = frame["seed"].nunique() if "seed" in frame else 1
     header = ["config", "offered (req/s)", *(f"{c} ({UNITS.get(c, '')})" for c in cols)]
@@ -158,15 +164,39 @@ def sweep_table(frame: pd.DataFrame, columns: Sequence[str] = metrics.SWEEP) -> 
     for (name, rate), part in frame.groupby(["config", "offered_rate"], sort=False):
         cells = []
         for c in cols:
-            mean, lo, hi = mean_ci(part[c])
-            cells.append(_fmt(mean) if seeds < 2 else f"{_fmt(mean)} ± {_fmt((hi - lo) / 2)}")
+            count = metrics.FRACTIONS.get(c)
+            if c == "overloaded":
+                cells.append(_overloaded(part))
+            elif seeds < 2:
+                cells.append(_fmt(mean_ci(part[c])[0]))
+            elif count is not None:
+                p, lo, hi = fraction_ci(part[c], part[count] if count in part else None)
+                cells.append(f"{_fmt(p)} [{_fmt(lo)}, {_fmt(hi)}]")
+            else:
+                mean, lo, hi = mean_ci(part[c])
+                cells.append(f"{_fmt(mean)} ± {_fmt((hi - lo) / 2)}")
         rows.append((name, f"{rate:.4g}", *cells))
     text = text_table(rows, header=header)
     if seeds < 2:
         return text
     return (f"mean ± h over {seeds} seeds: h is the half width of the 95% confidence interval "
-            "of the mean (Student t over the seeds; the comparison table's interval)"
+            "of the mean (Student t over the seeds; the comparison table's interval); "
+            "fractions of requests p [lo, hi]: pooled over the seeds, Wilson's 95% score "
+            "interval (widened by the spread between seeds)"
             f"\n\n{text}")
+
+
+def _overloaded(part: pd.DataFrame) -> str:
+    """The ``overloaded`` cell of one (config, rate): ``yes (tier)`` / ``no`` with one seed,
+    ``k/n (tier)`` with ``n`` seeds."""
+    if "overloaded" not in part or part["overloaded"].isna().all():
+        return "-"
+    flags = part["overloaded"].fillna(0).astype(bool)
+    tiers = sorted({t for t in part.get("bottleneck", pd.Series(dtype=str))[flags] if t})
+    where = f" ({', '.join(tiers)})" if tiers else ""
+    if len(part) == 1:
+        return ("yes" + where) if flags.iloc[0] else "no"
+    return f"{int(flags.sum())}/{len(part)}{where}"
 
 
 def plot_rate_sweep(frame: pd.DataFrame, path: str | Path) -> Path:
@@ -213,7 +243,9 @@ def comparison_text(
         unit = UNITS.get(m, "s" if m.endswith("_s") else "")
         tiny = TINY_S if unit == "s" else 0.0
 
-        def f(x: float, sign: bool = False, tiny: float = tiny) -> str:
+        def f(x: float, sign: bool = False, tiny: float = tiny, unit: str = unit) -> str:
+            if unit == "bytes" and x is not None and math.isfinite(x):
+                return ("+" if sign and x >= 0 else "") + data_size(x)
             return _fmt(0.0 if x is not None and abs(x) < tiny else x, sign)
 
         for name in table.index:
@@ -222,6 +254,9 @@ def comparison_text(
                          f(r["d_mean"], True), f"[{f(r['d_lo'], True)}, {f(r['d_hi'], True)}]"))
     text = text_table(rows, header=("metric", "unit", "config", "mean", "95% CI",
                                     f"d vs {base}", "95% CI of d"))
+    if "overloaded" in frame and frame["overloaded"].notna().any():
+        text += "\noverloaded (seeds): " + ", ".join(
+            f"{name} {_overloaded(part)}" for name, part in frame.groupby("config", sort=False))
     if "rebalances" in frame and frame["rebalances"].notna().any():
         per = frame.groupby("config", sort=False)["rebalances"].mean()
         text += "\nscheduled rebalances per run (mean over seeds): " + ", ".join(
@@ -238,20 +273,29 @@ def compared_columns(frame: pd.DataFrame) -> list[str]:
     if frame.attrs.get("mode") == "counterfactual":
         cols = list(COUNTERFACTUAL)
     else:
-        cols = [c for c in metrics.SOURCE if c not in ("requests", "requests_finished")]
+        skip = ("requests", "requests_finished", "requests_decided", "censored", "overloaded",
+                *metrics.TEXT)
+        cols = [c for c in metrics.SOURCE if c not in skip]
     return [c for c in cols if c in frame and frame[c].notna().any()]
 
 
 def frame_text(frame: pd.DataFrame) -> str:
-    """A small frame as an aligned text table (numbers to 4 significant digits; a column
-    with a unit in `UNITS` says it in its header)."""
-    rows = [tuple(_fmt(v) if isinstance(v, float) else str(v) for v in rec)
+    """A small frame as an aligned text table (numbers to 4 significant digits, thousands
+    with separators, bytes in GB / TB; a column with a unit in `UNITS` says it in its
+    header)."""
+    units = [UNITS.get(c, "") for c in frame.columns]
+    rows = [tuple((data_size(v) if u == "bytes" else _fmt(v)) if isinstance(v, float)
+                  else str(v) for v, u in zip(rec, units, strict=True))
             for rec in frame.itertuples(index=False)]
-    return text_table(rows, header=[f"{c} ({UNITS[c]})" if c in UNITS else str(c)
-                                    for c in frame.columns])
+    return text_table(rows, header=[f"{c} ({u})" if u and u != "bytes" else str(c)
+                                    for c, u in zip(frame.columns, units, strict=True)])
 
 
 def _fmt(x: float, sign: bool = False) -> str:
+    """4 significant digits below 1,000, whole numbers with separators from 1,000 (never an
+    exponent there); ``-`` for NaN or None."""
     if x is None or not math.isfinite(x):
         return "-"
+    if abs(x) >= 1000:
+        return f"{x:+,.0f}" if sign else f"{x:,.0f}"
     return f"{x:+.4g}" if sign else f"{x:.4g}"

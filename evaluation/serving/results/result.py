@@ -17,10 +17,10 @@ import pandas as pd
 
 from eplb.atomic import os_errors
 from eplb.errors import InputError
-from eplb.evaluation.serving.results import plots
+from eplb.evaluation.serving.results import plots, verdict
 from eplb.evaluation.serving.results.notes import few_tokens_note
 from eplb.evaluation.serving.steptime import BREAKDOWN
-from eplb.format import text_table
+from eplb.format import data_size, text_table
 
 __all__ = ["FAULT_COLUMNS", "REBALANCE_COLUMNS", "STEP_COLUMNS", "SUMMARY_UNITS", "SimResult"]
 
@@ -71,8 +71,13 @@ FAULT_COLUMNS = (
 SUMMARY_UNITS = {
     "duration_s": "s",
     "measure_from_s": "s",
+    "arrival_window_s": "s",
+    "drain_s": "s",
+    "drain_cap_s": "s",
     "requests": "requests",
     "requests_finished": "requests",
+    "censored": "requests",
+    "requests_decided": "requests",
     "served_fraction": "fraction",
     "retries": "retries",
     "retractions": "retractions",
@@ -98,13 +103,24 @@ SUMMARY_UNITS = {
     "output_tok_s_per_node": "tok/s/node",
     "kv_hit_rate": "fraction",
     "goodput": "fraction",
+    "ttft_miss_fraction": "fraction",
+    "tpot_miss_fraction": "fraction",
+    "ttft_miss_input_p50": "tokens",
+    "input_p50": "tokens",
     "slo_ttft_s": "s",
     "slo_tpot_s": "s",
     "arrivals_per_s": "req/s",
+    "prefills_per_s": "req/s",
+    "kv_transfers_per_s": "req/s",
+    "first_tokens_per_s": "req/s",
     "completions_per_s": "req/s",
     "waiting_at_start": "requests",
     "waiting_at_end": "requests",
+    "backlog_growth_per_s": "req/s",
+    "prefill_busy": "fraction",
+    "decode_full": "fraction",
     "overloaded": "yes/no",
+    "bottleneck": "tier",
     "prefill_step_s": "s",
     "decode_step_s": "s",
     "decode_running_per_gpu": "requests",
@@ -194,13 +210,6 @@ def inter_token_gaps(requests: pd.DataFrame, steps: pd.DataFrame, end: float):
     return values[keep], weights[keep]
 
 
-def waiting_at(requests: pd.DataFrame, t: float) -> int:
-    """Requests arrived by ``t`` whose first token was not out by ``t``."""
-    ft = requests["first_token_s"].to_numpy()
-    arr = requests["arrival_s"].to_numpy()
-    return int(((arr <= t) & ~(ft <= t)).sum())
-
-
 @dataclass
 class SimResult:
     """A simulation's frames (docs/serving.md, "Results"), per-unit ``utilisation`` and
@@ -218,22 +227,28 @@ class SimResult:
         self, window: tuple[float, float] | None = None, *, measure_from_s: float | None = None
     ) -> dict[str, Any]:
         """Latency percentiles as `vllm bench serve` reports them, throughput per node, KV hit
-        rate, goodput, load state (`SUMMARY_UNITS`; docs/serving.md, "Results").
+        rate, goodput, the load verdict (`SUMMARY_UNITS`; docs/serving.md, "Results").
 
-        ``window=(t0, t1)`` (seconds; default the whole run) and ``measure_from_s`` (a
-        warm-up left out: the window starts there): throughput from the steps starting in it,
+        ``window=(t0, t1)`` (seconds; default the window in which requests arrived,
+        ``meta["arrivals_end_s"]``, not the drain after it) and ``measure_from_s`` (a warm-up
+        left out: the window starts there): throughput from the steps starting in it,
         latencies and goodput over *every* request arriving in it. A request without a first
-        token by the end enters TTFT (and E2E) with its wait so far, a lower bound; the
-        percentiles it can raise are listed in ``lower_bounds``. TTFT is to the first token
-        at the client (KV transfer and decode admission included; ``ttft_*_mean_s`` its
-        parts over the served requests); ITL from the token emission times; TPOT per
-        finished request ``(e2e - ttft) / (output - 1)``. Goodput: the share of the arrived
-        requests that finished within both SLOs (unfinished = miss). ``overloaded``: the
-        requests waiting for a first token grew over the window (more than doubled and by
-        more than 5% of the arrivals).
+        token by the run's end enters TTFT (and E2E) with its wait so far, a lower bound; the
+        percentiles it can raise are listed in ``lower_bounds``. TTFT is to the first token at
+        the client (KV transfer and decode admission included; ``ttft_*_mean_s`` its parts
+        over the served requests); ITL from the token emission times; TPOT per finished
+        request ``(e2e - ttft) / (output - 1)``. Goodput: the share of the decided requests
+        that finished within both SLOs; a request still unfinished at the end whose SLOs are
+        not yet missed is ``censored``, reported apart (`verdict.slo_outcomes`). The load
+        verdict (``overloaded``, ``bottleneck`` and the rates beside them) covers the part of
+        the window in which requests arrived (`verdict.load_verdict`). Rebalances, stalls and
+        bytes moved: those of the whole run from ``t0`` (of the window, when given).
         """
         end = self.meta.get("end_s", 0.0)
-        t0, t1 = (0.0, end) if window is None else (float(window[0]), float(window[1]))
+        arrivals_end = float(self.meta.get("arrivals_end_s", end))
+        if not arrivals_end > 1e-9:  # every request at t = 0 (a batch): the whole run
+            arrivals_end = end
+        t0, t1 = (0.0, arrivals_end) if window is None else (float(window[0]), float(window[1]))
         if measure_from_s is not None:
             if not (isinstance(measure_from_s, (int, float)) and measure_from_s >= 0):
                 raise InputError(f"measure_from_s must be seconds >= 0, got {measure_from_s!r}")
@@ -241,7 +256,8 @@ class SimResult:
         if not t1 > t0:
             raise InputError(
                 f"window must be (start, end) with end > start, got {(t0, t1)!r}"
-                + (" (measure_from_s is past the end)" if measure_from_s is not None else "")
+                + (" (measure_from_s is past the end of the arrivals)"
+                   if measure_from_s is not None else "")
             )
         span = t1 - t0
         req = self.requests
@@ -259,15 +275,21 @@ class SimResult:
         pre = st[st["phase"] == "prefill"] if len(st) else st
         dec = st[st["phase"] == "decode"] if len(st) else st
         slo = self.meta.get("slo", {})
-        ok = fin["ttft_s"] <= slo.get("ttft_s", math.inf)
-        ok &= fin["tpot_s"].isna() | (fin["tpot_s"] <= slo.get("tpot_s", math.inf))
+        slo_ttft, slo_tpot = slo.get("ttft_s", math.inf), slo.get("tpot_s", math.inf)
+        outcome = verdict.slo_outcomes(sel, end, slo_ttft, slo_tpot)
+        decided = int(outcome["decided"].sum())
         routed = sel[sel["routed_s"].notna()]
         inp = float(routed["input_tokens"].sum())
         out: dict[str, Any] = {
             "duration_s": span,
             "measure_from_s": t0,
+            "arrival_window_s": max(min(t1, arrivals_end) - t0, 0.0),
+            "drain_s": max(end - arrivals_end, 0.0),
+            "drain_cap_s": float(self.meta.get("drain_cap_s", math.inf)),
             "requests": int(len(sel)),
             "requests_finished": int(len(fin)),
+            "censored": int(outcome["censored"].sum()),
+            "requests_decided": decided,
             "served_fraction": float(served.mean()) if len(sel) else math.nan,
             "retries": int(sel["retries"].sum()),
             "retractions": int(sel["retractions"].sum()) if "retractions" in sel else 0,
@@ -308,17 +330,19 @@ class SimResult:
             float(dec["output_tokens"].sum()) / span / dn if len(dec) else 0.0
         )
         out["kv_hit_rate"] = float(routed["cached_tokens"].sum()) / inp if inp else 0.0
-        out["goodput"] = float(ok.sum()) / len(sel) if len(sel) else math.nan
+        out["goodput"] = float(outcome["met"].sum()) / decided if decided else math.nan
+        for key in ("ttft", "tpot"):
+            out[f"{key}_miss_fraction"] = (
+                float((outcome[f"miss_{key}"] & outcome["decided"]).sum()) / decided
+                if decided else math.nan)
+        prompts = sel["input_tokens"].to_numpy()
+        missed = prompts[outcome["miss_ttft"]]
+        out["ttft_miss_input_p50"] = float(np.median(missed)) if missed.size else math.nan
+        out["input_p50"] = float(np.median(prompts)) if prompts.size else math.nan
         out["slo_ttft_s"] = float(slo.get("ttft_s", math.nan))
         out["slo_tpot_s"] = float(slo.get("tpot_s", math.nan))
-        t_end = min(t1, end)
-        f_all = req["finish_s"].to_numpy()
-        out["arrivals_per_s"] = len(sel) / span
-        out["completions_per_s"] = float(((f_all >= t0) & (f_all < t1)).sum()) / span
-        w0, w1 = waiting_at(req, t0), waiting_at(req, t_end)
-        out["waiting_at_start"] = w0
-        out["waiting_at_end"] = w1
-        out["overloaded"] = bool(w1 > 2 * w0 and w1 - w0 > 0.05 * max(len(sel), 1))
+        out.update(verdict.load_verdict(req, steps, self.meta, t0,
+                                        max(min(t1, arrivals_end), t0)))
         for phase, part in (("prefill", pre), ("decode", dec)):
             dur = part["duration_s"].to_numpy() if len(part) else np.zeros(0)
             out[f"{phase}_step_s"] = float(dur.mean()) if dur.size else math.nan
@@ -339,7 +363,8 @@ class SimResult:
         else:
             out["decode_running_per_gpu"] = 0.0
         rb = self.rebalances
-        rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < t1)] if len(rb) else rb
+        r1 = end if window is None else t1  # the run's rebalances, or the window's
+        rb = rb[(rb["time_s"] >= t0) & (rb["time_s"] < r1)] if len(rb) else rb
         kind = rb["kind"] if len(rb) else pd.Series([], dtype=object)
         out["rebalances"] = int((kind == "scheduled").sum())  # applied scheduled rebalances
         out["stall_s"] = float(rb["stall_s"].sum()) if len(rb) else 0.0  # emergencies too
@@ -354,8 +379,9 @@ class SimResult:
 
     def summary_table(self, window=None, *, measure_from_s: float | None = None) -> str:
         """The summary as an aligned text table with a unit column (``>=`` marks a lower
-        bound), then the SLOs goodput is measured against and, when the run is overloaded,
-        why."""
+        bound; bytes in GB / TB), then the SLOs goodput is measured against, how long the run
+        drained after arrivals stopped (and its cap), and the verdict line
+        (`verdict.verdict_text`: overloaded or not, the bottleneck tier, the SLO misses)."""
         s = self.summary(window, measure_from_s=measure_from_s)
         lower = set(filter(None, s["lower_bounds"].split(",")))
         rows = []
@@ -365,9 +391,15 @@ class SimResult:
             unit = SUMMARY_UNITS.get(key, "")
             if isinstance(value, bool):
                 text = "yes" if value else "no"
+            elif isinstance(value, str):
+                text = value or "-"
+            elif unit == "bytes":
+                text, unit = data_size(value), ""
             elif isinstance(value, float):
                 if math.isnan(value):
                     text = "nan"
+                elif math.isinf(value):
+                    text = "none"
                 elif unit == "s" and abs(value) < 10:
                     text = f"{value:.4g}"
                 elif unit == "fraction":
@@ -382,9 +414,11 @@ class SimResult:
         lines = [text_table(rows, header=("metric", "value", "unit"))]
         lines.append(
             f"goodput: finished within TTFT <= {s['slo_ttft_s']:g} s and TPOT <= "
-            f"{s['slo_tpot_s']:g} s (SLOs of the config); TTFT is to the first token at the "
-            "client (queue + prefill + KV transfer + decode admission)"
+            f"{s['slo_tpot_s']:g} s (SLOs of the config), over the requests whose outcome is "
+            "decided; TTFT is to the first token at the client (queue + prefill + KV "
+            "transfer + decode admission)"
         )
+        lines.append(drain_text(s))
         if lower:
             lines.append(
                 f"'>=': lower bounds ({1 - s['served_fraction']:.1%} of the arrivals had no "
@@ -393,14 +427,7 @@ class SimResult:
         few = few_tokens_note(s, self.meta.get("config"))
         if few:
             lines.append(few)
-        if s["overloaded"]:
-            lines.append(
-                f"OVERLOADED: {s['arrivals_per_s']:.3g} req/s arrived but "
-                f"{s['completions_per_s']:.3g} req/s completed; requests waiting for a first "
-                f"token grew from {s['waiting_at_start']:,} to {s['waiting_at_end']:,} over the "
-                "window: the offered load is above what this cluster serves, so latencies "
-                "grow with the run's length (lower the rate or add units)"
-            )
+        lines.append("verdict: " + verdict.verdict_text(s))
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ output
@@ -444,6 +471,21 @@ class SimResult:
         """Write the plots (TTFT/TPOT CDFs, tokens/s per node over time with rebalances and
         faults, per-rank utilisation heatmaps, step-time breakdown) into ``directory``."""
         return plots.write_all(self, Path(directory))
+
+
+def drain_text(s: dict[str, Any]) -> str:
+    """One line: how long the run went on after arrivals stopped, its cap, and what the cap
+    left unfinished (the censored requests, reported apart)."""
+    cap = s["drain_cap_s"]
+    cap_text = "no cap: until every admitted request finished" if math.isinf(cap) else (
+        f"cap {cap:,.4g} s")
+    text = (f"drain: arrivals stopped, then the run finished what was admitted for "
+            f"{s['drain_s']:,.4g} s ({cap_text})")
+    if s["censored"]:
+        text += (f"; {s['censored']:,} requests were still running at the end with no SLO "
+                 "missed yet: censored, reported apart and left out of goodput (raise the "
+                 "drain cap, --drain, to decide them)")
+    return text
 
 
 def _json_default(obj):

@@ -44,10 +44,24 @@ from eplb.evaluation.serving.simulator.units import Unit
 from eplb.evaluation.serving.steptime import StepModel
 from eplb.evaluation.serving.workload.model import Workload
 
-__all__ = ["Simulation", "build_engines", "build_units", "check_args", "simulate"]
+__all__ = ["DRAIN_MIN_S", "Simulation", "build_engines", "build_units", "check_args", "drain_cap",
+           "simulate"]
 
 
-def check_args(config, workload, seed, duration_s, bucket_s):
+DRAIN_MIN_S = 600.0  # the default drain cap is never shorter (s): long outputs finish
+
+
+def drain_cap(duration_s: float | None, drain_s: float | None) -> float:
+    """Seconds a run may go on after its arrivals stop, to finish what was admitted (the
+    stated cap): ``drain_s`` when given; else, with ``duration_s``, as long again as the
+    arrivals lasted and at least `DRAIN_MIN_S` (``max(duration_s, 600)``); without it, no
+    cap (the workload is finite: every admitted request finishes)."""
+    if drain_s is not None:
+        return float(drain_s)
+    return max(float(duration_s), DRAIN_MIN_S) if duration_s is not None else math.inf
+
+
+def check_args(config, workload, seed, duration_s, bucket_s, drain_s=None):
     if not isinstance(config, ClusterConfig):
         raise InputError(f"config must be a ClusterConfig, got {type(config).__name__}")
     if not isinstance(workload, Workload):
@@ -63,6 +77,15 @@ def check_args(config, workload, seed, duration_s, bucket_s):
     ):
         raise InputError(
             f"duration_s must be a number of seconds > 0 (or None), got {duration_s!r}"
+        )
+    if drain_s is not None and (
+        isinstance(drain_s, bool)
+        or not isinstance(drain_s, (int, float))
+        or not (0 <= drain_s <= limits.MAX_SIM_S)
+    ):
+        raise InputError(
+            f"drain_s must be seconds in [0, {limits.MAX_SIM_S:g}] (or None: "
+            f"max(duration_s, {DRAIN_MIN_S:g})), got {drain_s!r}"
         )
     if isinstance(bucket_s, bool) or not (isinstance(bucket_s, (int, float)) and bucket_s > 0
                                           and math.isfinite(bucket_s)):
@@ -173,13 +196,23 @@ class Simulation:
         duration_s,
         progress: bool,
         bucket_s: float,
+        drain_s: float | None = None,
     ):
-        check_args(config, workload, seed, duration_s, bucket_s)
+        check_args(config, workload, seed, duration_s, bucket_s, drain_s)
         self.cfg = config
         self.seed = int(seed)
         self.progress = progress
-        self.end_time = float(duration_s) if duration_s is not None else math.inf
         self.req = Requests(workload, duration_s, config)
+        # arrivals stop at duration_s (or with the workload); the run then drains what was
+        # admitted for at most `drain_cap` seconds (as a benchmark client waits for its
+        # requests). Rebalances and faults happen while requests arrive.
+        self.duration_s = None if duration_s is None else float(duration_s)
+        self.arrivals_end = self.req.arrivals_end(self.duration_s)
+        self.drain_cap = drain_cap(duration_s, drain_s)
+        last = float(self.req.arrival[-1]) if self.req.n else 0.0
+        horizon = self.duration_s if self.duration_s is not None else last
+        self.end_time = horizon + self.drain_cap
+        self.event_horizon = self.duration_s if self.duration_s is not None else math.inf
         self.records = Records(self.req.n, bucket_s)
         self.events = EventQueue()
         model = config.model_spec
@@ -192,7 +225,7 @@ class Simulation:
                                    units["prefill"], units["decode"])
         self.cluster = Cluster(units["prefill"], units["decode"], self.admission)
         self.eplb = EplbLoop(units, self.popularity, self.records, self.admission,
-                             self.cluster, self.end_time)
+                             self.cluster, self.event_horizon)
         self.faults = Faults(config.faults, units, self.admission, self.cluster,
                              self.records, self.popularity)
         self.now = 0.0
@@ -216,7 +249,7 @@ class Simulation:
             FAULT: faults.on_fault,
         }
         push = queue.push
-        for ev in (*eplb.initial_placements(), *faults.schedule(self.end_time)):
+        for ev in (*eplb.initial_placements(), *faults.schedule(self.event_horizon)):
             push(*ev)
         if math.isfinite(self.end_time):
             push(self.end_time, END)
@@ -250,9 +283,11 @@ class Simulation:
         finally:
             if bar is not None:
                 bar.close(self.now)
-        end = self.end_time if math.isfinite(self.end_time) else self.now
+        end = self.now if req.done >= req.n or not math.isfinite(self.end_time) else self.end_time
         return self.records.result(req, self.units["decode"], self.cfg, self.seed, end,
-                                   self.events_handled, adm.state.store.stats())
+                                   self.events_handled, adm.state.store.stats(),
+                                   arrivals_end=self.arrivals_end, duration_s=self.duration_s,
+                                   drain_cap=self.drain_cap)
 
 
 class _Progress:
@@ -261,7 +296,9 @@ class _Progress:
     def __init__(self, sim: Simulation):
         from tqdm.auto import tqdm  # lazy: tqdm only when progress is shown
 
-        horizon = sim.end_time if math.isfinite(sim.end_time) else float(sim.req.arrival[-1])
+        # the arrivals' span (a drain after it runs past the total)
+        horizon = (sim.duration_s if sim.duration_s is not None
+                   else float(sim.req.arrival[-1]) if sim.req.n else 0.0)
         self.sim = sim
         self.bar = tqdm(
             total=round(horizon), desc=f"simulate {sim.cfg.name}", unit="sim s", dynamic_ncols=True
@@ -288,18 +325,24 @@ def simulate(
     duration_s: float | None = None,
     progress: bool = True,
     bucket_s: float = 10.0,
+    drain_s: float | None = None,
 ):
     """Simulate ``workload`` on the cluster ``config``; a `SimResult`.
 
     ``seed``: every random draw (popularity, per-step expert counts, random balancers, solver
-    seeds) comes from it. ``duration_s``: stop at that simulated time (requests arriving later
-    are not simulated; unfinished ones keep NaN times); None runs until every request has
-    finished. ``progress``: a tqdm bar over simulated seconds. ``bucket_s``: time resolution of
-    the per-rank utilisation record (`SimResult.utilisation`). Under ``dispatch="duplicate"``
-    the copies' spare HBM comes out of the KV cache (`config.budget.with_duplicate_memory`).
+    seeds) comes from it. ``duration_s``: arrivals stop there (requests arriving later are not
+    simulated); the run then drains what was admitted, as a benchmark client waits for its
+    requests, for at most ``drain_s`` seconds (default `drain_cap`: as long again as
+    ``duration_s``, at least 600 s; ``drain_s=0`` stops at ``duration_s``); requests still
+    unfinished at the end keep NaN times and the summary reports them apart (censored).
+    None runs until every request has finished (``drain_s`` then caps the time after the
+    last arrival). Rebalances and faults happen while requests arrive. ``progress``: a tqdm
+    bar over simulated seconds. ``bucket_s``: time resolution of the per-rank utilisation
+    record (`SimResult.utilisation`). Under ``dispatch="duplicate"`` the copies' spare HBM
+    comes out of the KV cache (`config.budget.with_duplicate_memory`).
     """
     from eplb.evaluation.serving.config.budget import with_duplicate_memory
 
     if isinstance(config, ClusterConfig):
         config = with_duplicate_memory(config)
-    return Simulation(config, workload, seed, duration_s, progress, bucket_s).run()
+    return Simulation(config, workload, seed, duration_s, progress, bucket_s, drain_s).run()

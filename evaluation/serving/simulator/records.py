@@ -134,10 +134,14 @@ class Records:
 
     # ------------------------------------------------------------------ result
     def result(self, req: Requests, decode: Sequence[DecodeUnit], config: ClusterConfig,
-               seed: int, end: float, events: int, kv_store: dict) -> SimResult:
+               seed: int, end: float, events: int, kv_store: dict, *,
+               arrivals_end: float | None = None, duration_s: float | None = None,
+               drain_cap: float = math.inf) -> SimResult:
         """The run as a `SimResult`: the requests ``req``, the ``decode`` units (steps run),
         ended at ``end`` seconds after ``events`` events; ``kv_store``: the store's counters
-        (`KVStore.stats`)."""
+        (`KVStore.stats`); ``arrivals_end`` (s): the end of the window in which requests
+        arrived, ``duration_s`` as asked (None: the whole workload), ``drain_cap`` (s): how
+        long the run might go on after arrivals stopped."""
         df = req.frame
         first = self.first_token_s
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -207,11 +211,18 @@ class Records:
             "config_name": cfg.name,
             "seed": seed,
             "end_s": float(end),
+            "arrivals_end_s": float(end if arrivals_end is None else arrivals_end),
+            "duration_s": duration_s,
+            "drain_cap_s": float(drain_cap),
             "prefill_nodes": cfg.prefill.count * cfg.prefill.nodes,
             "decode_nodes": cfg.decode.count * cfg.decode.nodes,
             "prefill_gpus": cfg.prefill.num_gpus,
             "decode_gpus": cfg.decode.num_gpus,
             "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+            "decode_max_running": cfg.decode.max_running_requests,
+            "decode_kv_capacity_tokens": cfg.decode.kv_capacity_tokens,
+            "prefill_units": cfg.prefill.count,
+            "decode_units": cfg.decode.count,
             "events": events,
             "kv_store": kv_store,
             # each phase's placement policy as run ([eplb] with [prefill.eplb] / [decode.eplb])

@@ -30,8 +30,10 @@ class Requests:
     def __init__(self, workload: Workload, duration_s: float | None, config: ClusterConfig):
         df = workload.requests
         arr = df["arrival_s"].to_numpy(dtype=np.float64)
+        self.cut = False  # True when duration_s left later arrivals out
         if duration_s is not None:
             keep = int(np.searchsorted(arr, float(duration_s), side="left"))
+            self.cut = keep < len(df)
             df = df.iloc[:keep]
             arr = arr[:keep]
         n = self.n = len(df)
@@ -59,6 +61,15 @@ class Requests:
         self.d_final = np.zeros(n)
         self.done = 0
         self._check_fits(config)
+
+    def arrivals_end(self, duration_s: float | None) -> float:
+        """The end of the window in which requests arrive (s; half-open ``[0, end)``):
+        ``duration_s`` when it cut the workload's arrivals, else just past the last arrival
+        (a workload that ends before ``duration_s`` stops arriving there)."""
+        if self.cut and duration_s is not None:
+            return float(duration_s)
+        last = float(self.arrival[-1]) if self.n else 0.0
+        return float(np.nextafter(last, np.inf))
 
     def _check_fits(self, config: ClusterConfig) -> None:
         du, bs = config.decode, config.kv.block_size
