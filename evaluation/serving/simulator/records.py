@@ -212,6 +212,7 @@ class Records:
             "prefill_gpus": cfg.prefill.num_gpus,
             "decode_gpus": cfg.decode.num_gpus,
             "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+            "admission": cfg.scheduler.describe(cfg.prefill.balancer, cfg.decode.balancer),
             "events": events,
             "kv_store": kv_store,
         }
