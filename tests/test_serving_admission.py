@@ -171,6 +171,11 @@ def test_admission_option_in_config_toml_and_set(tmp_path):
     assert serving.ClusterConfig.from_toml(old.write_toml(tmp_path / "c.toml")) == old
     with pytest.raises(InputError, match="scheduler.prefill_admission must be one of"):
         apply(cfg, ["scheduler.prefill_admission=fifo"])
+    # the queue rule and the balancer are separate choices: Day 6 keeps DeepSeek's balancer,
+    # the SGLang preset takes SGLang's PD default (a random bootstrap room)
+    assert cfg.prefill.balancer == "deepseek_prefill"
+    sg = serving.ClusterConfig.sglang_96xh100()
+    assert (sg.scheduler.prefill_admission, sg.prefill.balancer) == ("rank_queues", "random")
 
 
 @pytest.mark.parametrize("admission", ["rank_queues", "global_queue"])
