@@ -327,6 +327,7 @@ def capacity_text(frame) -> str:
 
 def _single(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving import simulate  # lazy: keeps --help fast
+    from eplb.evaluation.serving.config.schema import admission_text
 
     window = _window(args.window)
     mfrom = args.measure_from
@@ -348,6 +349,7 @@ def _single(args: argparse.Namespace) -> int:
     # if another run wrote it meanwhile)
     with atomic_directory(out, replace=args.force) as tmp:
         result.save(tmp, config, window=window, plots=not args.no_plots, measure_from_s=mfrom)
+    print(admission_text(result.meta["admission"]))  # which rule and balancers ran
     print(result.summary_table(window, measure_from_s=mfrom))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "

@@ -187,7 +187,9 @@ def number(text: str) -> float:
 def summary_rows(text: str) -> dict[str, str]:
     """The ``metric  value  unit`` rows of a simulate summary table, by metric."""
     rows = {}
-    for line in text.splitlines()[2:]:
+    lines = text.splitlines()
+    head = next((k for k, line in enumerate(lines) if line.startswith("metric ")), 0)
+    for line in lines[head + 2:]:
         parts = re.split(r"\s{2,}", line.strip())
         if len(parts) < 2 or not re.fullmatch(r"[a-z0-9_]+", parts[0]):
             break

@@ -164,7 +164,9 @@ def test_ttft_p50_never_falls_as_the_rate_rises():
 
 def test_summary_table_prints_slos_and_overload():
     cfg = small_config(eplb=STATIC, decode=_decode())
-    wl = small_workload(n=300, rate=80.0, seed=5, input_mean=4000)
+    # twice what the prefill unit serves (4,000-token prompts were enough under the former
+    # global_queue admission, whose capacity on long prompts was lower)
+    wl = small_workload(n=300, rate=80.0, seed=5, input_mean=8000)
     # cut at 20 s (no drain): the unserved enter as lower bounds
     res = serving.simulate(cfg, wl, seed=0, progress=False, duration_s=20.0, drain_s=0.0)
     text = res.summary_table()
@@ -187,6 +189,9 @@ def _mixed(n=240, rate=40.0, seed=6):
 
 @pytest.mark.parametrize("reservation", ["before_prefill", "after_prefill"])
 def test_fcfs_places_in_arrival_order(reservation):
+    """The router-held queue's orders (``global_queue``: what they are about); under the
+    default ``rank_queues`` every request is routed at its arrival (nothing waits in front of
+    the ranks, SGLang's PD prefill)."""
     cfg = small_config(
         eplb=STATIC,
         prefill=UnitConfig(nodes=1, slots_per_layer=288, token_budget=2048,
@@ -196,15 +201,23 @@ def test_fcfs_places_in_arrival_order(reservation):
     wl = _mixed()
     got = {}
     for policy in ("fcfs", "first_fit"):
-        c = cfg.replace(scheduler=SchedulerConfig(policy=policy, decode_reservation=reservation))
+        c = cfg.replace(scheduler=SchedulerConfig(policy=policy, decode_reservation=reservation,
+                                                  prefill_admission="global_queue"))
         res = serving.simulate(c, wl, seed=0, progress=False, duration_s=30.0)
         r = res.requests[res.requests["routed_s"].notna() & (res.requests["retries"] == 0)]
         got[policy] = int((np.diff(r["routed_s"].to_numpy()) < 0).sum())
+        got[f"{policy} waited"] = float((r["routed_s"] - r["arrival_s"]).max())
     assert got["fcfs"] == 0, got
     assert got["first_fit"] > 0, got  # the test can fail: first fit overtakes
+    assert got["fcfs waited"] > 0, got  # the router's queue held some back
+    c = cfg.replace(scheduler=SchedulerConfig(decode_reservation=reservation))
+    r = serving.simulate(c, wl, seed=0, progress=False, duration_s=30.0).requests
+    assert r["routed_s"].notna().all()
+    np.testing.assert_array_equal(r["routed_s"], r["arrival_s"])
 
 
 def test_lpm_prefers_cached_prefixes():
+    """``lpm`` orders the router-held prefill queue (``global_queue``)."""
     cfg = small_config(
         eplb=STATIC,
         prefill=UnitConfig(nodes=1, slots_per_layer=288, token_budget=2048,
@@ -214,7 +227,8 @@ def test_lpm_prefers_cached_prefixes():
     wl = small_workload(n=300, rate=30.0, seed=7, hit_rate=0.6, output_mean=16)
     out = {}
     for policy in ("fcfs", "lpm"):
-        c = cfg.replace(scheduler=SchedulerConfig(policy=policy))
+        c = cfg.replace(scheduler=SchedulerConfig(policy=policy,
+                                                  prefill_admission="global_queue"))
         res = serving.simulate(c, wl, seed=0, progress=False, duration_s=30.0)
         r = res.requests[res.requests["routed_s"].notna()]
         wait = r["routed_s"] - r["arrival_s"]

@@ -25,7 +25,9 @@ def deepseek_day6() -> dict[str, Any]:
     """DeepSeek-V3/R1 serving as published on Day 6 (open-infra-index, 2025-03-01), H800.
 
     Prefill units of 4 nodes (EP32, DP32) and decode units of 18 nodes (EP144, DP144),
-    both with 32 redundant experts (288 slots); DBO in prefill (16,384 tokens per rank,
+    both with 32 redundant experts (288 slots); DeepSeek's own DP balancers (Day 6 describes
+    the objectives, `balancers.deepseek`), the prefill one deciding on arrival
+    (``scheduler.prefill_admission = "rank_queues"``); DBO in prefill (16,384 tokens per rank,
     as in DeepSeek's profile), 5-stage pipeline in decode (128 requests per rank as in the
     profile). One unit of each: Day-6's fleet averaged 226.75 nodes, about 24 prefill
     and 7 decode units of these sizes [derived in serving-facts.md]; set ``count``.
@@ -82,11 +84,16 @@ def sglang_96xh100() -> dict[str, Any]:
     EP72, up to 256 running requests per rank (``--cuda-graph-bs 256``); both with
     ``--ep-num-redundant-experts 32`` (288 slots: 9 per GPU in prefill, 4 in decode; the
     decode command of #6017 and a user's copy of its prefill command), DeepSeek's EPLB
-    algorithm, round-robin DP routing, KV capacity from ``--mem-fraction-static 0.846``
-    (#6017 decode command). Dispatch ``random`` as in that prefill command (the blog does
-    not say; ``even`` and ``random`` have the same counts-mode expectation). The blog's 12
-    nodes ran the phases separately; one unit of each is 13 nodes. No prefix cache: the
-    deployment's prefill command runs ``--disable-radix-cache`` (a user's copy of it in
+    algorithm, KV capacity from ``--mem-fraction-static 0.846`` (#6017 decode command). DP
+    routing: SGLang's default ``round_robin`` load-balance method, which in a PD prefill server
+    sends a request to DP rank ``bootstrap_room % dp_size`` with the router's room drawn
+    uniformly at random (sglang v0.4.6.post5, ``managers/data_parallel_controller.py``,
+    ``round_robin_scheduler``; ``follow_bootstrap_room`` in v0.5.23): ``random`` in prefill,
+    decided on arrival (``scheduler.prefill_admission = "rank_queues"``); ``round_robin`` in
+    decode (v0.5.23's PD decode default; v0.4.6.post5 followed the room there too). Dispatch
+    ``random`` as in that prefill command (the blog does not say; ``even`` and ``random`` have
+    the same counts-mode expectation). The blog's 12 nodes ran the phases separately; one unit
+    of each is 13 nodes. No prefix cache: the deployment's prefill command runs ``--disable-radix-cache`` (a user's copy of it in
     sgl-project/sglang#9787) and names no external KV store, so a workload's shared prefixes
     are recomputed (0 hits, by design); set ``kv.gpu_cache_blocks`` / a store to model
     SGLang with its radix cache or HiCache on.
@@ -100,7 +107,7 @@ def sglang_96xh100() -> dict[str, Any]:
             nodes=4,
             slots_per_layer=288,
             token_budget=DEFAULT_TOKEN_BUDGET,
-            balancer="round_robin",
+            balancer="random",
         ),
         decode=UnitConfig(
             nodes=9,

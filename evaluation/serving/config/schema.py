@@ -61,6 +61,7 @@ INITIAL_PLACEMENTS = (InitialPlacement.TRIVIAL.value, InitialPlacement.HISTORY.v
 EMERGENCY_MODES = ("patch", "repair", "resolve")
 DECODE_RESERVATION = ("before_prefill", "after_prefill")
 SCHEDULE_POLICIES = ("fcfs", "lpm", "first_fit")
+PREFILL_ADMISSION = ("rank_queues", "global_queue")  # simulator.router.prefill_routing
 MTP_SAMPLING = ("per_step", "mean")
 PREFILL_CHUNKING = ("attention", "tokens", "context_parallel")  # steptime.chunking
 DEFAULT_TOKEN_BUDGET = 16384  # prefill tokens per rank per step (DeepSeek's profile)
@@ -381,11 +382,12 @@ class SchedulerConfig:
     ``decode_reservation``: ``before_prefill`` (SGLang's PD decode server pre-allocates a
     request's KV before its prefill may start: a full decode tier holds prompts in the queue)
     or ``after_prefill`` (the KV is reserved once the prefill is done; the prompt waits on the
-    prefill side). ``policy``: the waiting-queue order, ``fcfs`` (first come first served: the
-    head blocks the queue until it fits), ``lpm`` (SGLang's longest-prefix-match: the waiting
-    requests with the most cached prefix first, then FCFS) or ``first_fit`` (each waiting
-    request in arrival order takes a rank if one fits, newer ones may overtake: the old
-    behaviour). ``reserved_decode_tokens``: output tokens of KV reserved per request beyond its
+    prefill side). ``policy``: the router's waiting queues' order (the decode reservation and
+    decode queues; under ``global_queue`` the prefill queue too), ``fcfs`` (first come first
+    served: the head blocks the queue until it fits), ``lpm`` (SGLang's longest-prefix-match:
+    the waiting requests with the most cached prefix first, then FCFS) or ``first_fit`` (each
+    waiting request in arrival order takes a rank if one fits, newer ones may overtake: the
+    old behaviour). ``reserved_decode_tokens``: output tokens of KV reserved per request beyond its
     prompt (SGLang's ``DEFAULT_RESERVED_DECODE_TOKENS``, 512); a decode rank whose KV then runs
     out retracts its newest requests (they prefill again); None reserves the whole output (no
     retraction can happen). ``mtp_sampling``: ``per_step`` draws each request's accepted MTP
@@ -395,20 +397,58 @@ class SchedulerConfig:
     a chunk deep in a long context is shorter; ``tokens`` caps the tokens only;
     ``context_parallel`` is ``attention`` plus pass-KV context parallelism: ranks with spare
     work take pieces of the prompts their own rank cannot finish in the step
-    (`steptime.chunking`, arXiv:2411.01783)."""
+    (`steptime.chunking`, arXiv:2411.01783).
+    ``prefill_admission``: ``rank_queues`` (SGLang's PD prefill server: every arrival is
+    dispatched at once to one DP rank by the prefill balancer, into that rank's unbounded
+    first-come-first-served queue; a request still waiting for its decode reservation is
+    skipped there, not blocking) or ``global_queue`` (the simulator's former rule, not
+    SGLang's: a router-held queue in ``policy`` order, each rank taking at most
+    ``token_budget`` queued tokens; docs/serving.md, "What is simulated")."""
 
     decode_reservation: str = "before_prefill"
     policy: str = "fcfs"
     reserved_decode_tokens: int | None = 512
     mtp_sampling: str = "per_step"
     prefill_chunking: str = "attention"
+    prefill_admission: str = "rank_queues"
+
+    def describe(self, prefill_balancer: str, decode_balancer: str) -> dict[str, str]:
+        """The run's admission as its results state it (`admission_text` prints it)."""
+        return {
+            "prefill_admission": self.prefill_admission,
+            "prefill_balancer": prefill_balancer,
+            "decode_reservation": self.decode_reservation,
+            "decode_balancer": decode_balancer,
+            "order": self.policy,
+            "prefill_chunking": self.prefill_chunking,
+        }
 
     def check(self) -> None:
         _choice("scheduler.decode_reservation", self.decode_reservation, DECODE_RESERVATION)
         _choice("scheduler.policy", self.policy, SCHEDULE_POLICIES)
+        _choice("scheduler.prefill_admission", self.prefill_admission, PREFILL_ADMISSION)
         _int("scheduler.reserved_decode_tokens", self.reserved_decode_tokens, optional=True)
         _choice("scheduler.mtp_sampling", self.mtp_sampling, MTP_SAMPLING)
         _choice("scheduler.prefill_chunking", self.prefill_chunking, PREFILL_CHUNKING)
+
+
+_ADMISSION_TEXT = {
+    "rank_queues": "rank_queues (SGLang PD: each arrival dispatched at once to a DP rank's "
+    "unbounded FCFS queue)",
+    "global_queue": "global_queue (a router-held queue, ranks capped at token_budget queued "
+    "tokens; not SGLang's rule)",
+}
+
+
+def admission_text(adm: Mapping[str, str]) -> str:
+    """One line naming a run's admission (`SchedulerConfig.describe`'s dict)."""
+    rule = _ADMISSION_TEXT.get(adm["prefill_admission"], adm["prefill_admission"])
+    when = "before" if adm["decode_reservation"] == "before_prefill" else "after"
+    return (
+        f"admission: prefill {rule}, prefill balancer {adm['prefill_balancer']}, "
+        f"{adm['prefill_chunking']} chunks; decode KV reserved {when} prefill "
+        f"({adm['order']} order), decode balancer {adm['decode_balancer']}"
+    )
 
 
 BLOCKS = {

@@ -1,8 +1,10 @@
 """A workload's length mix as the batches a saturated unit runs (`steady_state` with ``mix=``).
 
-Prefill: every DP rank has its own FIFO queue of prompts drawn independently from the mix (what
-a router that balances queued tokens gives under saturation: every rank takes the same token
-budget per step, but not the same attention); a step's chunks come from
+Prefill: every DP rank has its own FIFO queue of prompts drawn independently from the mix, as
+the simulator's admission fills it under saturation (``scheduler.prefill_admission``:
+``rank_queues``, dispatch on arrival to unbounded rank queues, so every rank takes the same
+token budget per step, but not the same attention; ``global_queue``, the former router-held
+queue, a rank taking at most one budget of queued tokens); a step's chunks come from
 `steptime.chunking.plan`, the rule `simulator.prefill` runs. Decode: every rank runs ``batch``
 requests drawn from the mix in proportion to their output length (a request holds its slot for
 that many steps), each at a uniformly drawn point of its generation. Seeded;
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eplb.errors import InputError
+from eplb.evaluation.serving.config.schema import PREFILL_ADMISSION
 from eplb.evaluation.serving.steptime import RankBatch
 from eplb.evaluation.serving.steptime.chunking import DONE, TODO, plan, to_batch
 from eplb.evaluation.serving.workload import Workload
@@ -79,13 +82,20 @@ def prefill_batches(
     *,
     K: float = 0.0,
     chunking: str = "tokens",
+    admission: str = "rank_queues",
 ) -> list[RankBatch]:
     """``steps`` consecutive prefill batches of a saturated unit of ``G`` ranks, after
     ``warmup`` steps (so queues are at a random point of their prompts); each step's chunks
     from `steptime.chunking.plan` (``chunking`` mode, ``K`` pairs per token: the simulator's
-    rule), the queues refilled from the mix as the simulator admits prompts (first come first
-    served, to the rank with the fewest tokens left among those where the prompt keeps its
-    tokens not yet computed within ``budget``, or that hold none)."""
+    rule), the queues refilled from the mix as the simulator admits prompts
+    (``scheduler.prefill_admission``): ``rank_queues``, every rank's queue holds at least
+    ``budget`` tokens not yet computed (a saturated unit's unbounded queues); ``global_queue``,
+    first come first served, to the rank with the fewest tokens left among those where the
+    prompt keeps its tokens not yet computed within ``budget``, or that hold none."""
+    if admission not in PREFILL_ADMISSION:
+        raise InputError(
+            f"admission must be one of {', '.join(PREFILL_ADMISSION)}, got {admission!r}"
+        )
     rng = np.random.default_rng(seed)
     new, cached = mix.new_tokens, mix.cached_tokens
     n = new.size
@@ -93,6 +103,15 @@ def prefill_batches(
     head = int(rng.integers(n))  # the next prompt waiting, first come first served
     out = []
     for step in range(warmup + steps):
+        if admission == "rank_queues":
+            _fill(queues, new, cached, budget, rng)
+            chunks, _ = plan(queues, 0.0, budget, K, chunking)
+            if step >= warmup:
+                out.append(to_batch(chunks, G))
+            _apply(chunks)
+            for r in range(G):
+                queues[r] = [e for e in queues[r] if e[TODO] > 0]
+            continue
         # the simulator's admission (`balancers.RankState`, FCFS): the waiting head goes to
         # the rank with the fewest tokens left among those where it stays within the budget
         # (or that hold none); the queue waits behind it when no rank has room
@@ -112,6 +131,19 @@ def prefill_batches(
         for r in range(G):
             queues[r] = [e for e in queues[r] if e[TODO] > 0]
     return out
+
+
+def _fill(queues: list[list[list]], new: np.ndarray, cached: np.ndarray, budget: int,
+          rng: np.random.Generator) -> None:
+    """Append prompts drawn from the mix (``new``, ``cached: int64[n]``) to every rank's queue
+    until it holds at least ``budget`` tokens not yet computed (rank by rank)."""
+    n = new.size
+    for q in queues:
+        left = sum(e[TODO] for e in q)
+        while left < budget:
+            i = int(rng.integers(n))
+            q.append([i, int(new[i]), 0, int(cached[i]), 0.0])
+            left += int(new[i])
 
 
 def decode_batches(

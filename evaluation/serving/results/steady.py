@@ -182,7 +182,8 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         )
         mode, K = _chunking(config)
         batches = prefill_batches(
-            lengths, G, per_rank, steps, warmup=4, seed=seed, K=K, chunking=mode
+            lengths, G, per_rank, steps, warmup=4, seed=seed, K=K, chunking=mode,
+            admission=config.scheduler.prefill_admission,
         )
     else:
         b = _decode_batch(unit, batch)

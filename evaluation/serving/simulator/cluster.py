@@ -119,6 +119,7 @@ class Cluster:
         if unit.pending_stall is not None:
             out.append(unit.stall(t))
             return
+        self.router.step_due(unit, t)
         ev = unit.start(t)
         if ev is not None:
             out.append(ev)

@@ -1,8 +1,9 @@
 """Prefill units: a FIFO queue of prompts per rank; a step's chunks come from
-`steptime.chunking.plan` (the rule `steady_state` runs too: per rank, chunks from the head of
-its queue up to the token budget, attention-aware up to the work the budget costs at DeepSeek's
-profile prompts, optionally context-parallel pieces on ranks with spare work), skipping prompts
-whose cached blocks are still loading from the external store. The router hands it prompts
+`steptime.chunking.plan` (the rule `steady_state` runs too: per rank, the partly prefilled
+prompt first, then chunks from the head of its queue up to the token budget, attention-aware
+up to the work the budget costs at DeepSeek's profile prompts, optionally context-parallel
+pieces on ranks with spare work), skipping prompts not ready (their cached blocks still
+loading from the external store, or their decode KV not reserved yet). The router hands it prompts
 (`enqueue`); the cluster's handlers `start` and `end` its steps and the balancer's view follows
 (`Admission.step_started`, `Admission.step_ended`)."""
 
@@ -65,10 +66,13 @@ class PrefillUnit(Unit):
     def queued(self) -> int:
         return sum(len(q) for q in self.queues)
 
-    def enqueue(self, rank: int, request: int, todo: int, cached: int, ready_s: float) -> None:
+    def enqueue(self, rank: int, request: int, todo: int, cached: int, ready_s: float) -> list:
         """The router placed ``request`` on ``rank``: ``todo`` prompt tokens to compute beyond
-        the ``cached`` ones, ready once its cached prefix is loaded at ``ready_s``."""
-        self.queues[rank].append([request, todo, 0, cached, ready_s])
+        the ``cached`` ones, ready at ``ready_s`` (its cached prefix loaded; inf until the
+        router makes it ready). Returns its queue entry."""
+        entry = [request, todo, 0, cached, ready_s]
+        self.queues[rank].append(entry)
+        return entry
 
     def build(self, t: float):
         """The next step's chunks at ``t``: ``(chunks, batch, min_ready)``; ``chunks`` are
@@ -115,17 +119,25 @@ class PrefillUnit(Unit):
         return (t + dur, P_END, self.index)
 
     def end(self, t: float) -> list[tuple[int, int]]:
-        """The running step ends at ``t``: its chunks are done. Returns the prompts it
-        finished as ``(rank, request)``, in order."""
+        """The running step ends at ``t``: its chunks are done; a prompt left partly
+        prefilled moves to the head of its rank's queue, so a rank holds at most one and its
+        next chunk goes first (SGLang's ``chunked_req``, admitted before the waiting queue:
+        sglang v0.5.23 ``managers/scheduler.py``, ``Scheduler._get_new_batch_prefill_raw``).
+        Returns the prompts it finished as ``(rank, request)``, in order."""
         self.busy = False
         self.k += 1
         done = []
+        queues = self.queues
         for _r, owner, e, n, _c, _last in self.inflight:
             e[1] -= n
             e[2] += n
+            q = queues[owner]
             if e[1] == 0:
-                self.queues[owner].remove(e)
+                q.remove(e)
                 done.append((owner, e[0]))
+            elif q[0] is not e:  # partly prefilled: its rank's continuing chunk goes first
+                q.remove(e)
+                q.insert(0, e)
         self.inflight = []
         return done
 

@@ -223,6 +223,7 @@ class Records:
             "decode_kv_capacity_tokens": cfg.decode.kv_capacity_tokens,
             "prefill_units": cfg.prefill.count,
             "decode_units": cfg.decode.count,
+            "admission": cfg.scheduler.describe(cfg.prefill.balancer, cfg.decode.balancer),
             "events": events,
             "kv_store": kv_store,
             # each phase's placement policy as run ([eplb] with [prefill.eplb] / [decode.eplb])

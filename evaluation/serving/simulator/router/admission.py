@@ -30,7 +30,7 @@ class Admission:
 
     Routing (each returns the units it gave work to, in index order): `flush` (arrivals),
     `route_prefill`, `route_reservations`, `reroute`, `route_decode`. What the units report:
-    `step_started`, `step_ended` (a prefill step), `prefilled`, `admitted`, `finished`,
+    `step_due`, `step_started`, `step_ended` (a prefill step), `prefilled`, `admitted`, `finished`,
     `kv_over`, `retracted`. Faults: `requeue`, `prefill_rank_lost`, `decode_rank_lost`.
     """
 
@@ -94,9 +94,17 @@ class Admission:
         return prefill_routing.route(self.state, self.req, self.rec, self.prefill, t, fresh, late)
 
     def _reserve(self, t: float, fresh=()) -> list[int]:
-        """``before_prefill``: reserve decode KV (`decode_reservation.reserve`), the reserved
-        requests on to the prefill balancer; the prefill units given requests."""
-        late, placed = reservations.reserve(self.state, self.req, fresh)
+        """``before_prefill``: reserve decode KV (`decode_reservation.reserve`). Under
+        ``global_queue`` the reserved requests go on to the prefill balancer; under
+        ``rank_queues`` the reserved ones already on a prefill rank become ready there and
+        every ``fresh`` arrival is dispatched (the unreserved ones unready). The prefill units
+        given ready requests."""
+        st = self.state
+        late, placed = reservations.reserve(st, self.req, fresh)
+        if st.settings.rank_queues:
+            woken = prefill_routing.hold_cleared(st, self.prefill, [*late, *placed], t)
+            started = self.route_prefill(t, fresh)
+            return sorted({*woken, *started}) if woken else started
         if late or placed:
             return self.route_prefill(t, placed, late)
         return []
@@ -136,6 +144,12 @@ class Admission:
         return []
 
     # ------------------------------------------------------------------ prefill steps
+    def step_due(self, unit: PrefillUnit, t: float) -> None:
+        """``unit`` may start a step at ``t``: under ``rank_queues`` the prompts it may
+        schedule look up their cached prefix now (`prefill_routing.look_up`)."""
+        if self.state.settings.rank_queues:
+            prefill_routing.look_up(self.state, self.req, self.rec, unit, t)
+
     def step_started(self, unit: PrefillUnit) -> None:
         """``unit``'s step started with the chunks ``unit.inflight``: they leave their
         prompts' queues in the balancer's view (which fills the next step), and the step's work
@@ -271,10 +285,13 @@ class Admission:
     # ------------------------------------------------------------------ failures
     def requeue(self, idx: list[int], t: float, *, retry: bool = True) -> None:
         """Requests that must (re)run their prefill (prompt + tokens made so far) go back to
-        the head of the router queue (``before_prefill``: of the reservation queue), their
-        decode reservation given up; ``retry`` counts them in ``retries``."""
+        the head of the router queue (``before_prefill``: of the reservation queue; under
+        ``rank_queues`` they are dispatched to a prefill rank again at the next routing, and
+        ``before_prefill`` reserves their decode KV anew), their decode reservation given up;
+        ``retry`` counts them in ``retries``."""
         st, req = self.state, self.req
-        queue = st.r_wait if st.settings.before else st.p_wait
+        s = st.settings
+        queue = st.r_wait if s.before and not s.rank_queues else st.p_wait
         for i in reversed(idx):
             if req.d_phase[i] == 1:
                 reservations.release(st, req, i)
@@ -284,6 +301,11 @@ class Admission:
             req.p_len[i] = req.inp[i] + req.gen[i]  # prompt + tokens generated so far
             req.p_unit[i] = req.p_rank[i] = req.d_unit[i] = req.d_rank[i] = -1
             queue.appendleft(i)
+            if s.rank_queues:  # dispatched again; a held one is still in the reservation queue
+                st.cleared.discard(i)
+                st.unlooked.discard(i)
+                if st.held.pop(i, None) is None and s.before:
+                    st.r_wait.appendleft(i)
         st.p_version += 1
         st.d_version += 1
 

@@ -44,6 +44,10 @@ class RouterSettings:
     """``scheduler.decode_reservation == "before_prefill"``: decode KV reserved first"""
     policy: str
     """``scheduler.policy``: ``fcfs``, ``lpm`` or ``first_fit``"""
+    rank_queues: bool
+    """``scheduler.prefill_admission == "rank_queues"``: arrivals go at once to a prefill
+    rank's unbounded queue (else ``global_queue``: they wait in ``p_wait`` until a rank has
+    room within its ``token_budget``)"""
     reserve_out: int | None
     """``scheduler.reserved_decode_tokens``: output tokens reserved (None: the whole output)"""
     retracts: bool
@@ -63,6 +67,7 @@ class RouterSettings:
             xfer_bw=config.kv.transfer_gbps * 1e9,
             before=sch.decode_reservation == "before_prefill",
             policy=sch.policy,
+            rank_queues=sch.prefill_admission == "rank_queues",
             reserve_out=sch.reserved_decode_tokens,
             retracts=sch.reserved_decode_tokens is not None
             and du.kv_capacity_tokens is not None,
@@ -108,7 +113,18 @@ class RouterState:
     r_wait: deque[int] = field(default_factory=deque)
     """``before_prefill``: requests waiting for their decode reservation, in order"""
     p_wait: deque[int] = field(default_factory=deque)
-    """requests no prefill rank took yet, in order (requeued ones at the head)"""
+    """requests no prefill rank took yet, in order (requeued ones at the head; under
+    ``rank_queues`` only requeued ones, dispatched at the next routing)"""
+    held: dict[int, tuple[int, list, float]] = field(default_factory=dict)
+    """``rank_queues`` + ``before_prefill``: requests on a prefill rank still waiting for
+    their decode reservation (skipped there, not blocking): request -> ``(unit, queue entry,
+    the time its cached prefix is loaded)``"""
+    unlooked: set[int] = field(default_factory=set)
+    """``rank_queues``: requests on a prefill rank whose cached prefix is not looked up yet
+    (their entry holds the store's estimate at dispatch; `prefill_routing.look_up`)"""
+    cleared: set[int] = field(default_factory=set)
+    """``rank_queues`` + ``before_prefill``: requests whose reservation is held (or that need
+    none) but that no prefill rank took yet (requeued ones): they join a rank ready"""
     d_wait: deque[int] = field(default_factory=deque)
     """prefilled requests waiting for a decode rank, in order"""
     p_version: int = 0
@@ -139,7 +155,8 @@ class RouterState:
         p_state = RankState(
             Rp,
             "prefill",
-            token_budget=pu.token_budget or DEFAULT_TOKEN_BUDGET,
+            # rank_queues: a rank's queue is unbounded (the budget is per step only)
+            token_budget=math.inf if s.rank_queues else pu.token_budget or DEFAULT_TOKEN_BUDGET,
             block_size=bs,
             caches=caches,
         )
