@@ -93,10 +93,10 @@ def sglang_96xh100() -> dict[str, Any]:
     decode (v0.5.23's PD decode default; v0.4.6.post5 followed the room there too). Dispatch
     ``random`` as in that prefill command (the blog does not say; ``even`` and ``random`` have
     the same counts-mode expectation). The blog's 12 nodes ran the phases separately; one unit
-    of each is 13 nodes. No prefix cache: the deployment's prefill command runs ``--disable-radix-cache`` (a user's copy of it in
-    sgl-project/sglang#9787) and names no external KV store, so a workload's shared prefixes
-    are recomputed (0 hits, by design); set ``kv.gpu_cache_blocks`` / a store to model
-    SGLang with its radix cache or HiCache on.
+    of each is 13 nodes. No prefix cache: the deployment's prefill command runs
+    ``--disable-radix-cache`` (a user's copy of it in sgl-project/sglang#9787) and names no
+    external KV store, so a workload's shared prefixes are recomputed (0 hits, by design); set
+    ``kv.gpu_cache_blocks`` / a store to model SGLang with its radix cache or HiCache on.
     """
     hw = get_hardware("h100")
     model = get_model("deepseek_v3")
