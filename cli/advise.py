@@ -86,6 +86,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "micro-batch for the all-reduce of expert counts and the solve (default "
                    "1e-4, DeepSeek LPLB's published ~100 us; 0: the split's gain before "
                    "overheads)")
+    p.add_argument("--replicas", default="even", choices=("even", "sglang"),
+                   help="how the runtime splits an expert's tokens over its replicas: even "
+                   "(default) or sglang (the trivial layout without a dispatch algorithm serves "
+                   "expert e from slot e only; other placements by SGLang's static per-GPU map)")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="top of the break-even search, tokens per rank")
     og.seed(p, "the solver")
@@ -113,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
+        replicas=args.replicas,
         lp_overhead_s=LP_OVERHEAD_S if args.lp_overhead is None else args.lp_overhead,
     )
     as_json = json.dumps(result.to_dict(), indent=1, allow_nan=False, default=float)
