@@ -577,3 +577,38 @@ def test_sglang_replica_routing(tmp_path):
         advise(load, "2x8", 288, replicas="round_robin")
     with pytest.raises(InputError, match="slot e"):
         sglang_first_slot(new)
+
+
+def test_advise_takes_the_operating_point_a_simulation_measured(tmp_path):
+    """``from_summary``: a simulation's output folder sets the decode batch and context advise
+    scores (its measured running requests per rank and context), and the header names where
+    they came from; the CLI refuses it beside --tokens-per-rank."""
+    from eplb.evaluation import serving
+    from eplb.evaluation.serving.operating_point import describe, from_run, measured
+    from tests.test_serving_sim import small_config, small_workload
+
+    cfg = small_config()
+    run = serving.simulate(cfg, small_workload(n=40, rate=8.0), seed=0, progress=False)
+    out = tmp_path / "run"
+    out.mkdir()
+    run.save(out, cfg, plots=False)
+    ops = from_run(out / "summary.json")
+    assert ops["decode"] == {**measured(run.steps, run.requests, cfg)["decode"],
+                             "source": ops["decode"]["source"]}
+    dec = ops["decode"]
+    steps = run.steps[run.steps["phase"] == "decode"]
+    w = steps["duration_s"]
+    assert dec["per_rank"] == pytest.approx(
+        float(np.average(steps["requests"] / cfg.decode.num_gpus, weights=w)))
+    assert "running requests per rank" in describe(dec)
+    a = advise(_load(0), "2x8", 256, phase="decode", redundant=(), levers=["today"],
+               from_summary=out, max_tokens=64)
+    op = a.meta["operating_point"]
+    assert op["asked"] == max(1, round(dec["per_rank"]))
+    assert op["context_tokens"] == round(dec["context_tokens"])
+    assert str(out) in op["source"] and str(out) in a.to_text().splitlines()[1]
+    with pytest.raises(InputError, match="not found"):
+        from_run(tmp_path)
+    dump = _dump(tmp_path)
+    assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                 "--from-summary", str(out), "--tokens-per-rank", "8"]) == 2

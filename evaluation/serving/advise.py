@@ -16,6 +16,7 @@ fewest at which it pays, searched over a geometric grid and refined by bisection
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -572,6 +573,7 @@ def advise(
     max_tokens: int | None = None,
     seed: int = 0,
     replicas: str = "even",
+    from_summary: str | os.PathLike | None = None,
 ) -> Advice:
     """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
 
@@ -597,9 +599,16 @@ def advise(
     ``"even"`` (every source evenly) or ``"sglang"`` (SGLang's code paths: the trivial layout
     with no dispatch algorithm serves expert e from slot e only; a given or solved placement
     by SGLang's static per-source map).
-    Returns an `Advice` (``table``: one row per option, `COLUMNS`).
+    ``from_summary``: a simulation's output folder (or its ``summary.json``): the operating
+    point it measured (`operating_point.from_run`: tokens or running requests per rank, the
+    context) replaces ``tokens_per_rank`` and ``kv_tokens`` / ``input_tokens``.
+    Returns an `Advice` (``table``: one row per option, `COLUMNS`; decode names its per-rank
+    columns in requests, `columns_for`).
     """
     m, hw = _presets(phase, model, hardware)
+    source = "input"
+    if from_summary is not None:  # the operating point a simulation measured
+        tokens_per_rank, kv_tokens, input_tokens, source = _measured_point(from_summary, phase)
     load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
     s = _settings(  # every other argument, checked once
         phase, m, hw, topology, slots, tokens_per_rank=tokens_per_rank, kv_tokens=kv_tokens,
@@ -607,7 +616,7 @@ def advise(
         rebalance_interval_s=rebalance_interval_s, memory_fraction=memory_fraction,
         lp_overhead_s=lp_overhead_s, duplicate=duplicate, redundant=redundant, levers=levers,
         solver=solver, solver_options=solver_options, max_tokens=max_tokens, seed=seed,
-        replicas=replicas,
+        replicas=replicas, source=source,
     )
     ctx = _context(s, load, previous)  # today's placement and what every lever reads
     opts = _run_levers(ctx, s.levers)  # each lever's rows, today's first
@@ -644,6 +653,28 @@ class _Settings:
     seed: int
     replicas: str = "even"  # `REPLICAS`: how the runtime splits picks over replicas
     source: str = "input"  # where the operating point came from (input, a simulation's summary)
+
+
+def _measured_point(path, phase: str) -> tuple[int, int, int, str]:
+    """``(tokens_per_rank, kv_tokens, input_tokens, source)`` from the operating point a
+    simulation measured (`operating_point.from_run`) in ``phase``: its per-rank tokens or
+    running requests (rounded, at least 1) and its context (decode) or prompt (prefill)."""
+    from eplb.evaluation.serving.operating_point import from_run
+
+    ops = from_run(path)
+    if phase not in ops:
+        raise InputError(f"from_summary {path}: the run has no {phase} steps; give a run that "
+                         f"served {phase} or another --phase")
+    op = ops[phase]
+    per_rank = max(1, int(round(op["per_rank"])))
+    ctx = max(1, int(round(op["context_tokens"]))) if math.isfinite(op["context_tokens"]) \
+        else 4096
+    unit = "tokens" if phase == "prefill" else "running requests"
+    source = (f"{op['source']}: {op['per_rank']:,.1f} {unit} per rank, context "
+              f"{op['context_tokens']:,.0f} tokens")
+    if phase == "decode":
+        return per_rank, ctx, 4096, source
+    return per_rank, 4096, ctx, source
 
 
 def _presets(phase: str, model: str, hardware: str) -> tuple[ModelSpec, Hardware]:
@@ -707,7 +738,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
               lp_overhead_s: float, duplicate: DuplicateConfig | None,
               redundant: Sequence[int], levers: Sequence[str] | None, solver: str,
               solver_options: Mapping[str, Any] | None, max_tokens: int | None,
-              seed: int, replicas: str = "even") -> _Settings:
+              seed: int, replicas: str = "even", source: str = "input") -> _Settings:
     """The remaining arguments checked once, in the order their errors are reported
     (topology, token counts, migration, memory, lists, solver, search top), with defaults
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
@@ -738,7 +769,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
     return _Settings(phase, m, hw, topology, topo, tokens_per_rank, kv_tokens, input_tokens,
                      migration, float(migration_gbps), float(rebalance_interval_s),
                      float(memory_fraction), float(lp_overhead_s), duplicate, red, names,
-                     solver, options, top, seed, replicas)
+                     solver, options, top, seed, replicas, source)
 
 
 def _check_migration(migration: str, migration_gbps: float, rebalance_interval_s: float) -> None:
