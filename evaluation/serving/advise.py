@@ -606,7 +606,7 @@ def advise(
     columns in requests, `columns_for`).
     """
     m, hw = _presets(phase, model, hardware)
-    source = "input"
+    source = "as given"
     if from_summary is not None:  # the operating point a simulation measured
         tokens_per_rank, kv_tokens, input_tokens, source = _measured_point(from_summary, phase)
     load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
@@ -652,7 +652,7 @@ class _Settings:
     max_tokens: int  # top of the break-even search, tokens per rank
     seed: int
     replicas: str = "even"  # `REPLICAS`: how the runtime splits picks over replicas
-    source: str = "input"  # where the operating point came from (input, a simulation's summary)
+    source: str = "as given"  # where the operating point came from (as given, a simulation)
 
 
 def _measured_point(path, phase: str) -> tuple[int, int, int, str]:
@@ -738,7 +738,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
               lp_overhead_s: float, duplicate: DuplicateConfig | None,
               redundant: Sequence[int], levers: Sequence[str] | None, solver: str,
               solver_options: Mapping[str, Any] | None, max_tokens: int | None,
-              seed: int, replicas: str = "even", source: str = "input") -> _Settings:
+              seed: int, replicas: str = "even", source: str = "as given") -> _Settings:
     """The remaining arguments checked once, in the order their errors are reported
     (topology, token counts, migration, memory, lists, solver, search top), with defaults
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
