@@ -570,7 +570,8 @@ def fitted_table(loo: list[dict], f: KernelFit) -> str:
     lines += [
         "",
         f"One constant is fitted: engine_efficiency = {f.engine_efficiency:.3f}; the four others "
-        "are pinned by kernel tables (next table). Leave-one-out: engine_efficiency refitted on "
+        "are pinned by kernel tables (the constants table under \"Calibration constants\"). "
+        "Leave-one-out: engine_efficiency refitted on "
         f"the other three points from each of the starts {', '.join(f'{x:g}' for x in STARTS)}"
         ", then the left-out point computed; the worst start is shown. Worst leave-one-out "
         f"error over every point and start: {worst['loo_error']:+.1%} ({worst['point']}). "

@@ -22,6 +22,7 @@ from pathlib import Path
 import kernel_tables as kt
 import numpy as np
 from docblock import update_doc
+from pin_kernels import pin_grouped
 
 from eplb import solvers
 from eplb.evaluation.serving.advise import _load_of
@@ -225,9 +226,11 @@ def hot_rank_table() -> list[str]:
         lines.append(f"| {ep} | {tokens} | {alpha:g} | {ratio:.2f} | {ms:.3f} | {model:.3f} | "
                      f"{ms / model:.2f} |")
     r = np.array([ms / model for *_, ms, model, _ in rows])
+    lo, hi = pin_grouped().interval
     lines += ["", f"Measured / model over the {len(rows)} rows: {r.min():.2f} to {r.max():.2f} "
               f"(geometric mean {float(np.exp(np.log(r).mean())):.2f}); at uniform routing the "
-              "same rows give the pinned grouped_gemm_efficiency's spread (0.91-1.12)."]
+              f"same kernel's rows spread {lo:.2f} to {hi:.2f} around the pinned "
+              "grouped_gemm_efficiency (scripts/pin_kernels.py)."]
     return lines
 
 
