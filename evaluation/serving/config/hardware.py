@@ -84,11 +84,13 @@ class KernelFit:
         return g * self.engine_efficiency
 
 
-# Pinned by `python scripts/calibrate_serving.py --pin` from the kernel rows in
-# scripts/kernel_tables.py (aiconfigurator's H100 SGLang 0.5.6.post2 tables); the engine
-# efficiency fitted by `--fit` on SGLang's 96 x H100 blog figures (prefill 1K/2K/4K, decode
-# 2K x 256) with balanced routing. `--check` re-derives and refits and fails when a stored
-# value drifted by more than 1%. Not tuned to any DeepSeek figure.
+# Pinned by `python scripts/pin_kernels.py` from the kernel rows in scripts/kernel_tables.py
+# (aiconfigurator's H100 SGLang 0.5.6.post2 tables); the engine efficiency fitted by
+# `python scripts/calibrate_serving.py --fit` on SGLang's 96 x H100 blog figures (prefill
+# 1K/2K/4K, decode 2K x 256) with balanced routing. `calibrate_serving.py --check` re-derives
+# and refits and fails when a stored value drifted by more than 1%. Not tuned to any DeepSeek
+# figure. A preset without DeepGEMM tables (a roofline preset) takes its own kernel
+# efficiencies and this `engine_efficiency` (`KernelFit.dense_scale`, `grouped_scale`).
 FITTED = KernelFit(
     gemm_efficiency=0.9446,  # pinned: SGLang FP8 GEMM rows / DeepGEMM README
     prefill_attention_tflops=694.4,  # pinned: SGLang MLA prefill module, 4K prompts
