@@ -86,6 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "micro-batch for the all-reduce of expert counts and the solve (default "
                    "1e-4, DeepSeek LPLB's published ~100 us; 0: the split's gain before "
                    "overheads)")
+    p.add_argument("--from-summary", metavar="RUN",
+                   help="take the operating point (tokens or running requests per rank, the "
+                   "context) a simulation measured: its output folder (eplb simulate -o RUN) or "
+                   "RUN/summary.json; instead of --tokens-per-rank, --kv-tokens, --input-tokens")
+    p.add_argument("--replicas", default="even", choices=("even", "sglang"),
+                   help="how the runtime splits an expert's tokens over its replicas: even "
+                   "(default) or sglang (the trivial layout without a dispatch algorithm serves "
+                   "expert e from slot e only; other placements by SGLang's static per-GPU map)")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="top of the break-even search, tokens per rank")
     og.seed(p, "the solver")
@@ -102,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     from eplb.format import json_text
 
     check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
+    if args.from_summary is not None and args.tokens_per_rank is not None:
+        raise InputError("give --from-summary or --tokens-per-rank, not both: the summary's "
+                         "run sets the operating point")
     options = parse_options(args.option)
     check_solver_options(args.solver, options)  # as eplb solve: before reading the dump
     result = advise(
@@ -114,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         input_tokens=args.input_tokens,
         migration=args.migration, migration_gbps=args.migration_gbps,
         rebalance_interval_s=args.interval, max_tokens=args.max_tokens, seed=args.seed,
+        replicas=args.replicas, from_summary=args.from_summary,
         lp_overhead_s=LP_OVERHEAD_S if args.lp_overhead is None else args.lp_overhead,
         time_limit=args.time_limit,
     )

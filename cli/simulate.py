@@ -288,6 +288,14 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
         frame = serving.compare(named, workload, seeds, duration_s=args.duration,
                                 window=window, mode=args.mode, drain_s=args.drain, **run_kw)
         text = sweep.comparison_text(frame, sweep.compared_columns(frame), next(iter(named)))
+        points = frame.attrs.get("operating_point")
+        if points:  # counterfactual: every config ran the driver's batches
+            from eplb.evaluation.serving.operating_point import describe
+
+            seed, ops = next(iter(points.items()))
+            text += (f"\nevery config replays the batches of {frame.attrs['driver']!r} (seed "
+                     f"{seed}); TTFT, TPOT and tok/s re-timed with each config's steps:\n"
+                     + "\n".join(describe(op) for op in ops.values()))
     if args.overrides:  # the names are the configs' own: say what --set changed in each
         text = f"every config with --set {' --set '.join(args.overrides)}\n\n" + text
     print(text)
@@ -351,6 +359,10 @@ def _single(args: argparse.Namespace) -> int:
         result.save(tmp, config, window=window, plots=not args.no_plots, measure_from_s=mfrom)
     print(admission_text(result.meta["admission"]))  # which rule and balancers ran
     print(result.summary_table(window, measure_from_s=mfrom))
+    from eplb.evaluation.serving.operating_point import describe, measured
+
+    for op in measured(result.steps, result.requests, config).values():  # where it ran
+        print(describe(op))
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
         f"{len(result.rebalances)} rebalance rows: scheduled, skipped and emergency)"

@@ -12,6 +12,7 @@ what this run writes).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from docblock import update_doc
 from eplb.evaluation.serving.advise import advise
 
 ROOT = Path(__file__).resolve().parent.parent
-DUMPS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
+# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
+DUMPS = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
+DUMPS = DUMPS / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "advise.md"
 E_SLOTS = 256  # deepseek_v3's routed experts
 
@@ -31,30 +34,37 @@ PREFILL = {"prefill_in512.json": 512, "prefill_in1024.json": 1024, "prefill_in20
 DECODE = {"decode_in2000out100.json": (2000, 100), "decode_in1000out1000.json": (1000, 1000)}
 
 
-def _gains(a) -> tuple[float, float]:
+def _gains(a, lever: str = "rebalance") -> tuple[float, float]:
     t = a.table.set_index("lever")
-    return float(t.loc["rebalance", "gain_pct"]) / 100, float(t.loc["bound", "gain_pct"]) / 100
+    return float(t.loc[lever, "gain_pct"]) / 100, float(t.loc["bound", "gain_pct"]) / 100
 
 
-def sglang_prefill() -> list[tuple[float, float]]:
-    """SGLang 96 x H100 preset, prefill unit: 4 x 8 H100, 288 slots, 16,384 tokens per rank;
-    today = trivial (slot p holds expert p mod 256), lever = rebalance (deepseek)."""
+def sglang_prefill(replicas: str = "sglang") -> list[tuple[float, float]]:
+    """SGLang 96 x H100 preset, prefill unit: 4 x 8 H100, 16,384 tokens per rank. Before: the
+    trivial placement on 256 slots (the EPLB PR's baseline launches without
+    --ep-num-redundant-experts, sgl-project/sglang#5295); after: 32 redundant experts placed
+    by `deepseek` (288 slots, the `redundant` lever at N = 32). ``replicas``: `advise`'s
+    replica routing (``"sglang"``: SGLang's static map after; ``"even"``: an even split)."""
     out = []
     for name, n in PREFILL.items():
-        a = advise(DUMPS / name, "4x8", 288, phase="prefill", hardware="h100",
-                   tokens_per_rank=16384, input_tokens=n, levers=["today", "rebalance", "bound"])
-        out.append(_gains(a))
+        a = advise(DUMPS / name, "4x8", 256, phase="prefill", hardware="h100",
+                   tokens_per_rank=16384, input_tokens=n, redundant=(32,),
+                   levers=["today", "redundant", "bound"], replicas=replicas)
+        out.append(_gains(a, "redundant"))
     return out
 
 
-def sglang_decode() -> list[tuple[float, float]]:
-    """SGLang preset, decode unit: 9 x 8 H100, 288 slots, 256 requests per rank (KV capacity
-    at --mem-fraction-static 0.846), context = input + output / 2 of the dump's workload."""
+def sglang_decode(replicas: str = "sglang") -> list[tuple[float, float]]:
+    """SGLang preset, decode unit: 9 x 8 H100, 288 slots (256 do not split over 72 GPUs), 256
+    requests per rank (KV capacity at --mem-fraction-static 0.846), context = input + output /
+    2 of the dump's workload. Before: the trivial placement; after: `deepseek` on the same
+    slots. ``replicas="sglang"``: before, SGLang with no dispatch algorithm serves expert e
+    from slot e only (the redundant slots idle); after, SGLang's static map."""
     out = []
     for name, (i, o) in DECODE.items():
         a = advise(DUMPS / name, "9x8", 288, phase="decode", hardware="h100",
                    tokens_per_rank=256, kv_tokens=i + o // 2, memory_fraction=0.846,
-                   levers=["today", "rebalance", "bound"])
+                   levers=["today", "rebalance", "bound"], replicas=replicas)
         out.append(_gains(a))
     return out
 
@@ -76,39 +86,47 @@ def _err(pred: float, pub: float) -> str:
     return f"{100 * (pred - pub) / pub:+.0f}%"
 
 
+def _pair(label: str, deployment: str, published: float, both: list, even: list) -> str:
+    g = [x for x, _ in both]
+    bound = float(np.mean([b for _, b in both]))
+    ge = float(np.mean([x for x, _ in even]))
+    return (f"| {label} | {deployment} | {100 * published:+.0f}% ({1 + published:.2f}x) | "
+            f"{100 * np.mean(g):+.1f}% (dumps: {', '.join(f'{100 * x:+.0f}%' for x in g)}; "
+            f"perfect balance {100 * bound:+.0f}%) | {_err(float(np.mean(g)), published)} | "
+            f"{100 * ge:+.1f}% ({_err(ge, published)}) |")
+
+
 def table() -> str:
-    pre_both, dec_both = sglang_prefill(), sglang_decode()
-    pre, dec = [g for g, _ in pre_both], [g for g, _ in dec_both]
-    pre_b, dec_b = np.mean([b for _, b in pre_both]), np.mean([b for _, b in dec_both])
+    pre, dec = sglang_prefill(), sglang_decode()
+    pre_even, dec_even = sglang_prefill("even"), sglang_decode("even")
     b, a = trtllm_imbalance()
     _, ag = trtllm_imbalance("greedy")
     rows = [
-        "| pair (source) | deployment and preset | published gain | predicted gain | error |",
-        "|---|---|---|---|---|",
-        f"| SGLang EPLB, prefill (LMSYS large-scale EP blog, 2025-05-05) | EP32 4x8 H100, 288 "
-        f"slots, 16,384 tok/rank; preset sglang_96xh100 | +49% (1.49x) | "
-        f"{100 * np.mean(pre):+.1f}% (dumps: {', '.join(f'{100 * g:+.0f}%' for g in pre)}; "
-        f"perfect balance {100 * pre_b:+.0f}%) | "
-        f"{_err(float(np.mean(pre)), 0.49)} |",
-        f"| SGLang EPLB, decode (same blog) | EP72 9x8 H100, 288 slots, 256 req/rank; preset "
-        f"sglang_96xh100 | +154% (2.54x) | {100 * np.mean(dec):+.1f}% (dumps: "
-        f"{', '.join(f'{100 * g:+.0f}%' for g in dec)}; perfect balance {100 * dec_b:+.0f}%) | "
-        f"{_err(float(np.mean(dec)), 1.54)} |",
+        "| pair (source) | deployment and preset | published gain | predicted gain (SGLang's "
+        "replica routing, `--replicas sglang`) | error | predicted with an even split over "
+        "replicas (error) |",
+        "|---|---|---|---|---|---|",
+        _pair("SGLang EPLB, prefill (LMSYS large-scale EP blog, 2025-05-05)",
+              "EP32 4x8 H100, 16,384 tok/rank; before: trivial on 256 slots; after: 32 "
+              "redundant (288 slots); preset sglang_96xh100", 0.49, pre, pre_even),
+        _pair("SGLang EPLB, decode (same blog)",
+              "EP72 9x8 H100, 288 slots, 256 req/rank; before: trivial; after: rebalanced; "
+              "preset sglang_96xh100", 1.54, dec, dec_even),
         f"| TensorRT-LLM offline EPLB, imbalance (max-mean)/mean by rank (tech blog 4, Table 1)"
         f" | EP32, 256 -> 288 slots, GB200: no hardware preset, not needed for a balance figure;"
         f" DeepSeek-R1 = deepseek_v3 | 1.564 -> 0.109 (reduction 1.455) | {np.mean(b):.3f} -> "
         f"{np.mean(a):.3f} (reduction {np.mean(b) - np.mean(a):.3f}) | reduction "
         f"{_err(float(np.mean(b) - np.mean(a)), 1.455)}; before {_err(float(np.mean(b)), 1.564)}"
-        f", after {_err(float(np.mean(a)), 0.109)} |",
+        f", after {_err(float(np.mean(a)), 0.109)} | - |",
         f"| same, with `solver=greedy` instead of `deepseek` (in-sample on the aggregate) | "
         f"as above | 0.109 after | {np.mean(ag):.3f} after | "
-        f"after {_err(float(np.mean(ag)), 0.109)} |",
+        f"after {_err(float(np.mean(ag)), 0.109)} | - |",
         "| ROCm ATOM EPLB, DeepSeek-V4-Pro EP8 prefill (ROCm/ATOM PR #1210): +16.7% rearrange, "
         "+24.4% 64 redundant, +34.0% `biased` | 8 x MI355X | see left | not predicted: no "
-        "DeepSeek-V4 model preset and no MI355X hardware preset | - |",
+        "DeepSeek-V4 model preset and no MI355X hardware preset | - | - |",
         "| vLLM offline EPLB (vllm-project/vllm PR #41141): +3.4% to +3.8% total tok/s | 8 x "
         "B200, Qwen3.5-397B-A17B NVFP4, DP8 EP | see left | not predicted: no Qwen3.5 model "
-        "preset and no B200 hardware preset | - |",
+        "preset and no B200 hardware preset | - | - |",
     ]
     return "\n".join(rows)
 

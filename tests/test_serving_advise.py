@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from eplb.cli.main import main
 from eplb.errors import InputError
-from eplb.evaluation.serving.advise import COLUMNS, LEVERS, advise, balance_bound
+from eplb.evaluation.serving.advise import COLUMNS, LEVERS, advise, balance_bound, columns_for
 
 L, E = 58, 256  # deepseek_v3's MoE layers and routed experts
 
@@ -41,7 +41,12 @@ def _dump(tmp_path, load=None, name="dump.json"):
 
 def test_table_rows_and_columns(small):
     t = small.table
-    assert list(t.columns) == list(COLUMNS)
+    assert list(t.columns) == list(columns_for("decode"))
+    # decode counts its batch in requests: the per-rank columns say so by name and unit
+    assert "requests_per_rank" in t and "break_even_requests" in t
+    assert "tokens_per_rank" not in t and "break_even_tokens" not in t
+    assert small.columns["break_even_requests"][0] == "requests/rank"
+    assert list(columns_for("prefill")) == list(COLUMNS)
     assert t.iloc[0]["lever"] == "today" and t.iloc[0]["gain_pct"] == 0.0
     assert set(t["lever"]) == set(LEVERS)
     assert set(small.columns) == set(t.columns)
@@ -55,7 +60,7 @@ def test_table_rows_and_columns(small):
     assert sorted(t.loc[t.lever == "redundant", "slots"]) == [256, 272]
     json.dumps(small.to_dict(), allow_nan=False)  # NaN becomes null
     text = small.to_text()
-    for c in COLUMNS:
+    for c in columns_for("decode"):
         assert f"  {c} [" in text  # one line per column
 
 
@@ -77,7 +82,7 @@ def test_break_even_agrees_with_the_gain(seed, shape, tokens):
     a = advise(_load(seed, shape), "2x8", 256, phase="decode", tokens_per_rank=tokens,
                redundant=(16,), levers=["redundant", "dispatch_lp"], max_tokens=64)
     for _, r in a.table.iloc[1:].iterrows():
-        be = r["break_even_tokens"]
+        be = r["break_even_requests"]
         if r["gain_pct"] > 0:
             assert be <= tokens, r.to_dict()
         else:
@@ -106,7 +111,7 @@ def test_steps_are_steady_states(small):
     today = trivial_placement(cfg.model_spec, cfg.unit("decode").topology())
     t = small.table.set_index("option")
     for placement, option in ((today, "trivial"), (None, "perfect balance")):
-        n = int(t.loc[option, "tokens_per_rank"])  # 32 asked, capped by the KV cache
+        n = int(t.loc[option, "requests_per_rank"])  # 32 asked, capped by the KV cache
         assert n == min(32, int(t.loc[option, "max_requests_per_gpu"]))
         r = steady_state(cfg, "decode", placement=placement, kv_tokens=4096, batch=n,
                          load=None if placement is None else _load(0))
@@ -115,7 +120,7 @@ def test_steps_are_steady_states(small):
     # the waterfill row on today's placement is steady_state with shared_expert = "waterfill"
     row = small.table[(small.table.lever == "waterfill") & (small.table.option == "today")]
     assert list(row["shared_expert"]) == ["waterfill"]
-    n = int(row["tokens_per_rank"].iloc[0])
+    n = int(row["requests_per_rank"].iloc[0])
     r = steady_state(cfg.replace(shared_expert="waterfill"), "decode", placement=today,
                      kv_tokens=4096, batch=n, load=_load(0))
     assert row["step_ms"].iloc[0] == pytest.approx(r["step_s"] * 1e3, rel=1e-9)
@@ -197,7 +202,7 @@ def test_cli_table_json_and_csv(tmp_path, capsys):
     assert main(["advise", *args, "--json", "-o", str(tmp_path / "a.csv")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["lever"] for r in data["rows"]][0] == "today"
-    assert set(data["columns"]) == set(COLUMNS)
+    assert set(data["columns"]) == set(columns_for("decode"))
     assert (tmp_path / "a.csv").read_text().startswith("lever,option,slots")
 
 
@@ -378,7 +383,7 @@ def test_craft_rows_are_steady_states(crafted):
         p, r = crafted.placements[i], t.iloc[i]
         kv = with_placement_memory(cfg, "decode", p).unit("decode").kv_capacity_tokens
         assert r["kv_tokens_per_gpu"] == kv
-        n = int(r["tokens_per_rank"])
+        n = int(r["requests_per_rank"])
         s = steady_state(cfg, "decode", placement=p, load=_load(8), kv_tokens=4096, batch=n)
         assert r["step_ms"] == pytest.approx(s["step_s"] * 1e3, rel=1e-9)
         keep = 600.0 / (600.0 + r["stall_s"])  # the copy from today's, amortised
@@ -513,3 +518,97 @@ def test_bound_row_says_it_is_perfect_balance_not_a_placement(small, tmp_path, c
     assert note in capsys.readouterr().out.splitlines()
     assert main([*args[:-4], "--levers", "rebalance", *args[-2:]]) == 0  # no bound row: no note
     assert not any(ln.startswith("bound:") for ln in capsys.readouterr().out.splitlines())
+
+
+def test_kv_capped_operating_point_is_stated():
+    """A decode batch the KV cache cannot hold runs capped, and says so: the header, a note
+    and the meta name what was asked and what ran (issue 34: asked 256, ran 135)."""
+    a = advise(_load(0), "2x8", 256, phase="decode", tokens_per_rank=100_000,
+               kv_tokens=4096, redundant=(), levers=["today", "bound"], max_tokens=100_000)
+    op = a.meta["operating_point"]
+    ran = int(a.table.iloc[0]["requests_per_rank"])
+    assert op["asked"] == 100_000 and op["ran"] == ran < 100_000
+    assert op["kv_limited"] and op["unit"] == "requests"
+    assert ran == op["kv_capacity_requests"] == op["kv_tokens_per_gpu"] // 4096
+    text = a.to_text()
+    head = text.splitlines()[1]
+    assert f"asked 100,000, the KV cache holds {ran:,}" in head and "KV-limited" in head
+    assert any(n.startswith(f"operating point: asked 100,000 requests per rank, ran {ran:,}")
+               for n in a.meta["notes"])
+    # within the cache nothing is capped and the header says so
+    b = advise(_load(0), "2x8", 256, phase="decode", tokens_per_rank=4, redundant=(),
+               levers=["today"], max_tokens=8)
+    assert not b.meta["operating_point"]["kv_limited"]
+    assert "not KV-limited" in b.to_text().splitlines()[1]
+    assert not any(n.startswith("operating point") for n in b.meta["notes"])
+
+
+def test_sglang_replica_routing(tmp_path):
+    """``replicas="sglang"``: today's trivial layout serves expert e from slot e only (the
+    redundant slots idle, so their GPUs get no routed picks) and a solved placement follows
+    SGLang's static map: every row's dispatch is weighted by those shares."""
+    from eplb.evaluation.serving.placements import sglang_first_slot, sglang_static
+
+    load = _load(5, 0.3)
+    a = advise(load, "2x8", 288, phase="decode", tokens_per_rank=16, redundant=(),
+               levers=["today", "rebalance"], replicas="sglang", max_tokens=32)
+    today, new = a.placements[0], a.placements[1]
+    assert list(a.table["dispatch"]) == ["weighted", "weighted"]
+    share = today.replica_share
+    assert (share[:, :E] == 1).all() and (share[:, E:] == 0).all()
+    assert (today.gpu_load(load)[:, -1] == 0).all()  # GPU 15 holds slots 270..287 only
+    # SGLang's static map: a GPU holding a replica serves itself, the rest choose at random
+    topo = new.topology
+    for layer in (0, 31):
+        row = new.phy2log[layer]
+        for e in np.unique(row):
+            reps = np.flatnonzero(row == e)
+            assert new.replica_share[layer, reps].sum() == pytest.approx(1.0)
+            if len(reps) > 1:  # each GPU holding a replica sends its own picks to it
+                gpus = reps // topo.slots_per_gpu
+                for g in np.unique(gpus):
+                    own = new.replica_share[layer, reps[gpus == g]].sum()
+                    assert own >= 1 / topo.num_gpus - 1e-12
+    assert sglang_static(new, seed=0).replica_share.shape == new.phy2log.shape
+    even = advise(load, "2x8", 288, phase="decode", tokens_per_rank=16, redundant=(),
+                  levers=["today"], max_tokens=32)
+    assert a.table.iloc[0]["balance"] > even.table.iloc[0]["balance"]
+    with pytest.raises(InputError, match="replicas"):
+        advise(load, "2x8", 288, replicas="round_robin")
+    with pytest.raises(InputError, match="slot e"):
+        sglang_first_slot(new)
+
+
+def test_advise_takes_the_operating_point_a_simulation_measured(tmp_path):
+    """``from_summary``: a simulation's output folder sets the decode batch and context advise
+    scores (its measured running requests per rank and context), and the header names where
+    they came from; the CLI refuses it beside --tokens-per-rank."""
+    from eplb.evaluation import serving
+    from eplb.evaluation.serving.operating_point import describe, from_run, measured
+    from tests.test_serving_sim import small_config, small_workload
+
+    cfg = small_config()
+    run = serving.simulate(cfg, small_workload(n=40, rate=8.0), seed=0, progress=False)
+    out = tmp_path / "run"
+    out.mkdir()
+    run.save(out, cfg, plots=False)
+    ops = from_run(out / "summary.json")
+    assert ops["decode"] == {**measured(run.steps, run.requests, cfg)["decode"],
+                             "source": ops["decode"]["source"]}
+    dec = ops["decode"]
+    steps = run.steps[run.steps["phase"] == "decode"]
+    w = steps["duration_s"]
+    assert dec["per_rank"] == pytest.approx(
+        float(np.average(steps["requests"] / cfg.decode.num_gpus, weights=w)))
+    assert "running requests per rank" in describe(dec)
+    a = advise(_load(0), "2x8", 256, phase="decode", redundant=(), levers=["today"],
+               from_summary=out, max_tokens=64)
+    op = a.meta["operating_point"]
+    assert op["asked"] == max(1, round(dec["per_rank"]))
+    assert op["context_tokens"] == round(dec["context_tokens"])
+    assert str(out) in op["source"] and str(out) in a.to_text().splitlines()[1]
+    with pytest.raises(InputError, match="not found"):
+        from_run(tmp_path)
+    dump = _dump(tmp_path)
+    assert main(["advise", str(dump), "--topology", "2x8", "--slots", "256",
+                 "--from-summary", str(out), "--tokens-per-rank", "8"]) == 2

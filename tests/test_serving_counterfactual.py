@@ -147,3 +147,45 @@ def test_balanced_step_is_a_lower_bound(seed, tokens, phase, skew):
     real = sm.time_routed(batch, routed, counts, check=False, tabulated=True, picks=True)
     ideal = C.balanced_step(sm, batch, counts)
     assert ideal.total_s <= real.total_s * (1 + REL_TOL)
+
+
+def test_retime_follows_the_units_schedule():
+    """Back-to-back steps stay back to back with their new durations; a step the driver's unit
+    waited for (an idle gap before it) starts no earlier than it did, and no earlier than the
+    step before ends."""
+    drv = pd.DataFrame({"start_s": [0.0, 1.0, 2.0, 5.0], "duration_s": [1.0, 1.0, 1.0, 1.0]})
+    start, end = C.retime(drv, np.array([0.5, 0.5, 0.5, 0.5]))
+    np.testing.assert_allclose(start, [0.0, 0.5, 1.0, 5.0])  # idle before step 3: keeps 5 s
+    np.testing.assert_allclose(end, [0.5, 1.0, 1.5, 5.5])
+    start, end = C.retime(drv, np.array([2.0, 2.0, 2.0, 2.0]))
+    np.testing.assert_allclose(start, [0.0, 2.0, 4.0, 6.0])  # late: the gap is used up
+    start, end = C.retime(drv, drv["duration_s"].to_numpy())
+    np.testing.assert_allclose(start, drv["start_s"])  # the driver's own durations: itself
+
+
+def test_user_metrics_and_operating_point(frame):
+    """The counterfactual reports what a user sees (TTFT, TPOT, tok/s re-timed with each
+    config's steps, with paired deltas) and where the driver ran: the driver's own row is its
+    closed-loop run; every config shares the operating point (the batches are the driver's);
+    the balanced reference is never slower to a first token or per output token."""
+    f, cfgs, wl = frame
+    for col in (*C.REQUEST_METRICS, *C.OPERATING):
+        assert col in f and f"d_{col}" in f
+    by = f.set_index("config")
+    run = serving.simulate(cfgs["trivial"], wl, seed=0, progress=False)
+    req = run.requests
+    assert by.loc["trivial", "ttft_p50_s"] == pytest.approx(
+        float(np.percentile(req["ttft_s"].dropna(), 50)), rel=1e-9)
+    assert by.loc["trivial", "tpot_p90_s"] == pytest.approx(
+        float(np.percentile(req["tpot_s"].dropna(), 90)), rel=1e-9)
+    s = run.summary()
+    assert by.loc["trivial", "output_tok_s_per_node"] == pytest.approx(
+        s["output_tok_s_per_node"], rel=1e-9)
+    for col in C.OPERATING:
+        assert by[col].nunique() == 1
+    assert by.loc["balanced", "ttft_p50_s"] <= by.loc["trivial", "ttft_p50_s"] * (1 + 1e-9)
+    assert by.loc["balanced", "tpot_p50_s"] <= by.loc["trivial", "tpot_p50_s"] * (1 + 1e-9)
+    ops = f.attrs["operating_point"][0]
+    assert ops["decode"]["per_rank"] == pytest.approx(by.loc["trivial",
+                                                             "decode_requests_per_rank"])
+    assert ops["decode"]["bound"] in ("kv cache", "max_running_requests", "arrivals")

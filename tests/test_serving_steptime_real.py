@@ -114,8 +114,8 @@ def _oracle_layers(
             if m <= 0:
                 continue
             mm = max(m, 64.0)
-            gu = np.interp(np.log2(mm), xs, [r[1] for r in rows]) * 1e12 * fit.gemm_efficiency
-            dn = np.interp(np.log2(mm), xs, [r[2] for r in rows]) * 1e12 * fit.gemm_efficiency
+            gu = np.interp(np.log2(mm), xs, [r[1] for r in rows]) * 1e12 * fit.grouped_scale
+            dn = np.interp(np.log2(mm), xs, [r[2] for r in rows]) * 1e12 * fit.grouped_scale
             gpu_s[p // 9] += mm * (2 * 2 * 2048 * 7168 / gu + 2 * 7168 * 2048 / dn)
         M = f * gpu_s.max()
         nv = max(rep.nvlink_out[layer].max(), rep.nvlink_in[layer].max())

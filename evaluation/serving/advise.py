@@ -16,8 +16,9 @@ fewest at which it pays, searched over a geometric grid and refined by bisection
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,13 @@ from eplb.evaluation.serving.config import DuplicateConfig, UnitConfig, kv_capac
 from eplb.evaluation.serving.config.budget import freed_kv_tokens, placement_expert_slots
 from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get_hardware
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
-from eplb.evaluation.serving.placements import fit_placement, trivial_placement
+from eplb.evaluation.serving.operating_point import from_run
+from eplb.evaluation.serving.placements import (
+    fit_placement,
+    sglang_first_slot,
+    sglang_static,
+    trivial_placement,
+)
 from eplb.evaluation.serving.simulator.planner import gpu_balance
 from eplb.evaluation.serving.steptime import RankBatch, StepModel
 from eplb.moves import migration_bytes
@@ -39,6 +46,11 @@ from eplb.topology import RDMA_GBPS, Topology
 
 __all__ = ["COLUMNS", "LEVERS", "Advice", "Option", "advise", "balance_bound"]
 
+# how the runtime splits an expert's picks over its replicas: "even" (every source splits
+# evenly, the model's default) or "sglang" (SGLang: today's trivial layout serves expert e from
+# slot e only, no dispatch algorithm being set; a given or solved placement by SGLang's static
+# per-source map), `placements.sglang_first_slot` / `sglang_static`
+REPLICAS = ("even", "sglang")
 MAX_TOKENS = 1 << 24  # top of the break-even search, tokens per rank (bounded work)
 COMPUTED = "computed exactly from the dump's loads and the row's placement"
 MODELLED = "modelled (step-time model, steady_state)"
@@ -87,6 +99,25 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
                           "grid point up to the deployment's; NaN: it does not pay up to the "
                           "grid's top"),
 }
+# decode names: a decode rank's batch is running requests (one query token each), so its two
+# per-rank columns are named and counted in requests
+DECODE_COLUMNS: dict[str, tuple[str, tuple[str, str, str]]] = {
+    "tokens_per_rank": ("requests_per_rank", (
+        "requests/rank", INPUT, "running requests per rank per step, after the KV-cache cap "
+        "(what the row's KV cache holds at the context given)")),
+    "break_even_tokens": ("break_even_requests", (
+        "requests/rank", MODELLED, "fewest running requests per rank at which the row pays "
+        "(gain > 0) at every grid point up to the deployment's; NaN: it does not pay up to "
+        "the grid's top")),
+}
+
+
+def columns_for(phase: str) -> dict[str, tuple[str, str, str]]:
+    """`COLUMNS` as ``phase``'s table names them (decode: `DECODE_COLUMNS`' renames)."""
+    if phase != "decode":
+        return dict(COLUMNS)
+    return {DECODE_COLUMNS[k][0] if k in DECODE_COLUMNS else k:
+            DECODE_COLUMNS[k][1] if k in DECODE_COLUMNS else v for k, v in COLUMNS.items()}
 
 
 @dataclass(frozen=True)
@@ -122,6 +153,8 @@ class Context:
     time_limit: float | None = None  # wall seconds per solve (solvers.solve's time_limit)
     duplicate: DuplicateConfig = field(default_factory=DuplicateConfig)
     options: dict = field(default_factory=dict)
+    replicas: str = "even"  # how the runtime splits an expert's picks over its replicas
+    today_given: bool = False  # ``previous`` given (else today is the trivial placement)
     notes: list = field(default_factory=list)
     solved: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # what a lever reports beside its rows
@@ -335,11 +368,12 @@ class Advice:
         m = self.meta
         head = [
             f"eplb advise: {m['phase']} on {m['topology']} x {m['slots']} slots, {m['hardware']}, "
-            f"{m['model']}, {m['tokens_per_rank']} tokens per rank, solver "
+            f"{m['model']}, solver "
             f"{_solver_label(m['solver'], m['solver_options'])}; {m['groups']['num_groups']} "
             f"expert groups from the model preset (see notes); loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
+            operating_line(m["operating_point"]),
             "",
             t.to_string(index=False, float_format=_cell),
             "",
@@ -543,6 +577,8 @@ def advise(
     max_tokens: int | None = None,
     seed: int = 0,
     time_limit: float | None = None,
+    replicas: str = "even",
+    from_summary: str | os.PathLike | None = None,
 ) -> Advice:
     """What each lever (`LEVERS`) buys on ``dump``'s measured expert loads.
 
@@ -565,9 +601,21 @@ def advise(
     default its cited/assumed defaults). Break-even
     search runs up to ``max_tokens`` (default 4x the deployment's or 65,536 / 1,024).
     ``time_limit``: wall seconds per solve (`solvers.solve`; a third-party policy past it is
-    stopped). Returns an `Advice` (``table``: one row per option, `COLUMNS`).
+    stopped).
+    ``replicas``: how the runtime splits an expert's picks over its replicas (`REPLICAS`):
+    ``"even"`` (every source evenly) or ``"sglang"`` (SGLang's code paths: the trivial layout
+    with no dispatch algorithm serves expert e from slot e only; a given or solved placement
+    by SGLang's static per-source map).
+    ``from_summary``: a simulation's output folder (or its ``summary.json``): the operating
+    point it measured (`operating_point.from_run`: tokens or running requests per rank, the
+    context) replaces ``tokens_per_rank`` and ``kv_tokens`` / ``input_tokens``.
+    Returns an `Advice` (``table``: one row per option, `COLUMNS`; decode names its per-rank
+    columns in requests, `columns_for`).
     """
     m, hw = _presets(phase, model, hardware)
+    source = "as given"
+    if from_summary is not None:  # the operating point a simulation measured
+        tokens_per_rank, kv_tokens, input_tokens, source = _measured_point(from_summary, phase)
     load, measured = _load_of(dump, m)  # before the topology: a dump of another model first
     s = _settings(  # every other argument, checked once
         phase, m, hw, topology, slots, tokens_per_rank=tokens_per_rank, kv_tokens=kv_tokens,
@@ -576,6 +624,7 @@ def advise(
         lp_overhead_s=lp_overhead_s, duplicate=duplicate, redundant=redundant, levers=levers,
         solver=solver, solver_options=solver_options, max_tokens=max_tokens, seed=seed,
         time_limit=time_limit,
+        replicas=replicas, source=source,
     )
     ctx = _context(s, load, previous)  # today's placement and what every lever reads
     opts = _run_levers(ctx, s.levers)  # each lever's rows, today's first
@@ -611,6 +660,28 @@ class _Settings:
     max_tokens: int  # top of the break-even search, tokens per rank
     seed: int
     time_limit: float | None = None  # wall seconds per solve
+    replicas: str = "even"  # `REPLICAS`: how the runtime splits picks over replicas
+    source: str = "as given"  # where the operating point came from (as given, a simulation)
+
+
+def _measured_point(path, phase: str) -> tuple[int, int, int, str]:
+    """``(tokens_per_rank, kv_tokens, input_tokens, source)`` from the operating point a
+    simulation measured (`operating_point.from_run`) in ``phase``: its per-rank tokens or
+    running requests (rounded, at least 1) and its context (decode) or prompt (prefill)."""
+    ops = from_run(path)
+    if phase not in ops:
+        raise InputError(f"from_summary {path}: the run has no {phase} steps; give a run that "
+                         f"served {phase} or another --phase")
+    op = ops[phase]
+    per_rank = max(1, int(round(op["per_rank"])))
+    ctx = max(1, int(round(op["context_tokens"]))) if math.isfinite(op["context_tokens"]) \
+        else 4096
+    unit = "tokens" if phase == "prefill" else "running requests"
+    source = (f"{op['source']}: {op['per_rank']:,.1f} {unit} per rank, context "
+              f"{op['context_tokens']:,.0f} tokens")
+    if phase == "decode":
+        return per_rank, ctx, 4096, source
+    return per_rank, 4096, ctx, source
 
 
 def _presets(phase: str, model: str, hardware: str) -> tuple[ModelSpec, Hardware]:
@@ -674,7 +745,8 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
               lp_overhead_s: float, duplicate: DuplicateConfig | None,
               redundant: Sequence[int], levers: Sequence[str] | None, solver: str,
               solver_options: Mapping[str, Any] | None, max_tokens: int | None,
-              seed: int, time_limit: float | None = None) -> _Settings:
+              seed: int, time_limit: float | None = None, replicas: str = "even",
+              source: str = "as given") -> _Settings:
     """The remaining arguments checked once, in the order their errors are reported
     (topology, token counts, migration, memory, lists, solver, search top), with defaults
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
@@ -701,10 +773,12 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
         raise InputError(f"max_tokens {top:,} is above {MAX_TOKENS:,} tokens per rank; use less")
     if top < tokens_per_rank:
         raise InputError(f"max_tokens {top} is below tokens_per_rank {tokens_per_rank}")
+    if replicas not in REPLICAS:
+        raise InputError(f"replicas must be one of {', '.join(REPLICAS)}, got {replicas!r}")
     return _Settings(phase, m, hw, topology, topo, tokens_per_rank, kv_tokens, input_tokens,
                      migration, float(migration_gbps), float(rebalance_interval_s),
                      float(memory_fraction), float(lp_overhead_s), duplicate, red, names,
-                     solver, options, top, seed, check_time_limit(time_limit))
+                     solver, options, top, seed, check_time_limit(time_limit), replicas, source)
 
 
 def _check_migration(migration: str, migration_gbps: float, rebalance_interval_s: float) -> None:
@@ -780,7 +854,8 @@ def _context(s: _Settings, load: np.ndarray, previous: Placement | str | None) -
     topo = s.topology
     return Context(s.phase, topo.num_nodes, topo.gpus_per_node, topo.num_slots, load, s.model,
                    s.hardware, today, s.solver, s.redundant, s.seed, s.lp_overhead_s,
-                   s.time_limit, s.duplicate, s.solver_options)
+                   s.time_limit, s.duplicate, s.solver_options, replicas=s.replicas,
+                   today_given=previous is not None)
 
 
 def _run_levers(ctx: Context, names: Sequence[str]) -> list[Option]:
@@ -789,7 +864,24 @@ def _run_levers(ctx: Context, names: Sequence[str]) -> list[Option]:
     opts: list[Option] = []
     for n in names:
         opts += LEVERS[n](ctx)
+    if ctx.replicas == "sglang":
+        routed: dict[int, Placement] = {}
+        opts = [_sglang_routed(ctx, o, routed) for o in opts]
     return opts
+
+
+def _sglang_routed(ctx: Context, o: Option, cache: dict[int, Placement]) -> Option:
+    """``o`` as SGLang routes its replicas (``replicas="sglang"``): today's trivial placement
+    serves expert e from slot e only (`placements.sglang_first_slot`), any other placement by
+    SGLang's static per-source map (`placements.sglang_static`); both as ``replica_share``
+    under the ``weighted`` dispatch. Rows with another dispatch policy, or none, are kept."""
+    p = o.placement
+    if p is None or o.dispatch != "even":
+        return o
+    if id(p) not in cache:
+        first = p is ctx.today and not ctx.today_given
+        cache[id(p)] = sglang_first_slot(p) if first else sglang_static(p, seed=ctx.seed)
+    return replace(o, placement=cache[id(p)], dispatch="weighted")
 
 
 @dataclass(frozen=True)
@@ -869,7 +961,10 @@ def _table(ctx: Context, s: _Settings, scored: Sequence[_Scored]) -> pd.DataFram
             "break_even_tokens": math.nan if o.lever == "today"
             else _break_even(sc, base, t, s.max_tokens),
         })
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    if s.phase == "decode":
+        frame = frame.rename(columns={k: v[0] for k, v in DECODE_COLUMNS.items()})
+    return frame
 
 
 def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scored],
@@ -891,15 +986,68 @@ def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scor
     ]
     groups, groups_note = _groups_used(ctx)
     notes.append(groups_note)
+    if s.replicas == "sglang":
+        notes.append(
+            "replicas: as SGLang routes them (--replicas sglang): "
+            + ("today's given placement" if ctx.today_given else
+               "today's trivial placement serves expert e from slot e only (no dispatch "
+               "algorithm without --enable-eplb / --init-expert-location: the redundant slots "
+               "get nothing)")
+            + "; solved placements by SGLang's static map (each source GPU sends an expert's "
+            "picks to one replica: its own, else a random one); balance counts these shares.")
+    op = operating_point(s, scored[0].scorer)
+    if op["kv_limited"]:
+        notes.append(
+            f"operating point: asked {op['asked']:,} requests per rank, ran {op['ran']:,}: "
+            f"today's KV cache holds {op['kv_tokens_per_gpu']:,} tokens per GPU, "
+            f"{op['kv_capacity_requests']:,} requests of {op['context_tokens']:,} tokens; "
+            "every row runs what its own KV cache holds (requests_per_rank).")
     notes += ctx.notes
     if s.phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
     meta = {**measured, "phase": s.phase, "topology": s.topology_text,
             "slots": s.topology.num_slots, "hardware": s.hardware.name, "model": s.model.name,
-            "tokens_per_rank": s.tokens_per_rank, "kv_tokens": s.kv_tokens,
+            "tokens_per_rank": s.tokens_per_rank, "operating_point": op,
+            "kv_tokens": s.kv_tokens,
             "input_tokens": s.input_tokens, "solver": s.solver,
             "solver_options": s.solver_options, "groups": groups,
+            "replicas": s.replicas,
             "migration": s.migration, "migration_gbps": s.migration_gbps,
             "rebalance_interval_s": s.rebalance_interval_s, "max_tokens": s.max_tokens,
             **ctx.meta, "notes": notes}
-    return Advice(table, dict(COLUMNS), meta, [r.option.placement for r in scored])
+    return Advice(table, columns_for(s.phase), meta, [r.option.placement for r in scored])
+
+
+def operating_point(s: _Settings, today: _Scorer) -> dict[str, Any]:
+    """Where today's row runs: ``asked`` per rank (prefill tokens, decode running requests)
+    and ``ran`` (decode: capped at what today's KV cache holds), the unit (``tokens`` /
+    ``requests``), the context per request (decode) or prompt (prefill) in tokens, the KV
+    capacity, ``kv_limited`` (decode and ``ran < asked``) and ``source`` (where the asked
+    point came from)."""
+    ran = today.tokens(s.tokens_per_rank)
+    decode = s.phase == "decode"
+    return {
+        "phase": s.phase,
+        "unit": "requests" if decode else "tokens",
+        "asked": int(s.tokens_per_rank),
+        "ran": int(ran),
+        "context_tokens": int(s.kv_tokens if decode else s.input_tokens),
+        "kv_tokens_per_gpu": int(today.kv_cap),
+        "kv_capacity_requests": int(today.max_requests),
+        "kv_limited": bool(decode and ran < s.tokens_per_rank),
+        "source": s.source,
+    }
+
+
+def operating_line(op: Mapping[str, Any]) -> str:
+    """One line: where today's row runs (`operating_point`), as the header prints it."""
+    if op["phase"] == "prefill":
+        text = (f"operating point: prefill, {op['ran']:,} tokens per rank per step, prompts of "
+                f"{op['context_tokens']:,} tokens")
+    else:
+        text = (f"operating point: decode, {op['ran']:,} running requests per rank at "
+                f"{op['context_tokens']:,} tokens of context; ")
+        text += (f"KV-limited: asked {op['asked']:,}, the KV cache holds "
+                 f"{op['kv_capacity_requests']:,}" if op["kv_limited"] else
+                 f"not KV-limited (the KV cache holds {op['kv_capacity_requests']:,})")
+    return text + f" [{op['source']}]"

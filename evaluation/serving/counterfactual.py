@@ -13,6 +13,15 @@ that ``dp_wait`` is the step's DP wait with its expert counts perfectly balanced
 and ``ep_wait`` takes what the model's DP wait adds on top (DP imbalance meeting the
 placement's imbalance). ``stall_s``: a stalling migration's copy charged to the first step
 after it (the step sequence does not move in a counterfactual).
+
+What a user sees (`REQUEST_METRICS`: TTFT and TPOT percentiles, tokens/s per node) comes from
+re-timing the driver's run with each config's step durations (`retime`): a unit's step starts
+when the one before it ends, or, where the driver's unit sat idle waiting for work, not before
+the driver's start; a request's first token moves with its prefill unit's clock at its prefill
+end, its decode span with its decode unit's clock; throughput counts the tokens of the steps
+that still start in the window.
+The batches stay the driver's (no queue reacts), so this is the expert effect on latency at
+the driver's operating point (`OPERATING`, also in ``attrs["operating_point"]``).
 """
 
 from __future__ import annotations
@@ -29,17 +38,24 @@ import pandas as pd
 from eplb import runners
 from eplb.errors import InputError
 from eplb.evaluation.serving.config import ClusterConfig, EplbConfig, EplbMode
+from eplb.evaluation.serving.operating_point import measured
 from eplb.evaluation.serving.simulator.expert_loads import Popularity, StepLoads
 from eplb.evaluation.serving.simulator.loop import Simulation, build_engines, check_args
 from eplb.evaluation.serving.steptime import BREAKDOWN
 from eplb.evaluation.serving.workload.model import Workload
 
-__all__ = ["DELTA", "STEP_KEYS", "StepFrame", "counterfactual", "replay", "step_log"]
+__all__ = ["DELTA", "OPERATING", "REQUEST_METRICS", "STEP_KEYS", "StepFrame", "counterfactual",
+           "replay", "retime", "step_log"]
 
 # per-step columns of a replay beside phase / unit / step / start_s / tokens
 STEP_KEYS = ("step_s", "stall_s", *(f"{k}_s" for k in BREAKDOWN), "gpu_load_max_over_mean")
 # the parts a placement changes: what the paired per-step differences are broken into
 DELTA = ("step_s", "ep_wait_s", "comm_exposed_s", "moe_s", "stall_s", "dp_wait_s")
+# what a user sees, re-timed with each config's steps (`retime`, `request_metrics`)
+REQUEST_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s",
+                   "input_tok_s_per_node", "output_tok_s_per_node")
+# the driver's operating point (the same for every config of a seed: the batches are its)
+OPERATING = ("prefill_tokens_per_rank", "decode_requests_per_rank", "decode_kv_fill")
 # the fields every config of a counterfactual comparison must share (the step sequence's)
 SHARED = ("model", "hardware", "prefill", "decode", "routing", "kv", "faults")
 
@@ -55,7 +71,7 @@ class StepFrame(pd.DataFrame):
 def step_log(config: ClusterConfig, workload: Workload, seed: int, duration_s=None,
              drain_s=None) -> dict:
     """The closed-loop run of ``config``: ``{(phase, unit): [(start_s, batch, tokens), ...]}``
-    of every step in order, and ``"_end_s"``, the run's end."""
+    of every step in order, ``"_end_s"``, the run's end, and ``"_result"``, its `SimResult`."""
     sim = Simulation(config, workload, seed, duration_s, False, 10.0, drain_s)
     log: dict[Any, Any] = {}
     for phase in ("prefill", "decode"):
@@ -64,6 +80,7 @@ def step_log(config: ClusterConfig, workload: Workload, seed: int, duration_s=No
             unit.step_time = _logged(unit.step_time, steps)
     res = sim.run()
     log["_end_s"] = float(res.meta["end_s"])
+    log["_result"] = res
     return log
 
 
@@ -164,6 +181,108 @@ def balanced_step(sm, batch, counts: np.ndarray):
                         balanced=True)
 
 
+def retime(driver: pd.DataFrame, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The driver's steps of one unit (``driver``: its `SimResult.steps` rows in step order,
+    ``start_s`` and ``duration_s``) re-timed with ``durations: float[K]`` seconds: a step
+    starts when the one before ends, or, where the driver's unit was idle before it (its
+    start after the previous end), at the later of that end and the driver's start. Returns
+    ``(start, end): float64[K]``."""
+    start0 = driver["start_s"].to_numpy(dtype=np.float64)
+    end0 = start0 + driver["duration_s"].to_numpy(dtype=np.float64)
+    d = np.asarray(durations, dtype=np.float64)
+    start, end = np.empty_like(d), np.empty_like(d)
+    prev0 = prev = -math.inf
+    for k in range(d.size):
+        idle = start0[k] > prev0 + 1e-12
+        start[k] = max(start0[k], prev) if idle else prev
+        end[k] = start[k] + d[k]
+        prev0, prev = end0[k], end[k]
+    return start, end
+
+
+def _clock(driver: pd.DataFrame, start: np.ndarray, end: np.ndarray):
+    """``t -> t'``: driver seconds to re-timed ones on one unit, linear inside each step and
+    each gap, shifted by the last step's change after it."""
+    s0 = driver["start_s"].to_numpy(dtype=np.float64)
+    e0 = s0 + driver["duration_s"].to_numpy(dtype=np.float64)
+    xs = np.ravel(np.column_stack([s0, e0]))
+    ys = np.ravel(np.column_stack([start, end]))
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], np.maximum.accumulate(ys[order])
+
+    def clock(t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=np.float64)
+        if not xs.size:
+            return t
+        out = np.interp(t, xs, ys)
+        return np.where(t > xs[-1], t + (ys[-1] - xs[-1]), np.where(t < xs[0], t, out))
+
+    return clock
+
+
+def request_metrics(result, replayed: pd.DataFrame, window=None) -> dict[str, float]:
+    """`REQUEST_METRICS` of the driver's run ``result`` (a `SimResult`) re-timed with the
+    ``replayed`` steps of one config (`replay`'s frame: ``step_s`` and ``stall_s`` per
+    ``(phase, unit, step)``): latencies over the requests arriving in ``window`` (default
+    the run) that the driver served (TTFT) or finished (TPOT); throughput as the summary
+    counts it, the tokens of the steps starting in the window (re-timed) over its length.
+    Driver and config agree exactly when the durations do."""
+    steps = result.steps
+    t0, t1 = (0.0, float(result.meta.get("end_s", 0.0))) if window is None else window
+    clocks: dict[tuple[str, int], Any] = {}
+    done = {"prefill": 0.0, "decode": 0.0}  # tokens of the steps re-timed into the window
+    for (phase, unit), drv in steps.groupby(["phase", "unit"], sort=False):
+        drv = drv.sort_values("step")
+        rep = replayed[(replayed["phase"] == phase) & (replayed["unit"] == unit)]
+        rep = rep.set_index("step").reindex(drv["step"])
+        dur = (rep["step_s"] + rep["stall_s"]).to_numpy()
+        dur = np.where(np.isnan(dur), drv["duration_s"].to_numpy(), dur)
+        start, end = retime(drv, dur)
+        clocks[(phase, int(unit))] = _clock(drv, start, end)
+        col = "input_tokens_done" if phase == "prefill" else "output_tokens"
+        inside = (start >= t0) & (start < t1)
+        done[phase] += float(drv[col].to_numpy()[inside].sum())
+    req = result.requests
+    if window is not None:
+        req = req[(req["arrival_s"] >= window[0]) & (req["arrival_s"] < window[1])]
+    ttft = req["ttft_s"].to_numpy(dtype=np.float64).copy()
+    for u in np.unique(req["prefill_unit"]):
+        if ("prefill", int(u)) not in clocks:
+            continue
+        sel = (req["prefill_unit"] == u).to_numpy() & req["prefill_end_s"].notna().to_numpy()
+        t = req["prefill_end_s"].to_numpy()[sel]
+        ttft[sel] += clocks[("prefill", int(u))](t) - t
+    tpot = req["tpot_s"].to_numpy(dtype=np.float64).copy()
+    for u in np.unique(req["decode_unit"]):
+        if ("decode", int(u)) not in clocks:
+            continue
+        sel = (req["decode_unit"] == u).to_numpy() & ~np.isnan(tpot)
+        a, b = req["first_token_s"].to_numpy()[sel], req["finish_s"].to_numpy()[sel]
+        c = clocks[("decode", int(u))]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot[sel] *= np.where(b > a, (c(b) - c(a)) / (b - a), 1.0)
+    out: dict[str, float] = {}
+    for name, x in (("ttft", ttft), ("tpot", tpot)):
+        x = x[~np.isnan(x)]
+        for q in (50, 90):
+            out[f"{name}_p{q}_s"] = float(np.percentile(x, q)) if x.size else math.nan
+    span = t1 - t0
+    meta = result.meta
+    for phase, key, nodes in (("prefill", "input_tok_s_per_node", meta.get("prefill_nodes", 1)),
+                              ("decode", "output_tok_s_per_node", meta.get("decode_nodes", 1))):
+        out[key] = done[phase] / span / nodes if span > 0 else math.nan
+    return out
+
+
+def operating_columns(result, config: ClusterConfig) -> dict[str, float]:
+    """`OPERATING` of the driver's run (`operating_point.measured`)."""
+    ops = measured(result.steps, result.requests, config)
+    pre, dec = ops.get("prefill", {}), ops.get("decode", {})
+    return {"prefill_tokens_per_rank": pre.get("per_rank", math.nan),
+            "decode_requests_per_rank": dec.get("per_rank", math.nan),
+            "decode_kv_fill": dec.get("kv_fill", math.nan)}
+
+
 def _summary(steps: pd.DataFrame, rebalances: list[dict], window=None) -> dict[str, float]:
     out: dict[str, float] = {}
     if window is not None:
@@ -203,17 +322,22 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
         driver.with_eplb(EplbConfig(solver=EplbMode.BALANCED.value)), log, seed)
     dp_ref = ref[0]["dp_wait_s"].to_numpy()
     rows, frames = [], []
+    result = log["_result"]
+    operating = operating_columns(result, driver)
+    points = measured(result.steps, result.requests, driver)
     for name, cfg in named.items():
         t0 = time.perf_counter()
         steps, rebal = done[name] if name in done else replay(cfg, log, seed)
+        seen = request_metrics(result, steps, task["window"])  # before the columns move
         steps["ep_wait_s"] += steps["dp_wait_s"] - dp_ref
         steps["dp_wait_s"] = dp_ref
         steps.insert(0, "seed", seed)
         steps.insert(0, "config", name)
         frames.append(steps)
         rows.append({"config": name, "seed": seed, **_summary(steps, rebal, task["window"]),
-                     "wall_s": time.perf_counter() - t0})
-    return {"rows": rows, "steps": frames, "wall_s": time.perf_counter() - start}
+                     **seen, **operating, "wall_s": time.perf_counter() - t0})
+    return {"rows": rows, "steps": frames, "points": points,
+            "wall_s": time.perf_counter() - start}
 
 
 def _shared(config: ClusterConfig, key: str):
@@ -257,10 +381,12 @@ def counterfactual(
 ) -> pd.DataFrame:
     """Counterfactual pairs (module docstring): one row per ``(config, seed)`` with per-phase
     mean step seconds and breakdown, busy and stall seconds, rebalances, and ``d_`` columns
-    (config minus the first config, seed by seed); ``window=(t0, t1)``: summarise the steps
-    starting in it (seconds). ``attrs["steps"]``: every replayed step
-    (`STEP_KEYS`) with ``d_`` columns of `DELTA` against the first config's same step;
-    ``attrs["baseline"]``, ``attrs["driver"]`` (default the baseline), ``attrs["wall_s"]``."""
+    (config minus the first config, seed by seed), `REQUEST_METRICS` re-timed (module
+    docstring) and the driver's `OPERATING` point; ``window=(t0, t1)``: summarise the steps
+    starting in it and the requests arriving in it (seconds). ``attrs["steps"]``: every
+    replayed step (`STEP_KEYS`) with ``d_`` columns of `DELTA` against the first config's same step;
+    ``attrs["baseline"]``, ``attrs["driver"]`` (default the baseline), ``attrs["wall_s"]``,
+    ``attrs["operating_point"]``: seed -> `operating_point.measured` of the driver's run."""
     check_shared(named)
     base = next(iter(named))
     driver = base if driver is None else str(driver)
@@ -288,5 +414,7 @@ def counterfactual(
     for m in DELTA:
         steps[f"d_{m}"] = steps[m].to_numpy() - joined[m].to_numpy()
     frame.attrs.update(baseline=base, driver=driver, steps=StepFrame(steps),
-                       wall_s=time.perf_counter() - start, mode="counterfactual")
+                       wall_s=time.perf_counter() - start, mode="counterfactual",
+                       operating_point={int(s): o["points"] for s, o in zip(seeds, out,
+                                                                            strict=True)})
     return frame

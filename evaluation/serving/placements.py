@@ -1,6 +1,8 @@
-"""A model's expert placement on one unit: `trivial_placement` (a runtime's default) and
+"""A model's expert placement on one unit: `trivial_placement` (a runtime's default),
 `fit_placement` (a placement or placement file as the model's ``[moe_layers, P]`` placement: the
-one way the simulator's ``eplb.initial`` and `advise`'s ``previous`` read a file)."""
+one way the simulator's ``eplb.initial`` and `advise`'s ``previous`` read a file), and how
+SGLang splits an expert's tokens over its replicas (`sglang_first_slot`, `sglang_static`), as
+``replica_share`` for the ``weighted`` dispatch policy."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from eplb.io import read_placement
 from eplb.placement import Placement
 from eplb.topology import Topology
 
-__all__ = ["fit_placement", "trivial_placement"]
+__all__ = ["fit_placement", "sglang_first_slot", "sglang_static", "trivial_placement"]
 
 
 def trivial_placement(model: ModelSpec, topology: Topology) -> Placement:
@@ -54,3 +56,58 @@ def fit_placement(source: Placement | str | os.PathLike, model: ModelSpec, topol
         )
     share = None if p.replica_share is None else p.replica_share[order]
     return Placement(p.phy2log[order], p.num_experts, topology, share, p.meta).validate()
+
+
+def sglang_first_slot(placement: Placement) -> Placement:
+    """``placement`` (the trivial one) as SGLang runs it with no dispatch algorithm: with
+    neither ``--enable-eplb`` nor ``--init-expert-location`` SGLang leaves
+    ``ep_dispatch_algorithm`` unset (server_args ``_handle_eplb_and_dispatch``), so
+    ``topk_ids_logical_to_physical`` returns the router's logical ids as physical ids
+    (fzyzcjy/sglang@5e446c00:python/sglang/srt/managers/expert_location_dispatch.py): expert
+    ``e`` is always served by slot ``e``, and the redundant slots ``E..P-1`` of the trivial
+    layout receive nothing. Shares: 1 on the slot whose index is its expert, 0 elsewhere.
+    `InputError` when some expert's slot ``e`` does not hold ``e``."""
+    E = placement.num_experts
+    slots = placement.phy2log.shape[1]
+    if slots < E or (placement.phy2log[:, :E] != np.arange(E)).any():
+        raise InputError("SGLang serves expert e from slot e only when slot e holds it (the "
+                         "trivial layout); give the trivial placement or use sglang_static")
+    share = np.zeros(placement.phy2log.shape)
+    share[:, :E] = 1.0
+    return Placement(placement.phy2log, E, placement.topology, share, placement.meta,
+                     placement.layer_ids).validate()
+
+
+def sglang_static(placement: Placement, seed: int = 42) -> Placement:
+    """``placement`` as SGLang's static dispatch routes it (set by ``--enable-eplb`` or
+    ``--init-expert-location``): every source GPU sends all its picks of an expert to one
+    replica, its own GPU's when it holds one, else one drawn at random per (layer, expert,
+    GPU) (``compute_logical_to_rank_dispatch_physical_map``,
+    fzyzcjy/sglang@10584e15:python/sglang/srt/managers/expert_location.py; SGLang draws with
+    torch seeded ``42 + rank``, here numpy ``default_rng(seed)``: the same law, other draws).
+    With every source sending alike, a replica's share is the fraction of GPUs that send to
+    it. Empty slots (-1) get 0."""
+    phy2log = placement.phy2log
+    L, P = phy2log.shape
+    topo = placement.topology
+    G, S = topo.num_gpus, topo.slots_per_gpu
+    gpu_of = np.arange(P) // S
+    rng = np.random.default_rng(seed)
+    share = np.zeros((L, P))
+    for layer in range(L):
+        row = phy2log[layer]
+        order = np.argsort(row, kind="stable")
+        experts, first, counts = np.unique(row[order], return_index=True, return_counts=True)
+        for e, i, c in zip(experts, first, counts, strict=True):
+            if e < 0:
+                continue
+            reps = order[i:i + c]  # ascending slots of expert e
+            if c == 1:
+                share[layer, reps[0]] = 1.0
+                continue
+            pick = rng.integers(0, c, size=G)  # a random replica per source GPU
+            for k, slot in enumerate(reps):  # a GPU holding a replica serves itself
+                pick[gpu_of[slot]] = k
+            share[layer, reps] = np.bincount(pick, minlength=c) / G
+    return Placement(phy2log, placement.num_experts, topo, share, placement.meta,
+                     placement.layer_ids).validate()

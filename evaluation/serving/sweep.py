@@ -21,6 +21,7 @@ from eplb.errors import InputError
 from eplb.evaluation.serving import metrics
 from eplb.evaluation.serving.compare import _named, run_task
 from eplb.evaluation.serving.config import ClusterConfig
+from eplb.evaluation.serving.counterfactual import OPERATING, REQUEST_METRICS
 from eplb.evaluation.serving.intervals import ci_table, fraction_ci, mean_ci
 from eplb.evaluation.serving.results.result import SUMMARY_UNITS
 from eplb.evaluation.serving.simulator.loop import check_args
@@ -43,13 +44,15 @@ COUNTERFACTUAL = tuple(
     f"{ph}_{k}"
     for ph in ("prefill", "decode")
     for k in ("step_s", "ep_wait_s", "comm_exposed_s", "moe_s", "stall_s", "busy_s")
-)
+) + REQUEST_METRICS + OPERATING  # what a user sees (re-timed), and where the driver ran
 
 TINY_S = 1e-12  # seconds a comparison table prints as 0 (float rounding, not a time)
 UNITS = {**SUMMARY_UNITS, "served_fraction": "fraction", "offered_rate": "req/s",
          # capacity_table's columns: the rate found, its interval, goodputs at lo and hi
          "rate": "req/s", "lo": "req/s", "hi": "req/s", "goodput_hi": "fraction",
-         "target": "fraction", "runs": "simulations", "overloaded": "yes/no"}
+         "target": "fraction", "runs": "simulations", "overloaded": "yes/no",
+         "prefill_tokens_per_rank": "tokens", "decode_requests_per_rank": "requests",
+         "decode_kv_fill": "fraction"}
 
 
 def _rates(rates: Sequence[float]) -> list[float]:

@@ -26,39 +26,77 @@ BENCH_EXPERTS, BENCH_TOP_K, BENCH_TOPK_GROUPS = 256, 8, 4  # DeepSeek-V3 shape i
 
 @dataclass(frozen=True)
 class KernelFit:
-    """Serving-stack constants fitted on SGLang's 96 x H100 measurements.
+    """The serving-stack constants: four pinned by measured kernel tables, one fitted end to
+    end (docs/serving-calibration.md, "Calibration"; `scripts/calibrate_serving.py` derives
+    the pinned ones from the cited rows and fits the last).
 
-    - ``gemm_efficiency``: multiplies every DeepGEMM table throughput (real MoE/attention
-      projections run slower than the standalone kernel benchmark: permutes, quantisation,
-      launch gaps).
-    - ``prefill_attention_tflops``: BF16 core-attention throughput of MLA prefill (computed
-      as multi-head attention, causal) in TFLOPS.
-    - ``layer_overhead_s``: fixed seconds per layer and micro-batch for the small kernels
-      (norms, RoPE, gating, top-k, casts) that no table covers.
+    Pinned by kernel tables (aiconfigurator's H100 SGLang 0.5.6.post2 measurements,
+    `scripts/kernel_tables.py`):
+
+    - ``gemm_efficiency``: dense FP8 GEMM throughput in SGLang over DeepGEMM's README rows
+      (`DEEPGEMM_DENSE`) at the same ``(M, N, K)``;
+    - ``grouped_gemm_efficiency``: the MoE core (DeepGEMM grouped GEMMs with their activation
+      and casts) over DeepGEMM's grouped rows (`DEEPGEMM_GROUPED`); None: ``gemm_efficiency``;
+    - ``prefill_attention_tflops``: MLA prefill core attention (computed as multi-head
+      attention, causal) in TFLOPS at 4K prompts, for presets without a length table
+      (`Hardware.prefill_attention`);
+    - ``layer_overhead_s``: seconds per layer and micro-batch of the small kernels the stage
+      formulas leave out (norms, RoPE, casts, activation), read as the measured modules'
+      excess over the model's stages at SGLang's decode operating point;
     - ``step_overhead_s``: fixed seconds per step (scheduling, sampling); not fitted, 0.
+
+    Fitted end to end (no table measures it):
+
+    - ``engine_efficiency``: the serving engine's compute throughput over the kernels'
+      standalone tables (two micro-batches sharing the SMs with communication, launch gaps,
+      what no single-kernel benchmark sees); multiplies every GEMM and prefill attention.
     """
 
     gemm_efficiency: float
     prefill_attention_tflops: float
     layer_overhead_s: float
     step_overhead_s: float = 0.0
+    grouped_gemm_efficiency: float | None = None
+    engine_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("gemm_efficiency", "prefill_attention_tflops"):
+        for name in ("gemm_efficiency", "prefill_attention_tflops", "engine_efficiency"):
             if not getattr(self, name) > 0:
                 raise InputError(f"KernelFit.{name} must be > 0, got {getattr(self, name)}")
+        if self.grouped_gemm_efficiency is not None and not self.grouped_gemm_efficiency > 0:
+            raise InputError("KernelFit.grouped_gemm_efficiency must be > 0 or None, got "
+                             f"{self.grouped_gemm_efficiency}")
         for name in ("layer_overhead_s", "step_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"KernelFit.{name} must be >= 0, got {getattr(self, name)}")
 
+    @property
+    def dense_scale(self) -> float:
+        """What multiplies DeepGEMM's dense rows: ``gemm_efficiency x engine_efficiency``."""
+        return self.gemm_efficiency * self.engine_efficiency
 
-# Fitted by `python scripts/calibrate_serving.py --fit` on SGLang's 96 x H100 blog figures
-# (prefill 1K/2K/4K, decode 2K x 256) with balanced routing; `--check` refits and fails when
-# these drift from the fit by more than 1%. Not tuned to any DeepSeek figure.
+    @property
+    def grouped_scale(self) -> float:
+        """What multiplies DeepGEMM's grouped rows: the grouped (else dense) kernel efficiency
+        x ``engine_efficiency``."""
+        g = self.gemm_efficiency if self.grouped_gemm_efficiency is None \
+            else self.grouped_gemm_efficiency
+        return g * self.engine_efficiency
+
+
+# Pinned by `python scripts/pin_kernels.py` from the kernel rows in scripts/kernel_tables.py
+# (aiconfigurator's H100 SGLang 0.5.6.post2 tables); the engine efficiency fitted by
+# `python scripts/calibrate_serving.py --fit` on SGLang's 96 x H100 blog figures (prefill
+# 1K/2K/4K, decode 2K x 256) with balanced routing. `calibrate_serving.py --check` re-derives
+# and refits and fails when a stored value drifted by more than 1%. Not tuned to any DeepSeek
+# figure. A preset without DeepGEMM tables (a roofline preset) takes its own kernel
+# efficiencies and this `engine_efficiency` (`KernelFit.dense_scale`, `grouped_scale`).
 FITTED = KernelFit(
-    gemm_efficiency=0.651,  # fitted (SGLang, H100)
-    prefill_attention_tflops=553.0,  # fitted (SGLang, H100)
-    layer_overhead_s=82.0e-6,  # fitted (SGLang, H100)
+    gemm_efficiency=0.9446,  # pinned: SGLang FP8 GEMM rows / DeepGEMM README
+    prefill_attention_tflops=694.4,  # pinned: SGLang MLA prefill module, 4K prompts
+    layer_overhead_s=73.94e-6,  # pinned: decode modules' excess over the stages
+    grouped_gemm_efficiency=1.016,  # pinned: SGLang decode MoE core / DeepGEMM
+    engine_efficiency=0.6798,  # fitted (SGLang, H100), the one end-to-end constant
 )
 
 
@@ -76,6 +114,10 @@ class Hardware:
       ``ll_tokens`` tokens per rank, top-8, hidden 7168.
     - ``comm_sms``: SMs the normal kernels occupy while in flight (prefill compute slows by
       ``sms / (sms - comm_sms)``); the low-latency kernels hold none in flight.
+    - ``prefill_attention``: ``(prompt tokens, TFLOPS)`` rows of MLA prefill core attention
+      measured standalone, interpolated in log2 of a rank's effective prompt length (twice its
+      mean keys per query) and flat beyond; empty: ``fit.prefill_attention_tflops`` at every
+      length. Both are multiplied by ``fit.engine_efficiency``.
     """
 
     name: str
@@ -94,6 +136,7 @@ class Hardware:
     ll_a2a: tuple[tuple[int, float, float], ...]
     ll_tokens: int = 128
     comm_sms: int = 24
+    prefill_attention: tuple[tuple[int, float], ...] = ()
     fit: KernelFit = field(default=FITTED)
     sources: tuple[str, ...] = ()
 
@@ -199,6 +242,21 @@ DEEPGEMM_GROUPED = (
     (4096, 1288.0, 1093.0),
     (8192, 1297.0, 1099.0),
 )
+# MLA prefill core attention, TFLOPS of the model's attention FLOPs (128 heads x (192 + 128) x
+# 2 per attended pair) by prompt length: aiconfigurator's H100 SGLang 0.5.6.post2 measurement
+# of the whole MLA module in prefill (ai-dynamo/aiconfigurator@095f58a:aic-core/src/
+# aiconfigurator_core/systems/data/h100_sxm/mla/sglang/0.5.6.post2/wideep_context_mla_perf.parquet,
+# fa3, 128 heads) minus the model's projections at the pinned `gemm_efficiency`, at 8,192 tokens
+# per call (16,384 for the 16K prompt). Derived by scripts/pin_kernels.py; `calibrate_serving.py
+# --check` re-derives it. Used for H800 too (the same GH100 compute; an assumption).
+SGLANG_MLA_PREFILL_H100 = (
+    (512, 360.9),
+    (1024, 526.9),
+    (2048, 635.6),
+    (4096, 694.4),
+    (8192, 732.2),
+    (16384, 737.6),
+)
 # DeepEP README (V1 legacy table, @dd758ca docs/legacy.md), H800 + CX7 400 Gb/s, normal
 # kernels, 4096 tokens, hidden 7168, top-4 groups, top-8, FP8 dispatch / BF16 combine,
 # DeepEP's accounting: EP -> (dispatch, combine) GB/s; EP8 is NVLink, the rest RDMA.
@@ -269,6 +327,7 @@ _SOURCES = (
     "DeepGEMM README (H800, NVCC 12.8): dense and grouped FP8 GEMM tables",
     "FlashMLA README: 660 TFLOPS compute-bound, 3000 GB/s memory-bound (H800 SXM5)",
     "DeepEP README @dd758ca docs/legacy.md: normal and low-latency kernels (H800, CX7)",
+    "aiconfigurator @095f58a h100_sxm sglang 0.5.6.post2: MLA prefill module (attention table)",
 )
 
 h800 = Hardware(
@@ -286,6 +345,7 @@ h800 = Hardware(
     mla_decode_gbps=3000.0,  # FlashMLA README, memory-bound configuration
     normal_a2a=_normal_from_deepep(DEEPEP_NORMAL_H800),
     ll_a2a=_ll_rows(DEEPEP_LL_H800, by_nodes=False),
+    prefill_attention=SGLANG_MLA_PREFILL_H100,
     sources=_SOURCES,
 )
 
@@ -295,7 +355,8 @@ h100 = replace(
     nvlink_gbps=450.0,  # H100 SXM NVLink 900 GB/s bidirectional
     normal_a2a=_normal_from_times(AIC_NORMAL_H100),
     ll_a2a=_ll_rows(AIC_LL_H100, by_nodes=True),
-    sources=(*_SOURCES[:2], "aiconfigurator h100_sxm sglang 0.5.6.post2 DeepEP sweeps"),
+    sources=(*_SOURCES[:2], _SOURCES[3],
+             "aiconfigurator h100_sxm sglang 0.5.6.post2 DeepEP sweeps"),
 )
 
 h200 = replace(
@@ -304,7 +365,8 @@ h200 = replace(
     hbm_gbps=4800.0,  # H200 SXM: HBM3e 4.8 TB/s, 141 GB
     hbm_gb=141.0,
     mla_decode_gbps=3000.0 * 4800.0 / 3350.0,  # FlashMLA's H800 figure scaled by HBM bandwidth
-    sources=(*_SOURCES[:2], "aiconfigurator h200_sxm (identical to its h100_sxm DeepEP files)"),
+    sources=(*_SOURCES[:2], _SOURCES[3],
+             "aiconfigurator h200_sxm (identical to its h100_sxm DeepEP files)"),
 )
 
 HARDWARE: dict[str, Hardware] = {"h800": h800, "h100": h100, "h200": h200}

@@ -21,7 +21,7 @@ class GpuSide:
     def __init__(self, topology: Topology, model: ModelSpec, hardware: Hardware):
         self.topology, self.model = topology, model
         self.expert = ExpertCurve(
-            hardware.grouped_gemm, model, efficiency=hardware.fit.gemm_efficiency
+            hardware.grouped_gemm, model, efficiency=hardware.fit.grouped_scale
         )
 
     @property

@@ -22,7 +22,7 @@ class RankSide:
     def __init__(self, phase: str, model: ModelSpec, hardware: Hardware, micro_batches: int):
         self.phase, self.model, self.hardware = phase, model, hardware
         self.micro_batches = micro_batches
-        eff = hardware.fit.gemm_efficiency
+        eff = hardware.fit.dense_scale
         h, i = model.hidden, model.moe_intermediate
         self.mla = GemmCurve(hardware.dense_gemm, model.mla_shapes, efficiency=eff)
         self.ffn = GemmCurve(
@@ -52,12 +52,7 @@ class RankSide:
         t = batch.tokens / mb
         a1 = self.mla.seconds(t)
         if self.phase == "prefill":
-            a2 = (
-                batch.attention
-                / mb
-                * m.prefill_flops_per_pair
-                / (hw.fit.prefill_attention_tflops * 1e12)
-            )
+            a2 = self.prefill_attention(batch.attention / mb, t)
             if batch.kv_tokens.any():  # context-parallel KV exchange (pass-KV, overlapped)
                 kv = batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.rdma_gbps * 1e9)
                 a2 = np.maximum(a2, kv)
@@ -68,6 +63,23 @@ class RankSide:
             )
         shared = m.shared_experts * self.ffn.seconds(t)
         return a1, a2, shared
+
+    def prefill_attention(self, pairs, tokens) -> np.ndarray:
+        """Seconds of prefill core attention for ``pairs: float[G]`` attended pairs over
+        ``tokens: float[G]`` query tokens per rank: the preset's measured throughput at the
+        rank's effective prompt length ``2 x pairs / tokens`` (`Hardware.prefill_attention`;
+        else ``fit.prefill_attention_tflops``), times ``fit.engine_efficiency``."""
+        hw = self.hardware
+        flops = np.asarray(pairs, dtype=np.float64) * self.model.prefill_flops_per_pair
+        rows = hw.prefill_attention
+        if not rows:
+            tflops = hw.fit.prefill_attention_tflops
+        else:
+            tokens = np.asarray(tokens, dtype=np.float64)
+            length = 2.0 * flops / self.model.prefill_flops_per_pair / np.maximum(tokens, 1.0)
+            tflops = np.interp(np.log2(np.maximum(length, 1.0)),
+                               np.log2([r[0] for r in rows]), [r[1] for r in rows])
+        return flops / (tflops * hw.fit.engine_efficiency * 1e12)
 
     def dense(self, batch: RankBatch, a1: np.ndarray, a2: np.ndarray) -> np.ndarray:
         """``float64[G]``: seconds of the dense layers (both micro-batches) per rank, from one
