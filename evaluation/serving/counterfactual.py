@@ -224,11 +224,11 @@ def request_metrics(result, replayed: pd.DataFrame, window=None) -> dict[str, fl
     """`REQUEST_METRICS` of the driver's run ``result`` (a `SimResult`) re-timed with the
     ``replayed`` steps of one config (`replay`'s frame: ``step_s`` and ``stall_s`` per
     ``(phase, unit, step)``): latencies over the requests arriving in ``window`` (default
-    the run) that the driver served (TTFT) or finished (TPOT); throughput as the summary
-    counts it, the tokens of the steps starting in the window (re-timed) over its length.
+    the arrival window, as `SimResult.summary`) that the driver served (TTFT) or finished
+    (TPOT); throughput as the summary counts it, the tokens of the steps starting in the window (re-timed) over its length.
     Driver and config agree exactly when the durations do."""
     steps = result.steps
-    t0, t1 = (0.0, float(result.meta.get("end_s", 0.0))) if window is None else window
+    t0, t1 = result.arrival_window() if window is None else window
     clocks: dict[tuple[str, int], Any] = {}
     done = {"prefill": 0.0, "decode": 0.0}  # tokens of the steps re-timed into the window
     for (phase, unit), drv in steps.groupby(["phase", "unit"], sort=False):
@@ -243,8 +243,7 @@ def request_metrics(result, replayed: pd.DataFrame, window=None) -> dict[str, fl
         inside = (start >= t0) & (start < t1)
         done[phase] += float(drv[col].to_numpy()[inside].sum())
     req = result.requests
-    if window is not None:
-        req = req[(req["arrival_s"] >= window[0]) & (req["arrival_s"] < window[1])]
+    req = req[(req["arrival_s"] >= t0) & (req["arrival_s"] < t1)]
     ttft = req["ttft_s"].to_numpy(dtype=np.float64).copy()
     for u in np.unique(req["prefill_unit"]):
         if ("prefill", int(u)) not in clocks:

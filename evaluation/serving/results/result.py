@@ -223,6 +223,13 @@ class SimResult:
     meta: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ summary
+    def arrival_window(self) -> tuple[float, float]:
+        """``(0, arrivals end)`` in seconds: the window `summary` covers by default (the
+        whole run when every request arrived at t = 0, a batch)."""
+        end = float(self.meta.get("end_s", 0.0))
+        arrivals_end = float(self.meta.get("arrivals_end_s", end))
+        return 0.0, arrivals_end if arrivals_end > 1e-9 else end
+
     def summary(
         self, window: tuple[float, float] | None = None, *, measure_from_s: float | None = None
     ) -> dict[str, Any]:
@@ -245,9 +252,7 @@ class SimResult:
         bytes moved: those of the whole run from ``t0`` (of the window, when given).
         """
         end = self.meta.get("end_s", 0.0)
-        arrivals_end = float(self.meta.get("arrivals_end_s", end))
-        if not arrivals_end > 1e-9:  # every request at t = 0 (a batch): the whole run
-            arrivals_end = end
+        arrivals_end = self.arrival_window()[1]
         t0, t1 = (0.0, arrivals_end) if window is None else (float(window[0]), float(window[1]))
         if measure_from_s is not None:
             if not (isinstance(measure_from_s, (int, float)) and measure_from_s >= 0):
