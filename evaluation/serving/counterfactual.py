@@ -225,8 +225,8 @@ def request_metrics(result, replayed: pd.DataFrame, window=None) -> dict[str, fl
     ``replayed`` steps of one config (`replay`'s frame: ``step_s`` and ``stall_s`` per
     ``(phase, unit, step)``): latencies over the requests arriving in ``window`` (default
     the arrival window, as `SimResult.summary`) that the driver served (TTFT) or finished
-    (TPOT); throughput as the summary counts it, the tokens of the steps starting in the window (re-timed) over its length.
-    Driver and config agree exactly when the durations do."""
+    (TPOT); throughput as the summary counts it, the tokens of the steps starting in the
+    window (re-timed) over its length. Driver and config agree exactly when the durations do."""
     steps = result.steps
     t0, t1 = result.arrival_window() if window is None else window
     clocks: dict[tuple[str, int], Any] = {}
