@@ -255,3 +255,25 @@ def windows_arg(spec: str | None, flag: str = "--windows"):
     from eplb.traces.windows import parse_windows  # lazy: keeps eplb --help fast
 
     return parse_windows(spec, flag)
+
+
+def model_defaults(args, *, routing: bool = False) -> None:
+    """Fill ``args.groups`` (and with ``routing`` ``args.topk_groups``, ``args.top_k``,
+    ``args.hidden``) that were not given from ``--model`` (a preset or a Hugging Face
+    config.json): its expert groups (none when it has one), groups per token, top-k and hidden
+    size. Nothing without ``--model``."""
+    if getattr(args, "model", None) is None:
+        return
+    from eplb.evaluation.serving.config.model import get_model  # lazy: keeps --help fast
+
+    m = get_model(args.model)
+    if args.groups is None and m.num_groups > 1:
+        args.groups = m.num_groups
+    if not routing:
+        return
+    if args.topk_groups is None and m.topk_groups < m.num_groups:
+        args.topk_groups = m.topk_groups
+    if args.top_k is None:
+        args.top_k = m.top_k
+    if args.hidden is None:
+        args.hidden = m.hidden

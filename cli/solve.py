@@ -13,6 +13,7 @@ from eplb.cli.common import (
     check_outputs,
     check_solver_options,
     failed_gpus_arg,
+    model_defaults,
     parse_options,
     solvers_epilog,
     windows_arg,
@@ -40,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.topology(p, required=True)
     og.bandwidths(p)
     og.failed_gpus(p)
-    og.groups(p, default=None, must_divide=True)
+    og.groups(p, default="--model's expert groups, else none", must_divide=True)
+    og.model(p, note="only its expert groups are read (the --groups default)")
     og.windows(p)
     og.ema(p)
     og.solver(p, default="deepseek", listed_below=True)
@@ -163,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.solve import solve_trace
     from eplb.io import format_for, read_placement, write_placement
 
-    check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
+    check_outputs({"LOAD": args.load, "--previous": args.previous, "--model": args.model},
+                  {"-o": args.output})
+    model_defaults(args)  # --groups from --model's expert groups
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
     solvers.load_plugins(args.plugin or ())

@@ -31,7 +31,7 @@ from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S, Hardware, get
 from eplb.evaluation.serving.config.model import ModelSpec, get_model
 from eplb.evaluation.serving.placements import fit_placement, trivial_placement
 from eplb.evaluation.serving.simulator.planner import gpu_balance
-from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.evaluation.serving.steptime import RankBatch, StepModel, kernels
 from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.topology import RDMA_GBPS, Topology
@@ -272,7 +272,7 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     (``duplicate``, a `DuplicateConfig`) are charged; skipped (with a note) where the unit
     cannot duplicate (one GPU per node, no copies, a budget below one copy)."""
     try:
-        ctx.duplicate.check_usable(ctx.gpus_per_node, float(ctx.model.expert_params))
+        ctx.duplicate.check_usable(ctx.gpus_per_node, float(ctx.model.expert_bytes))
     except InputError as exc:
         ctx.notes.append(f"dispatch_duplicate skipped: {exc}")
         return []
@@ -337,6 +337,7 @@ class Advice:
             f"expert groups from the model preset (see notes); loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
+            m["curves_note"],
             "",
             t.to_string(index=False, float_format=_cell),
             "",
@@ -638,7 +639,7 @@ def _load_of(dump, model: ModelSpec) -> tuple[np.ndarray, dict]:
     counts = np.asarray(tr.counts, dtype=np.float64)
     L, E = counts.shape[1:]
     if L == model.num_layers and model.dense_layers:  # every model layer: drop the dense ones
-        counts = counts[:, model.dense_layers:]
+        counts = counts[:, list(model.moe_layer_index)]
         L = counts.shape[1]
     if (L, E) != (model.moe_layers, model.num_experts):
         from eplb.evaluation.serving.config.model import MODELS
@@ -647,9 +648,9 @@ def _load_of(dump, model: ModelSpec) -> tuple[np.ndarray, dict]:
                             for k, v in MODELS.items())
         raise InputError(
             f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
-            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
-            f"model has presets for {presets} only, so give a dump of one of them (--model); "
-            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; give the dump's "
+            f"own model with --model: a preset ({presets}) or the path of its Hugging Face "
+            "config.json"
         )
     load = counts.sum(0)
     if not (load.sum(1) > 0).any():
@@ -790,7 +791,7 @@ def _score(ctx: Context, s: _Settings, opts: Sequence[Option]) -> list[_Scored]:
     (`moves.migration_bytes`, one byte per FP8 parameter). `InputError` when today's
     deployment (the first option) cannot hold one request; a note per row whose weights do not
     fit the HBM."""
-    expert_bytes = float(s.model.expert_params)  # FP8 weights: one byte per parameter
+    expert_bytes = float(s.model.expert_bytes)  # at the experts' data type (FP8: 1 B each)
     gbps = s.migration_gbps * 1e9
     scored = []
     for o in opts:
@@ -871,11 +872,14 @@ def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scor
     ]
     groups, groups_note = _groups_used(ctx)
     notes.append(groups_note)
+    notes.append(f"model {s.model.name}: " + "; ".join(s.model.assumptions()) + ".")
     notes += ctx.notes
     if s.phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
     meta = {**measured, "phase": s.phase, "topology": s.topology_text,
             "slots": s.topology.num_slots, "hardware": s.hardware.name, "model": s.model.name,
+            "curves": kernels.labels(s.hardware, s.model),
+            "curves_note": kernels.describe(s.hardware, s.model),
             "tokens_per_rank": s.tokens_per_rank, "kv_tokens": s.kv_tokens,
             "input_tokens": s.input_tokens, "solver": s.solver,
             "solver_options": s.solver_options, "groups": groups,

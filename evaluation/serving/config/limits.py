@@ -43,7 +43,7 @@ def check_config(config) -> None:
     _finite("eplb.history_s", float(eplb.history_s), MAX_SIM_S)
     _finite("eplb.rebalance_interval_s", float(eplb.rebalance_interval_s), MAX_SIM_S)
     moved = max(config.unit(p).slots_per_gpu for p in ("prefill", "decode")) \
-        * model.moe_layers * model.expert_params  # bytes per GPU if every slot moves (FP8)
+        * model.moe_layers * model.expert_bytes  # bytes per GPU if every slot moves
     worst = moved / (float(eplb.migration_gbps) * 1e9)
     if worst > MAX_OP_S:
         raise InputError(
