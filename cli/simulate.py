@@ -183,15 +183,15 @@ def _toml_string(text: str) -> str:
     return json.dumps(str(text))
 
 
-def curves_lines(named: dict) -> list[str]:
-    """One line per config whose step times rest on roofline curves (what it rests on), for
-    the first lines of a result."""
+def curves_lines(named: dict, *, roofline: bool = True) -> list[str]:
+    """One line per config saying what its kernel figures rest on: those built on roofline
+    curves (``roofline``; printed first), else the others (printed after the result)."""
     from eplb.evaluation.serving.steptime import kernels  # lazy: keeps --help fast
 
     out = []
     for name, cfg in named.items():
         hw, model = cfg.hardware_spec, cfg.model_spec
-        if "roofline" in kernels.labels(hw, model).values():
+        if ("roofline" in kernels.labels(hw, model).values()) == roofline:
             out.append(f"{name}: {kernels.describe(hw, model)}")
     return out
 
@@ -311,6 +311,7 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
     roof = curves_lines(named)
     if roof:  # a result built on roofline curves says so first
         text = "\n".join(roof) + "\n\n" + text
+    text += "".join(f"\n{line}" for line in curves_lines(named, roofline=False))
     print(text)
     if out is not None:  # OUTDIR appears all at once, or not at all; claimed without --force
         with atomic_directory(out, replace=args.force) as tmp:
@@ -348,6 +349,8 @@ def _single(args: argparse.Namespace) -> int:
     for line in curves_lines({config.name: config}):  # roofline curves: said first
         print(line)
     print(result.summary_table(window, measure_from_s=mfrom))
+    for line in curves_lines({config.name: config}, roofline=False):
+        print(line)
     print(
         f"\nwrote {out}/ ({len(result.requests):,} requests, {len(result.steps):,} steps, "
         f"{len(result.rebalances)} rebalance rows: scheduled, skipped and emergency)"

@@ -9,8 +9,8 @@ tables give (`roofline.derive_hopper`) within 1%.
 
 Run: ``python scripts/roofline_check.py [--check] [--write-doc]``: ``--check`` exits 1 when a
 point's roofline throughput is more than ``TOL`` (15%) from the measured preset's or a stored
-efficiency drifted; ``--write-doc`` writes the table into docs/serving.md ("Your model, your
-GPU")."""
+efficiency drifted, or the doc's blocks differ from what it computes; ``--write-doc`` writes
+the check, the GPU presets and the efficiencies into docs/serving.md ("Your model, your GPU")."""
 
 from __future__ import annotations
 
@@ -76,6 +76,43 @@ def table(found: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def presets_table() -> str:
+    """Every GPU preset's datasheet figures, whether its curves are measured or a roofline,
+    and its first source (each figure is cited in config/hardware.py or config/datasheets.py)."""
+    lines = ["| preset | curves | FP8 / BF16 dense TFLOPS | HBM GB | HBM GB/s | NVLink / xGMI "
+             "GB/s per direction | NIC GB/s | GPUs per node | source |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name in hw_mod.hardware_names():
+        hw = hw_mod.get_hardware(name)
+        if name.endswith("_roofline"):
+            continue
+        source = (hw.sources[0] if hw.roofline is not None else
+                  "NVIDIA SXM datasheet figures (config/hardware.py); kernel tables: "
+                  + ", ".join(x.split(" ")[0] for x in hw.sources))
+        lines.append(f"| {name} | {hw.curves} | {hw.fp8_tflops:g} / {hw.bf16_tflops:g} | "
+                     f"{hw.hbm_gb:g} | {hw.hbm_gbps:g} | {hw.nvlink_gbps:g} | {hw.rdma_gbps:g} | "
+                     f"{hw.gpus_per_node} | {source} |")
+    return "\n".join(lines)
+
+
+def efficiency_table() -> str:
+    """`HOPPER`'s efficiencies beside their derivation from the H800 tables, and the stack
+    constants carried along."""
+    d = derive_hopper(hw_mod.HARDWARE["h800"])
+    lines = ["| efficiency | stored | derived from the H800 tables |", "|---|---:|---:|"]
+    for f in fields(HOPPER):
+        if f.name != "source":
+            lines.append(f"| `{f.name}` | {getattr(HOPPER, f.name):.4g} | "
+                         f"{getattr(d, f.name):.4g} |")
+    fit = hw_mod.FITTED
+    lines += ["", f"Stack constants read by name from `hardware.FITTED` (calibrated on SGLang's "
+              f"H100 run): `gemm_efficiency` {fit.gemm_efficiency:g} (multiplies both roofs), "
+              f"`layer_overhead_s` {fit.layer_overhead_s * 1e6:g} us, prefill attention at "
+              f"{fit.prefill_attention_tflops:g} / 989 = "
+              f"{fit.prefill_attention_tflops / 989:.3f} of the BF16 peak."]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true")
@@ -95,11 +132,12 @@ def main(argv=None) -> int:
         print(f"{r['point']} on {r['gpu']}: {100 * r['error']:+.1f}% > {100 * TOL:.0f}%",
               file=sys.stderr)
     status |= bool(over) if args.check else 0
+    blocks = {"roofline-check": text, "hardware-presets": presets_table(),
+              "hopper-efficiency": efficiency_table()}
     if args.check and not args.write_doc:
-        status |= update_doc(DOC, {"roofline-check": text}, check=True,
-                             script="roofline_check.py --write-doc")
+        status |= update_doc(DOC, blocks, check=True, script="roofline_check.py --write-doc")
     if args.write_doc:
-        update_doc(DOC, {"roofline-check": text}, check=False, script="roofline_check.py")
+        update_doc(DOC, blocks, check=False, script="roofline_check.py")
     return int(status)
 
 

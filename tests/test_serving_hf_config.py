@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from eplb.errors import EplbError, InputError
-from eplb.evaluation.serving import ClusterConfig, steady_state
+from eplb.evaluation.serving import ClusterConfig, advise, simulate, steady_state, workload
 from eplb.evaluation.serving.config import hf_config
 from eplb.evaluation.serving.config.hardware import h800
 from eplb.evaluation.serving.config.model import ModelSpec, deepseek_v3, get_model
@@ -146,24 +146,58 @@ def test_low_latency_comm_is_per_pick_of_the_benchmark_and_per_byte_of_the_model
     assert mix == pytest.approx((ds[0] * 4096 / 7168, ds[1] * 4096 / 7168), rel=1e-12)
 
 
-@pytest.mark.parametrize("family", sorted(H.FAMILIES))
-@pytest.mark.parametrize("hardware", ["b200", "h800"])
-def test_steady_state_runs_every_family(family, hardware, tmp_path):
-    """TOML ``model = "config.json"`` beside the file, both phases, a measured and a roofline
-    GPU: finite, positive step times; the same without shared experts, groups or top-8."""
+MI355X_TABLE = ("[hardware]\nname = \"mi355x-like\"\nfp8_tflops = 5033\nbf16_tflops = 2516\n"
+                "hbm_gb = 288\nhbm_gbps = 8000\nnvlink_gbps = 538\nnic_gbps = 50\n"
+                "gpus_per_node = 8\n")
+
+
+def _cluster(tmp_path, family: str, hardware: str) -> ClusterConfig:
+    """A 2 x 8 GPU cluster TOML with ``model = "config.json"`` beside it and ``hardware`` (a
+    preset name, or "table": a ``[hardware]`` table of datasheet figures)."""
     spec = ModelSpec.from_hf_config(H.FAMILIES[family])
     H.write(H.FAMILIES[family], tmp_path)
     slots = -(-spec.num_experts // 16) * 16
+    gpu = MI355X_TABLE if hardware == "table" else f'hardware = "{hardware}"\n'
     (tmp_path / "c.toml").write_text(
-        f'model = "config.json"\nhardware = "{hardware}"\n'
-        f"[prefill]\nnodes = 2\nslots_per_layer = {slots}\n"
+        'model = "config.json"\n'
+        + (gpu if hardware != "table" else "")
+        + f"[prefill]\nnodes = 2\nslots_per_layer = {slots}\n"
         f"[decode]\nnodes = 2\nslots_per_layer = {slots}\nmax_running_requests = 32\n"
-        '[routing]\nsource = "uniform"\n')
+        "kv_capacity_tokens = 200000\n"
+        '[routing]\nsource = "uniform"\n[eplb]\nsolver = "greedy"\n'
+        + (gpu if hardware == "table" else ""))
     cfg = ClusterConfig.from_toml(tmp_path / "c.toml")
     assert cfg.model_spec == spec
+    return cfg
+
+
+@pytest.mark.parametrize("family", sorted(H.FAMILIES))
+@pytest.mark.parametrize("hardware", ["table", "h800"])
+def test_steady_state_runs_every_family(family, hardware, tmp_path):
+    """TOML ``model = "config.json"`` beside the file, both phases, a measured GPU and a
+    ``[hardware]`` table: finite, positive step times, labelled; the same without shared
+    experts, groups or top-8."""
+    cfg = _cluster(tmp_path, family, hardware)
     for phase in ("prefill", "decode"):
         r = steady_state(cfg, phase, batch=2048 if phase == "prefill" else 32)
         assert np.isfinite(r["step_s"]) and r["step_s"] > 0 and r["tok_s_per_node"] > 0
+        assert (r["curves"]["dispatch_combine"] == "roofline") == (hardware == "table")
+
+
+@pytest.mark.parametrize("family", sorted(H.FAMILIES))
+def test_advise_and_simulate_run_every_family(family, tmp_path):
+    """`advise` on a skewed dump of the model's shape on b200, and a short simulation with a
+    ``[hardware]`` table: rebalancing helps the dump's balance, every request is served."""
+    cfg = _cluster(tmp_path, family, "table")
+    spec = cfg.model_spec
+    load = np.random.default_rng(0).pareto(1.2, (spec.moe_layers, spec.num_experts)) + 0.1
+    a = advise(load, "2x8", cfg.decode.slots_per_layer, model=str(tmp_path / "config.json"),
+               hardware="b200", levers=["rebalance"], tokens_per_rank=16, max_tokens=16)
+    today, rebalanced = a.table["balance"]
+    assert rebalanced < today and a.meta["curves"]["grouped_gemm"] == "roofline"
+    wl = workload.from_spec("synth:n=20,rate=10,seed=1", block_size=cfg.kv.block_size)
+    res = simulate(cfg, wl, seed=0, duration_s=4.0, progress=False)
+    assert len(res.requests) == 20 and len(res.steps) > 0
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -346,6 +346,21 @@ def hardware_names() -> tuple[str, ...]:
     return (*HARDWARE, *(k for k in DATASHEETS if k not in HARDWARE))
 
 
+_READ: dict[tuple, Hardware] = {}  # hardware files read, by (path, mtime, size)
+
+
+def _from_file(path: Path) -> Hardware:
+    """A TOML file of datasheet figures: its ``[hardware]`` table, else its top level."""
+    from eplb.evaluation.serving.config import toml
+
+    data = toml.read(path)
+    table = data["hardware"] if isinstance(data.get("hardware"), Mapping) else data
+    try:
+        return Hardware.from_spec(table)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
 def get_hardware(name: str | os.PathLike | Mapping | Hardware) -> Hardware:
     """The GPU ``name`` stands for: a measured preset (`HARDWARE`), a datasheet preset
     (`config.datasheets`), a TOML file of datasheet figures (at the top level or in a
@@ -368,15 +383,11 @@ def get_hardware(name: str | os.PathLike | Mapping | Hardware) -> Hardware:
         except (OSError, ValueError):  # a name too long, a NUL byte
             is_file = False
         if is_file:
-            from eplb.evaluation.serving.config import toml
-
-            data = toml.read(path)
-            table = data.get("hardware", data) if isinstance(data.get("hardware"), Mapping) \
-                else data
-            try:
-                return Hardware.from_spec(table)
-            except InputError as exc:
-                raise InputError(f"{path}: {exc}") from None
+            st = path.stat()
+            key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+            if key not in _READ:
+                _READ[key] = _from_file(path)
+            return _READ[key]
     raise InputError(
         f"unknown hardware {str(name)[:200]!r}; use one of {', '.join(hardware_names())}, a "
         "TOML file of datasheet figures or a [hardware] table (docs/serving.md, \"Your model, "

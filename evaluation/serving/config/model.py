@@ -22,6 +22,12 @@ from eplb.evaluation.serving.config.attention import (
 # bytes per stored element: FP4 is MXFP4, 4 bits and one 8-bit scale per 32 (OCP MX spec)
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp4": 0.53125}
 ATTENTION = ("mla", "gqa", "dsv4")  # MLA (DeepSeek-V2/V3), GQA/MHA, DeepSeek-V4's compressed
+# sizes far above any model's (the largest public MoE configs have ~100 layers, 512 experts,
+# hidden 7168, vocabularies of ~250k): a config beyond them is a typo, and would allocate
+# arrays of that size
+LIMITS = {"num_layers": 4096, "num_experts": 65536, "top_k": 1024, "hidden": 1 << 20,
+          "moe_intermediate": 1 << 22, "dense_intermediate": 1 << 22, "num_heads": 1 << 14,
+          "vocab": 1 << 24, "shared_experts": 64, "shared_intermediate": 1 << 22}
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,10 @@ class ModelSpec:
         for name in ("num_layers", "hidden", "moe_intermediate", "num_experts", "top_k",
                      "num_groups", "topk_groups", "num_heads", "vocab"):
             _positive(self, name)
+        for name, top in LIMITS.items():
+            if getattr(self, name) > top:
+                raise InputError(f"model {self.name!r}: {name} {getattr(self, name):,} is over "
+                                 f"{top:,}; is the config right?")
         for name in ("dense_intermediate", "shared_experts", "q_lora_rank", "kv_lora_rank",
                      "qk_nope_dim", "qk_rope_dim", "v_head_dim", "num_kv_heads", "head_dim",
                      "sliding_window", "sliding_layers", "linear_layers", "linear_key_heads",
@@ -485,6 +495,8 @@ def get_model(name: str | os.PathLike | Mapping | ModelSpec) -> ModelSpec:
     if isinstance(name, (str, os.PathLike)) and not isinstance(name, bool):
         path = Path(name)
         try:
+            if path.is_dir() and (path / "config.json").is_file():  # a model's folder
+                path = path / "config.json"
             st = path.stat() if path.is_file() else None
         except (OSError, ValueError):  # a name too long, a NUL byte
             st = None
