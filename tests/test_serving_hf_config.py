@@ -237,6 +237,12 @@ def test_bad_files_and_overrides(tmp_path):
         ModelSpec.from_hf_config(H.QWEN3_30B, kv_bytes=1)
     fp8_kv = ModelSpec.from_hf_config(H.QWEN3_30B, kv_cache_bytes=1.0)
     assert fp8_kv.kv_bytes_per_token == 1024
+    # a checkpoint whose quantisation config stores the KV cache in FP8 (NVIDIA's NVFP4
+    # re-packs: modelopt's kv_cache_quant_algo) reads as an FP8 KV cache with FP4 experts
+    nvfp4 = dict(H.QWEN3_30B, quantization_config={
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"})
+    spec = ModelSpec.from_hf_config(nvfp4)
+    assert (spec.kv_cache_bytes, spec.expert_dtype, spec.weight_dtype) == (1.0, "fp4", "bf16")
     v4 = dict(H.DEEPSEEK_V4_PRO, num_key_value_heads=2)
     with pytest.raises(InputError, match="not modelled"):
         ModelSpec.from_hf_config(v4)

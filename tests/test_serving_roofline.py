@@ -151,3 +151,16 @@ def test_bad_hardware_names_and_files(tmp_path):
     (tmp_path / "junk.toml").write_text("fp8 = [\n")
     with pytest.raises(InputError, match="not valid TOML"):
         get_hardware(tmp_path / "junk.toml")
+
+
+def test_a_node_is_at_most_the_gpus_nvlink_domain():
+    """An EP unit's nodes hold at most the GPUs one NVLink (xGMI) domain links: 16 per node
+    on H800 is refused by name; GB200 NVL72's 72 is one node."""
+    from eplb.evaluation.serving import ClusterConfig, UnitConfig
+
+    base = ClusterConfig.deepseek_day6()
+    wide = UnitConfig(nodes=2, gpus_per_node=16, slots_per_layer=288, token_budget=16384)
+    with pytest.raises(InputError, match=r"prefill.gpus_per_node 16 is more than the 8 GPUs"):
+        base.replace(prefill=wide)
+    nvl = UnitConfig(nodes=1, gpus_per_node=72, slots_per_layer=288, token_budget=16384)
+    assert base.replace(hardware="gb200", prefill=nvl).topology("prefill").num_nodes == 1

@@ -674,6 +674,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
     that or 65,536 / 1,024; ``duplicate`` its `DuplicateConfig` defaults."""
     topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
+    hw.check_node(topo.gpus_per_node, f"topology {topology}: GPUs per node")
     if tokens_per_rank is None:
         tokens_per_rank = 16384 if phase == "prefill" else 128
     tokens_per_rank = _positive_int("tokens_per_rank", tokens_per_rank)

@@ -141,7 +141,7 @@ class ClusterConfig:
         except InputError as exc:
             raise InputError(f"model: {exc}") from None
         try:
-            get_hardware(self.hardware)
+            hardware = get_hardware(self.hardware)
         except InputError as exc:
             raise InputError(f"hardware: {exc}") from None
         for phase in PHASES:
@@ -149,6 +149,7 @@ class ClusterConfig:
             if not isinstance(unit, UnitConfig):
                 raise InputError(f"{phase} must be a UnitConfig, got {type(unit).__name__}")
             unit.check(phase, model, phase)
+            hardware.check_node(unit.gpus_per_node, f"{phase}.gpus_per_node")
         for name, cls in BLOCKS.items():
             block = getattr(self, name)
             if not isinstance(block, cls):

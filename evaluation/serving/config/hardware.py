@@ -116,6 +116,16 @@ class Hardware:
         figures times efficiencies)."""
         return "measured" if self.roofline is None else "roofline"
 
+    def check_node(self, gpus_per_node: int, field: str) -> None:
+        """Refuse a unit whose nodes hold more GPUs than this GPU's scale-up domain (``field``
+        names the setting in the message)."""
+        if gpus_per_node > self.gpus_per_node:
+            raise InputError(
+                f"{field} {gpus_per_node} is more than the {self.gpus_per_node} GPUs {self.name} "
+                f"links by NVLink (its gpus_per_node); use nodes of {self.gpus_per_node} or "
+                "fewer GPUs"
+            )
+
     @classmethod
     def from_spec(cls, spec: Mapping | None = None, /, **keys) -> Hardware:
         """A GPU from its datasheet figures (`roofline.hardware_from_spec`: peak dense FP8 and

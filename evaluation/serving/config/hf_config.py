@@ -125,8 +125,12 @@ def describe(config: str | os.PathLike | Mapping, **overrides) -> tuple[Any, lis
     else:
         _gqa(f, family, kw)
     _dtypes(f, family, kw)
-    f.notes.append("KV cache assumed BF16 (2 bytes per element; config.json does not say "
-                   "what the server uses): override kv_cache_bytes")
+    if _fp8_kv(f.data.get("quantization_config")):
+        kw["kv_cache_bytes"] = 1.0
+        f.notes.append("KV cache FP8 (the quantization_config's KV cache scheme)")
+    else:
+        f.notes.append("KV cache assumed BF16 (2 bytes per element; config.json does not say "
+                       "what the server uses): override kv_cache_bytes")
     known = {x.name for x in fields(ModelSpec)}
     bad = sorted(set(overrides) - known)
     if bad:
@@ -385,3 +389,14 @@ def _four_bit(q: Mapping) -> bool:
         return any(isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
                    and g["weights"].get("num_bits") == 4 for g in groups.values())
     return False
+
+
+def _fp8_kv(q) -> bool:
+    """A quantisation config that stores the KV cache in 8 bits (compressed-tensors'
+    ``kv_cache_scheme``, modelopt's ``kv_cache_quant_algo``)."""
+    if not isinstance(q, Mapping):
+        return False
+    scheme = q.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping) and scheme.get("num_bits") == 8:
+        return True
+    return str(q.get("kv_cache_quant_algo") or "").upper() in ("FP8", "INT8")
