@@ -84,6 +84,19 @@ QWEN35_397B = {
     },
 }
 
+QWEN3_NEXT_80B = {
+    "_source": "ai-dynamo/aiconfigurator@1b7cfb1:src/aiconfigurator/model_configs/"
+               "Qwen--Qwen3-Next-80B-A3B-Thinking_config.json",
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+    "num_hidden_layers": 48, "hidden_size": 2048, "intermediate_size": 5120,
+    "moe_intermediate_size": 512, "num_experts": 512, "num_experts_per_tok": 10,
+    "shared_expert_intermediate_size": 512, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "mlp_only_layers": [], "decoder_sparse_step": 1,
+    "use_sliding_window": False, "vocab_size": 151936, "torch_dtype": "bfloat16",
+}
+
 GPT_OSS_120B = {
     "_source": AIC + "openai--gpt-oss-120b_config.json",
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
@@ -132,7 +145,8 @@ DEEPSEEK_V4_PRO = {
 
 FAMILIES = {
     "deepseek_v3": DEEPSEEK_V3, "deepseek_v32": DEEPSEEK_V32, "kimi_k2": KIMI_K2,
-    "qwen3_moe": QWEN3_30B, "qwen2_moe": QWEN15_MOE, "qwen3_5_moe": QWEN35_397B,
+    "qwen3_moe": QWEN3_30B, "qwen2_moe": QWEN15_MOE, "qwen3_next": QWEN3_NEXT_80B,
+    "qwen3_5_moe": QWEN35_397B,
     "gpt_oss": GPT_OSS_120B, "mixtral": MIXTRAL_8X7B, "glm4_moe": GLM45,
     "deepseek_v4": DEEPSEEK_V4_PRO,
 }
