@@ -140,6 +140,17 @@ def stale_group_to_node(load, topology, *, num_groups=None):
     return Placement(out, load.shape[1], topology, meta=p.meta)
 
 
+def keeps_live_layout(load, topology, *, num_groups=None, previous=None):
+    """Declares the group contract; places as ``hierarchical``, but given a live placement
+    keeps it (no moves), whether or not the live placement keeps the contract."""
+    if previous is not None:
+        return Placement(previous.phy2log.copy(), load.shape[1], topology,
+                         meta={"solver": {"relabeled": True}})
+    if num_groups is None:
+        return _greedy(load, topology)
+    return solvers.get("hierarchical")(load, topology, num_groups=num_groups)
+
+
 def zero_duplicates_reported(load, topology):
     """Places as ``greedy`` (two replicas of an expert on a GPU where it must) and reports
     ``meta["solver"]["duplicates"] = 0`` all the same."""
@@ -223,6 +234,12 @@ BROKEN: dict[str, Broken] = {
         stale_group_to_node,
         "swaps two nodes after reporting group_to_node",
         "meta",
+        {"guarantees": {"group_contract"}},
+    ),
+    "keeps_live_layout": Broken(
+        keeps_live_layout,
+        "keeps a live placement that breaks the group contract it declares",
+        "group_contract",
         {"guarantees": {"group_contract"}},
     ),
     "zero_duplicates_reported": Broken(

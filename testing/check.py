@@ -498,12 +498,25 @@ class _Checker:
         return None
 
     def group_contract(self, load, topo, groups, c, live):
+        """The contract holds on the plain solve and on a solve against a live placement
+        (with empty slots, usually breaking the contract: a policy that keeps the live layer
+        to save moves must not keep it then)."""
         if groups is None or "group_contract" not in self.declared(topo, groups):
             return "skip"
         p = self.base(load, topo, groups)
         if p is None:
             return "skip" if self.allowed(load, topo, groups) else "refused"
         _assert_contract(p, load, topo, groups)
+        if live is None:
+            return None
+        self.note = " (previous: a live placement with empty slots)"
+        try:
+            q = self.solve(load, topo, groups, previous=live)
+        except InfeasibleError:  # e.g. a move budget no contract-keeping placement meets
+            q = None
+        if q is not None:
+            _assert_contract(q, load, topo, groups)
+        self.note = ""
         return None
 
     def meta(self, load, topo, groups, c, live):

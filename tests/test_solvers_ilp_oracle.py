@@ -47,6 +47,8 @@ MODELS = {
     "hierarchical_traffic": {"hierarchical": True, "rdma_weight": LAMBDA},
     "migration_weight": {"migration_weight": 2.0},
     "migration_budget": {"migration_budget": 1},
+    # the live placement (random here) usually breaks the group contract: never returned then
+    "hierarchical_migration": {"hierarchical": True, "migration_weight": 2.0},
     "weighted": {"weighted": True},
     "weighted_hierarchical": {"weighted": True, "hierarchical": True},
     "weighted_traffic": {"weighted": True, "rdma_weight": LAMBDA},
@@ -318,3 +320,20 @@ def test_optimal_agrees_with_brute_force_at_every_scale(data, exponent, weighted
     assert p.gpu_load(w[None]).max() >= truth * (1 - 1e-9)
     if info["status"][0] == "optimal":
         assert p.gpu_load(w[None]).max() <= truth * (1 + 1e-9)
+
+
+def test_hierarchical_budget_that_only_the_contract_breaking_live_placement_meets():
+    """The live placement breaks the group contract and no contract-keeping placement moves 0
+    replicas: `ilp` says so (InfeasibleError naming the layer and the budget) instead of
+    returning the live placement, or a placement over the budget, as "optimal"."""
+    from eplb import InfeasibleError, Placement
+
+    topo = Topology(2, 1, 2)
+    live = Placement([[0, 2, 1, 3]], 4, topo)  # groups {0, 1} and {2, 3} split over both nodes
+    with pytest.raises(InfeasibleError, match="layer 0.*migration_budget=0"):
+        solvers.solve("ilp", [[1.0, 1, 1, 1]], topo, num_groups=2, previous=live,
+                      hierarchical=True, migration_budget=0, progress=False)
+    p = solvers.solve("ilp", [[1.0, 1, 1, 1]], topo, num_groups=2, previous=live,
+                      hierarchical=True, migration_budget=2, progress=False)
+    assert bf.groups_ok(p.phy2log, 2, 4, 2)[0]
+    assert p.meta["solver"]["replicas_moved"] == [2]

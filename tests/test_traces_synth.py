@@ -316,3 +316,11 @@ def test_token_level_takes_routing_from_the_target_meta():
     assert token_level(target, num_tokens=64, num_ranks=4, top_k=3).topk_ids.shape[2] == 3
     bare = token_level(load[0], num_tokens=64, num_ranks=4)
     assert bare.topk_ids.shape[2] == 8 and bare.meta["num_groups"] == 8
+
+
+@pytest.mark.parametrize("p", [[3.4e38, 9.4e-271], [0.5, 0.2], [[0.5, 0.5], [2.0, 0.0]]])
+def test_cap_shares_refuses_rows_that_are_not_shares(p):
+    """Rows that do not sum to 1 (once an overflow warning and an infinite scale) are refused
+    with the fix."""
+    with pytest.raises(TraceError, match="rows must sum to 1.*divide each row by its sum"):
+        synth.cap_shares(np.array(p), 1)

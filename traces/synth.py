@@ -73,6 +73,11 @@ def cap_shares(p: np.ndarray, top_k: int) -> np.ndarray:
     p = as_real_array(p, "p", error=TraceError)
     if p.ndim < 1 or p.shape[-1] == 0 or not np.isfinite(p).all() or (p < 0).any():
         raise TraceError("p must be float[..., E] shares: finite, >= 0, E >= 1")
+    total = p.sum(-1)
+    if not np.all(np.abs(total - 1.0) <= 1e-9):
+        bad = float(np.ravel(total)[np.argmax(np.ravel(np.abs(total - 1.0)))])
+        raise TraceError(f"p's rows must sum to 1 (shares), a row sums to {bad:.6g}: divide "
+                         "each row by its sum")
     E = p.shape[-1]
     top_k = check_int("top_k", top_k, 1, error=TraceError)
     if top_k > E:

@@ -13,7 +13,8 @@ from typing import Literal
 
 import numpy as np
 
-from eplb.errors import InputError
+from eplb.errors import InfeasibleError, InputError
+from eplb.moves import gpu_moves
 from eplb.placement import Placement
 from eplb.solvers.analysis.bounds import lower_bound
 from eplb.solvers.primitives.group_placement import contract_fallback
@@ -135,6 +136,8 @@ def ilp(
     results = solve_layers(
         problems, start=start, time_limit=time_limit, workers=workers, progress=progress, desc="ilp"
     )
+    if migration_budget is not None:
+        _check_budget(results, previous, migration_budget, hierarchical)
     info = summary(results, hierarchical, warm_name, time_limit, det)
     if why is not None:
         info.update(fallback=why, fallback_to="ilp")
@@ -144,3 +147,20 @@ def ilp(
         info["relabeled"] = True  # placed against previous: solve() must not relabel
     phy2log = np.stack([r.slots for r in results])
     return Placement(phy2log, E, topology, meta={"solver": info})
+
+
+def _check_budget(results, previous: Placement, budget: int, hierarchical: bool) -> None:
+    """Every layer within ``budget`` moved replicas of ``previous`` (`eplb.moves`), or an
+    `InfeasibleError` naming the first that is not: the live placement, which moves nothing,
+    is outside the model's class there (it breaks the group contract)."""
+    G = previous.topology.num_gpus
+    for layer, r in enumerate(results):
+        moved = int(gpu_moves(previous.phy2log[layer][None], r.slots[None], G).sum())
+        if moved > budget:
+            why = " (the live placement breaks the group contract)" if hierarchical else ""
+            raise InfeasibleError(
+                f"layer {layer}: no placement within migration_budget={budget} moved replicas "
+                f"was found{why}; the best found moves {moved}: raise migration_budget"
+                + (" or drop hierarchical" if hierarchical else "")
+            )
+

@@ -157,10 +157,19 @@ def objective(pb: LayerProblem, slots: np.ndarray, share=None) -> float:
 
 def admissible(pb: LayerProblem, slots: np.ndarray) -> bool:
     """``slots: int64[P]`` belong to the class the model solves (``duplicates=False``: no two
-    replicas of an expert on one GPU)."""
+    replicas of an expert on one GPU; ``hierarchical``: every expert group on one node and
+    every node holding a group, the model's contract)."""
+    slots = np.asarray(slots)
+    if pb.hierarchical:
+        used = slots >= 0
+        group = slots[used] // (pb.E // pb.num_groups)
+        node = (np.arange(slots.size) // (pb.gpn * pb.S))[used]
+        pairs = np.unique(group * pb.N + node)
+        if np.unique(pairs // pb.N).size != pairs.size or np.unique(pairs % pb.N).size != pb.N:
+            return False
     if pb.duplicates:
         return True
-    e = np.sort(np.asarray(slots).reshape(-1, pb.S), axis=1)
+    e = np.sort(slots.reshape(-1, pb.S), axis=1)
     return not ((e[:, 1:] == e[:, :-1]) & (e[:, 1:] >= 0)).any()
 
 
