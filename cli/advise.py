@@ -54,10 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens-per-rank", type=int, metavar="N",
                    help="prefill: tokens per rank per step (default 16384); decode: running "
                    "requests per rank (default 128)")
-    p.add_argument("--hardware", default="h800", metavar="PRESET",
-                   help="GPU preset: h800, h100 or h200 (default h800)")
-    p.add_argument("--model", default="deepseek_v3", metavar="PRESET",
-                   help="model preset (default deepseek_v3)")
+    og.hardware(p, default="h800")
+    og.model(p, default="deepseek_v3", note="the dump must have its MoE layers x experts")
     p.add_argument("--previous", metavar="PLACEMENT",
                    help="today's placement file (default: trivial, slot p holds expert p mod E)")
     p.add_argument("--redundant", default="0,32,64", metavar="N,N",
@@ -109,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.serving.config.hardware import LP_OVERHEAD_S
     from eplb.format import json_text
 
-    check_outputs({"DUMP": args.dump, "--previous": args.previous}, {"-o": args.output})
+    check_outputs({"DUMP": args.dump, "--previous": args.previous, "--model": args.model,
+                   "--hardware": args.hardware}, {"-o": args.output})
     if args.from_summary is not None and args.tokens_per_rank is not None:
         raise InputError("give --from-summary or --tokens-per-rank, not both: the summary's "
                          "run sets the operating point")

@@ -341,7 +341,7 @@ def check_model_flag(name: str | None):
         return None
     from eplb.evaluation.serving.config.model import get_model  # lazy
 
-    return model_preset(name) or get_model(name)
+    return model_preset(name) or get_model(name)  # a preset, a runtime's id or a config.json
 
 
 def with_model_groups(trace, model_flag: str | None = None):
@@ -371,3 +371,23 @@ def with_model_groups(trace, model_flag: str | None = None):
         meta.setdefault("topk_groups", spec.topk_groups)
     return Trace(trace.counts, trace.layer_ids, trace.source_counts, trace.topk_ids,
                  trace.token_rank, meta), source
+
+
+def model_defaults(args, *, routing: bool = False) -> None:
+    """Fill ``args.groups`` (and with ``routing`` ``args.topk_groups``, ``args.top_k``,
+    ``args.hidden``) that were not given from ``--model`` (a preset or a Hugging Face
+    config.json): its expert groups (none when it has one), groups per token, top-k and hidden
+    size. Nothing without ``--model``."""
+    if getattr(args, "model", None) is None:
+        return
+    m = check_model_flag(args.model)
+    if args.groups is None and m.num_groups > 1:
+        args.groups = m.num_groups
+    if not routing:
+        return
+    if args.topk_groups is None and m.topk_groups < m.num_groups:
+        args.topk_groups = m.topk_groups
+    if args.top_k is None:
+        args.top_k = m.top_k
+    if args.hidden is None:
+        args.hidden = m.hidden

@@ -77,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default 4x8:288); several slot counts make a redundancy sweep")
     og.groups(p, default="each trace's own, else its model's", topk="each trace's, else its "
               "model's")
-    og.model(p, what="and routing groups (--topk-groups) apply")
+    og.model(p, note="its expert groups and routing groups (--topk-groups) apply where the "
+             "trace records none")
     og.dispatch(p, what="dispatch policy of the traffic model")
     p.add_argument("--holdout", type=float, default=0.0, metavar="F",
                    help="score on the last fraction F of windows, solve on the rest (default 0: "

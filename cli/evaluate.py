@@ -15,6 +15,7 @@ from eplb.cli.common import (
     check_groups,
     check_outputs,
     check_topology_hint,
+    model_defaults,
     read_trace,
     topology_hint,
     windows_arg,
@@ -46,7 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.topology(p, note="for SGLang/TensorRT-LLM/vLLM placement files, which do not "
                      "store it")
     og.bandwidths(p, override=True)
-    og.groups(p, topk="the trace's")
+    og.groups(p, default="--model's, else the trace's", topk="--model's, else the trace's")
+    og.model(p, note="its expert groups, groups per token, top-k and hidden size are the "
+             "defaults of --groups, --topk-groups, --top-k and --hidden")
     og.message_sizes(p, hidden="7168, DeepSeek-V3's; the output says when it is assumed")
     og.top_k(p, note="counts mode")
     og.seed(p, "the random and weighted policies")
@@ -66,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from eplb.evaluation.evaluate import SOURCES, evaluate
     from eplb.evaluation.tables import write_csv
 
-    check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace},
+    check_outputs({"PLACEMENT": args.placement, "TRACE": args.trace, "--model": args.model},
                   {"-o": args.output, "--save-slots": args.save_slots, "--plot": args.plot})
+    model_defaults(args, routing=True)  # groups, top-k, hidden from --model
     for flag, value in (("--hidden", args.hidden), ("--top-k", args.top_k)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")

@@ -16,6 +16,13 @@ Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 # eplb.dispatch.POLICIES (importing eplb.dispatch at parse time loads ortools and slows every
 # `eplb` start; tests/test_cli_option_groups.py checks the two are equal, in order)
 DISPATCH_NAMES = ("even", "random", "local_first", "weighted", "lp")
+# model and GPU presets --help names: the CLI's copy of config.model.MODELS and
+# config.hardware.hardware_names() (importing them at parse time would slow every `eplb`
+# start; tests/test_serving_hf_cli.py checks the copies are equal)
+MODEL_PRESETS = ("deepseek_v3",)
+MEASURED_GPUS = ("h800", "h100", "h200")
+DATASHEET_GPUS = ("h20", "b200", "gb200", "mi300x", "mi355x",
+                  "h800_roofline", "h100_roofline", "h200_roofline")
 TRACE_FORMATS = ("npz", "parquet", "csv", "sglang")  # what `eplb trace` writes
 
 
@@ -69,11 +76,26 @@ def groups(p: Parser, *, default: str | None = "the trace's", topk: str | None =
                                   topk_note))
 
 
-def model(p: Parser, *, what: str) -> None:
-    """``--model``: a model preset whose expert groups apply where the trace records none."""
-    p.add_argument("--model", metavar="PRESET",
-                   help=f"model preset (deepseek_v3) whose expert groups {what} where the trace "
-                   "records none (default: the model the trace names, if a preset matches it)")
+def model(p: Parser, *, default: str | None = None, note: str | None = None) -> None:
+    """``--model``: a model preset or the path of a Hugging Face ``config.json``."""
+    text = (f"the model: a preset ({', '.join(MODEL_PRESETS)}) or the path of its Hugging Face "
+            "config.json (DeepSeek-V2/V3/V3.2/V4, Kimi K2, GLM-4.5/5, Qwen1.5/2/3/3.5 MoE, "
+            "Qwen3-Next, gpt-oss, Mixtral)")
+    if default:
+        text += f" (default {default})"
+    p.add_argument("--model", default=default, metavar="PRESET|CONFIG.JSON",
+                   help=_with(text, note))
+
+
+def hardware(p: Parser, *, default: str | None = None, note: str | None = None) -> None:
+    """``--hardware``: a GPU preset or a TOML file of datasheet figures."""
+    text = (f"the GPU: a preset with measured kernel tables ({', '.join(MEASURED_GPUS)}), a "
+            f"datasheet preset whose curves are a roofline ({', '.join(DATASHEET_GPUS)}), or a "
+            "TOML file of datasheet figures (docs/serving.md, \"Your model, your GPU\")")
+    if default:
+        text += f" (default {default})"
+    p.add_argument("--hardware", default=default, metavar="PRESET|FILE.toml",
+                   help=_with(text, note))
 
 
 # ------------------------------------------------------------------ solvers

@@ -61,6 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="override a config field for every config, e.g. --set eplb.solver=greedy "
         "--set decode.count=2 (repeatable; values read as TOML)",
     )
+    og.model(p, note="replaces every config's model (as --set model=...)")
+    og.hardware(p, note="replaces every config's hardware (as --set hardware=...)")
     p.add_argument(
         "--variant",
         action="append",
@@ -172,7 +174,36 @@ def _inputs(args: argparse.Namespace, configs) -> dict:
     spec = str(args.workload)
     return {"CONFIG": [t for t in args.config_texts if Path(t).exists()],
             "--workload": None if spec.startswith("synth:") else spec,
-            "routing.path": [c.routing.path for c in configs if c.routing.path]}
+            "routing.path": [c.routing.path for c in configs if c.routing.path],
+            "model": [c.model for c in configs if Path(c.model).is_file()],
+            "hardware": [c.hardware for c in configs
+                         if isinstance(c.hardware, str) and Path(c.hardware).is_file()]}
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """--model and --hardware as ``--set`` items, then the --set items (applied at once)."""
+    return [f"{k}={_toml_string(v)}" for k, v in (("model", args.model),
+                                                  ("hardware", args.hardware))
+            if v is not None] + list(args.overrides)
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(str(text))
+
+
+def curves_lines(named: dict, *, roofline: bool = True) -> list[str]:
+    """One line per config saying what its kernel figures rest on: those built on roofline
+    curves (``roofline``; printed first), else the others (printed after the result)."""
+    from eplb.evaluation.serving.steptime import kernels  # lazy: keeps --help fast
+
+    out = []
+    for name, cfg in named.items():
+        hw, model = cfg.hardware_spec, cfg.model_spec
+        if ("roofline" in kernels.labels(hw, model).values()) == roofline:
+            out.append(f"{name}: {kernels.describe(hw, model)}")
+    return out
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -204,7 +235,7 @@ def _configs(args: argparse.Namespace) -> dict:
         raise InputError("give a CONFIG (a TOML file or a preset: " + ", ".join(PRESETS) + ")")
     named: dict = {}
     for text in args.config:
-        cfg = overrides.apply(ClusterConfig.load(text), args.overrides)
+        cfg = overrides.apply(ClusterConfig.load(text), _overrides(args))
         name, k = cfg.name, 2
         while name in named:
             name, k = f"{cfg.name}#{k}", k + 1
@@ -228,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         from eplb.evaluation.serving import ClusterConfig  # lazy: keeps --help fast
         from eplb.evaluation.serving.config import overrides  # lazy: keeps --help fast
 
-        cfg = overrides.apply(ClusterConfig.load(args.print_config), args.overrides)
+        cfg = overrides.apply(ClusterConfig.load(args.print_config), _overrides(args))
         print(cfg.to_toml(), end="")
         return 0
     if args.workload is None:
@@ -298,6 +329,10 @@ def _study(args: argparse.Namespace, named: dict, seeds: list[int]) -> int:
                      + "\n".join(describe(op) for op in ops.values()))
     if args.overrides:  # the names are the configs' own: say what --set changed in each
         text = f"every config with --set {' --set '.join(args.overrides)}\n\n" + text
+    roof = curves_lines(named)
+    if roof:  # a result built on roofline curves says so first
+        text = "\n".join(roof) + "\n\n" + text
+    text += "".join(f"\n{line}" for line in curves_lines(named, roofline=False))
     print(text)
     if out is not None:  # OUTDIR appears all at once, or not at all; claimed without --force
         with atomic_directory(out, replace=args.force) as tmp:
@@ -357,8 +392,12 @@ def _single(args: argparse.Namespace) -> int:
     # if another run wrote it meanwhile)
     with atomic_directory(out, replace=args.force) as tmp:
         result.save(tmp, config, window=window, plots=not args.no_plots, measure_from_s=mfrom)
+    for line in curves_lines({config.name: config}):  # roofline curves: said first
+        print(line)
     print(admission_text(result.meta["admission"]))  # which rule and balancers ran
     print(result.summary_table(window, measure_from_s=mfrom))
+    for line in curves_lines({config.name: config}, roofline=False):
+        print(line)
     from eplb.evaluation.serving.operating_point import describe, measured
 
     for op in measured(result.steps, result.requests, config).values():  # where it ran

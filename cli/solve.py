@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     og.bandwidths(p)
     og.failed_gpus(p)
     og.groups(p, default="the trace's, else its model's", must_divide=True)
-    og.model(p, what="the solver uses")
+    og.model(p, note="its expert groups apply where the trace records none")
     og.windows(p)
     og.ema(p)
     og.solver(p, default="deepseek", listed_below=True)
@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     from eplb.io import VLLM_LOADED_BY, format_for, write_placement
 
     solvers.load_plugins(args.plugin or ())  # first: no output may replace their modules
-    check_outputs({"LOAD": args.load, "--previous": args.previous}, {"-o": args.output})
+    check_outputs({"LOAD": args.load, "--previous": args.previous, "--model": args.model},
+                  {"-o": args.output})
     options = parse_options(args.option)
     fmt = format_for(args.output, args.format) if args.output is not None else None
     solvers.get(args.solver)  # unknown names fail before reading anything

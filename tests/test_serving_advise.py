@@ -230,7 +230,7 @@ def test_cli_lp_overhead_is_the_lp_rows_cost(tmp_path, capsys):
 @pytest.mark.parametrize("extra, needle", [
     (["--topology", "2by8"], "topology"),
     (["--slots", "250"], "slots"),
-    (["--hardware", "b200"], "hardware"),
+    (["--hardware", "b300"], "hardware"),
     (["--tokens-per-rank", "0"], "tokens_per_rank"),
     (["--redundant", "a,b"], "--redundant"),
     (["--solver", "nope"], "solver"),
@@ -454,8 +454,9 @@ def test_cli_levers_picks_rows(tmp_path, capsys):
 
 def test_dump_of_another_model_is_named_before_the_slots():
     """A Qwen1.5-MoE-shaped dump (24 layers x 60 experts) on its own deployment (60 slots) is
-    refused for its shape (no preset), not for the slots the DeepSeek preset would need."""
-    with pytest.raises(InputError, match=r"24 layers x 60 experts.*presets for deepseek_v3"):
+    refused for its shape (not the default model's; the message says how to name its own),
+    not for the slots the DeepSeek preset would need."""
+    with pytest.raises(InputError, match=r"24 layers x 60 experts.*own model with --model"):
         advise(np.ones((24, 60)), "1x6", 60, phase="prefill")
 
 

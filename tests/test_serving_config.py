@@ -94,7 +94,7 @@ def _with(cfg: ClusterConfig, path: str, value):
 
 
 BAD = [
-    ("hardware", "h900", "hardware: unknown hardware 'h900'; use one of h100, h200, h800"),
+    ("hardware", "h900", "hardware: unknown hardware 'h900'; use one of h800, h100, h200, h20,"),
     ("model", "llama", "model: unknown model 'llama'"),
     ("decode.kv_capacity_tokens", -5, "decode.kv_capacity_tokens must be positive, got -5"),
     ("kv.store_capacity_blocks", -1, "kv.store_capacity_blocks must be >= 0, got -1"),

@@ -38,7 +38,7 @@ from eplb.evaluation.serving.placements import (
     trivial_placement,
 )
 from eplb.evaluation.serving.simulator.planner import gpu_balance
-from eplb.evaluation.serving.steptime import RankBatch, StepModel
+from eplb.evaluation.serving.steptime import RankBatch, StepModel, kernels
 from eplb.moves import migration_bytes
 from eplb.placement import Placement
 from eplb.solvers.primitives.validation import check_time_limit
@@ -308,7 +308,7 @@ def lever_dispatch_duplicate(ctx: Context) -> list[Option]:
     (``duplicate``, a `DuplicateConfig`) are charged; skipped (with a note) where the unit
     cannot duplicate (one GPU per node, no copies, a budget below one copy)."""
     try:
-        ctx.duplicate.check_usable(ctx.gpus_per_node, float(ctx.model.expert_params))
+        ctx.duplicate.check_usable(ctx.gpus_per_node, float(ctx.model.expert_bytes))
     except InputError as exc:
         ctx.notes.append(f"dispatch_duplicate skipped: {exc}")
         return []
@@ -373,6 +373,7 @@ class Advice:
             f"expert groups from the model preset (see notes); loads measured from "
             f"{m['source']} ({m['windows']} window(s), {m['layers']} layers, expert max/mean "
             f"{m['expert_max_over_mean']:.2f}); times modelled",
+            m["curves_note"],
             operating_line(m["operating_point"]),
             "",
             t.to_string(index=False, float_format=_cell),
@@ -716,7 +717,7 @@ def _load_of(dump, model: ModelSpec) -> tuple[np.ndarray, dict]:
     counts = np.asarray(tr.counts, dtype=np.float64)
     L, E = counts.shape[1:]
     if L == model.num_layers and model.dense_layers:  # every model layer: drop the dense ones
-        counts = counts[:, model.dense_layers:]
+        counts = counts[:, list(model.moe_layer_index)]
         L = counts.shape[1]
     if (L, E) != (model.moe_layers, model.num_experts):
         from eplb.evaluation.serving.config.model import MODELS
@@ -725,9 +726,9 @@ def _load_of(dump, model: ModelSpec) -> tuple[np.ndarray, dict]:
                             for k, v in MODELS.items())
         raise InputError(
             f"dump {source}: {L} layers x {E} experts, but model {model.name} has "
-            f"{model.moe_layers} MoE layers x {model.num_experts} experts; the step-time "
-            f"model has presets for {presets} only, so give a dump of one of them (--model); "
-            "for the balance of another model's dump use `eplb solve` or `eplb compare`"
+            f"{model.moe_layers} MoE layers x {model.num_experts} experts; give the dump's "
+            f"own model with --model: a preset ({presets}) or the path of its Hugging Face "
+            "config.json"
         )
     load = counts.sum(0)
     if not (load.sum(1) > 0).any():
@@ -752,6 +753,7 @@ def _settings(phase: str, m: ModelSpec, hw: Hardware, topology: str, slots: int,
     resolved: tokens per rank 16,384 (prefill) or 128 (decode); the break-even search to 4x
     that or 65,536 / 1,024; ``duplicate`` its `DuplicateConfig` defaults."""
     topo = Topology.parse(topology, slots=slots, min_slots=m.num_experts)
+    hw.check_node(topo.gpus_per_node, f"topology {topology}: GPUs per node")
     if tokens_per_rank is None:
         tokens_per_rank = 16384 if phase == "prefill" else 128
     tokens_per_rank = _positive_int("tokens_per_rank", tokens_per_rank)
@@ -902,7 +904,7 @@ def _score(ctx: Context, s: _Settings, opts: Sequence[Option]) -> list[_Scored]:
     (`moves.migration_bytes`, one byte per FP8 parameter). `InputError` when today's
     deployment (the first option) cannot hold one request; a note per row whose weights do not
     fit the HBM."""
-    expert_bytes = float(s.model.expert_params)  # FP8 weights: one byte per parameter
+    expert_bytes = float(s.model.expert_bytes)  # at the experts' data type (FP8: 1 B each)
     gbps = s.migration_gbps * 1e9
     scored = []
     for o in opts:
@@ -1002,6 +1004,7 @@ def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scor
             f"today's KV cache holds {op['kv_tokens_per_gpu']:,} tokens per GPU, "
             f"{op['kv_capacity_requests']:,} requests of {op['context_tokens']:,} tokens; "
             "every row runs what its own KV cache holds (requests_per_rank).")
+    notes.append(f"model {s.model.name}: " + "; ".join(s.model.assumptions()) + ".")
     notes += ctx.notes
     if s.phase == "prefill":
         notes.append("prefill: KV capacity is shown but does not cap the batch.")
@@ -1009,6 +1012,8 @@ def _assemble(ctx: Context, s: _Settings, measured: dict, scored: Sequence[_Scor
             "slots": s.topology.num_slots, "hardware": s.hardware.name, "model": s.model.name,
             "tokens_per_rank": s.tokens_per_rank, "operating_point": op,
             "kv_tokens": s.kv_tokens,
+            "curves": kernels.labels(s.hardware, s.model),
+            "curves_note": kernels.describe(s.hardware, s.model),
             "input_tokens": s.input_tokens, "solver": s.solver,
             "solver_options": s.solver_options, "groups": groups,
             "replicas": s.replicas,

@@ -52,7 +52,7 @@ def freed_kv_tokens(
             f"{expert_slots} expert slots per GPU over {num_layers} layers exceed the "
             f"{what + ' unit' if what else 'unit'}'s {slots_per_gpu} slots per GPU per layer"
         )
-    freed = (full - used) * model.expert_params
+    freed = (full - used) * model.expert_bytes
     return int(freed // (model.kv_bytes_per_token * model.num_layers))
 
 

@@ -41,9 +41,36 @@ from eplb.solvers.primitives.replica_graph import Graph, graph_misfit
 from eplb.topology import Topology
 
 
+class Table(dict):
+    """A read-only TOML table (a ``[hardware]`` table in a config): equal to the dict it was
+    built from, hashable, picklable; nested tables are `Table` too."""
+
+    def __init__(self, data: Mapping = ()) -> None:
+        super().__init__({str(k): Table(v) if isinstance(v, Mapping) else v
+                          for k, v in dict(data).items()})
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a config table is read-only; build a new config (config.replace)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((k, v if not isinstance(v, list) else tuple(v))
+                                 for k, v in self.items())))
+
+    def __reduce__(self):
+        return (Table, (dict(self),))
+
+    def plain(self) -> dict:
+        """A plain (mutable) dict copy, nested tables included."""
+        return {k: v.plain() if isinstance(v, Table) else v for k, v in self.items()}
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
-    """A PD-disaggregated cluster: ``model`` and ``hardware`` preset names, ``prefill`` and
+    """A PD-disaggregated cluster: ``model`` (a preset name or the path of a Hugging Face
+    ``config.json``, `model.get_model`), ``hardware`` (a preset name, the path of a TOML file
+    of datasheet figures, or such a ``[hardware]`` table, `hardware.get_hardware`), ``prefill`` and
     ``decode`` units, the ``dispatch`` policy (`eplb.dispatch`; ``lp_overhead_s``:
     seconds per MoE layer and micro-batch the ``lp`` split adds; ``shared_expert``: ``"local"``
     or ``"waterfill"``, `eplb.dispatch.SHARED_EXPERT`; ``duplicate``: the settings and costs of
@@ -52,7 +79,7 @@ class ClusterConfig:
     their tables). Seed-independent: the simulator takes the seed."""
 
     model: str = "deepseek_v3"
-    hardware: str = "h800"
+    hardware: str | Mapping = "h800"
     prefill: UnitConfig = field(
         default_factory=lambda: UnitConfig(token_budget=DEFAULT_TOKEN_BUDGET)
     )
@@ -74,6 +101,15 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if isinstance(self.faults, list):
             object.__setattr__(self, "faults", tuple(self.faults))
+        for name in ("model", "hardware"):  # a file: its absolute path (a Path: its text)
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                value = os.fspath(value)
+            if isinstance(value, str) and not Path(value).is_absolute() and _is_file(value):
+                value = str(Path(value).resolve())
+            object.__setattr__(self, name, value)
+        if isinstance(self.hardware, Mapping) and not isinstance(self.hardware, Table):
+            object.__setattr__(self, "hardware", Table(self.hardware))
         self.validate()
 
     # ---------------------------------------------------------------- access
@@ -115,12 +151,18 @@ class ClusterConfig:
 
     def validate(self) -> ClusterConfig:
         """Check every field; raise one `InputError` naming the first bad one."""
+        if not isinstance(self.model, str):
+            raise InputError(f"model must be a preset name or the path of a config.json, got "
+                             f"{type(self.model).__name__}")
+        if not isinstance(self.hardware, (str, Mapping)):
+            raise InputError(f"hardware must be a preset name, a TOML file or a [hardware] "
+                             f"table, got {type(self.hardware).__name__}")
         try:
             model = get_model(self.model)
         except InputError as exc:
             raise InputError(f"model: {exc}") from None
         try:
-            get_hardware(self.hardware)
+            hardware = get_hardware(self.hardware)
         except InputError as exc:
             raise InputError(f"hardware: {exc}") from None
         for phase in PHASES:
@@ -128,6 +170,7 @@ class ClusterConfig:
             if not isinstance(unit, UnitConfig):
                 raise InputError(f"{phase} must be a UnitConfig, got {type(unit).__name__}")
             unit.check(phase, model, phase)
+            hardware.check_node(unit.gpus_per_node, f"{phase}.gpus_per_node")
         for name, cls in BLOCKS.items():
             block = getattr(self, name)
             if not isinstance(block, cls):
@@ -141,7 +184,7 @@ class ClusterConfig:
             for phase in PHASES:
                 try:
                     self.duplicate.check_usable(
-                        getattr(self, phase).gpus_per_node, float(model.expert_params)
+                        getattr(self, phase).gpus_per_node, float(model.expert_bytes)
                     )
                 except InputError as exc:
                     raise InputError(f"{phase}: {exc}") from None
@@ -219,6 +262,8 @@ class ClusterConfig:
             value = getattr(self, f.name)
             if f.name == "faults":
                 out["faults"] = [_fault_dict(x) for x in value]
+            elif isinstance(value, Table):
+                out[f.name] = value.plain()
             elif hasattr(value, "__dataclass_fields__"):
                 out[f.name] = {
                     k.name: _plain(getattr(value, k.name))
@@ -287,6 +332,15 @@ class ClusterConfig:
             raise InputError(f"{Path(path)}: the cluster config holds no settings (empty, or "
                              "comments only); write its tables (docs/serving.md, \"Cluster "
                              f"config\") or name a preset ({', '.join(presets.PRESETS)})")
+        for key in ("model", "hardware"):  # a relative file name: beside the TOML file
+            value = data.get(key)
+            if isinstance(value, str) and not Path(value).is_absolute():
+                beside = Path(path).parent / value
+                try:
+                    if not Path(value).exists() and beside.is_file():
+                        data[key] = str(beside)
+                except (OSError, ValueError):  # a name too long, a NUL byte: refused below
+                    pass
         try:
             return cls.from_dict(data)
         except InputError as exc:
@@ -312,6 +366,14 @@ class ClusterConfig:
     def replace(self, **changes: Any) -> ClusterConfig:
         """A validated copy with top-level fields changed (`dataclasses.replace`)."""
         return replace(self, **changes)
+
+
+def _is_file(text: str) -> bool:
+    """``text`` names a regular file (a preset name, a name too long or with a NUL: no)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _block(cls, name: str, value):

@@ -157,7 +157,7 @@ def unit_dispatch(
     dup = DuplicateConfig() if duplicate is None else duplicate
     if not isinstance(dup, DuplicateConfig):
         raise InputError(f"duplicate must be a DuplicateConfig, got {type(dup).__name__}")
-    expert_bytes = float(model.expert_params)  # FP8: one byte per parameter
+    expert_bytes = float(model.expert_bytes)  # at the experts' data type (FP8: 1 B each)
     if policy.copies:
         dup.check_usable(topology.gpus_per_node, expert_bytes)
     if isinstance(lp_overhead_s, bool) or not isinstance(lp_overhead_s, (int, float)) or not (

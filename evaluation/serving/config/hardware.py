@@ -6,13 +6,20 @@ FLOP/s; sources and conversions in docs/serving-calibration.md, "Hardware"."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from eplb.errors import InputError
 from eplb.evaluation.traffic import visit_probability
 from eplb.topology import Topology
+
+if TYPE_CHECKING:
+    from eplb.evaluation.serving.config.roofline import Efficiency
 
 DISPATCH_BYTES = 1 + 4 / 128  # FP8 element + one FP32 scale per 128 (DeepEP's fp8_factor)
 COMBINE_BYTES = 2.0  # BF16 combine
@@ -118,6 +125,10 @@ class Hardware:
       measured standalone, interpolated in log2 of a rank's effective prompt length (twice its
       mean keys per query) and flat beyond; empty: ``fit.prefill_attention_tflops`` at every
       length. Both are multiplied by ``fit.engine_efficiency``.
+    - ``gpus_per_node``: GPUs in one scale-up (NVLink, xGMI) domain.
+    - ``roofline``: None for a GPU with measured kernel tables; else the `roofline.Efficiency`
+      its curves are built with (`roofline.hardware_from_spec`: empty ``dense_gemm`` and
+      ``grouped_gemm``, the other tables computed from the datasheet figures).
     """
 
     name: str
@@ -139,6 +150,33 @@ class Hardware:
     prefill_attention: tuple[tuple[int, float], ...] = ()
     fit: KernelFit = field(default=FITTED)
     sources: tuple[str, ...] = ()
+    gpus_per_node: int = 8
+    roofline: Efficiency | None = None
+
+    @property
+    def curves(self) -> str:
+        """``"measured"`` (kernel tables from benchmarks) or ``"roofline"`` (datasheet
+        figures times efficiencies)."""
+        return "measured" if self.roofline is None else "roofline"
+
+    def check_node(self, gpus_per_node: int, field: str) -> None:
+        """Refuse a unit whose nodes hold more GPUs than this GPU's scale-up domain (``field``
+        names the setting in the message)."""
+        if gpus_per_node > self.gpus_per_node:
+            raise InputError(
+                f"{field} {gpus_per_node} is more than the {self.gpus_per_node} GPUs {self.name} "
+                f"links by NVLink (its gpus_per_node); use nodes of {self.gpus_per_node} or "
+                "fewer GPUs"
+            )
+
+    @classmethod
+    def from_spec(cls, spec: Mapping | None = None, /, **keys) -> Hardware:
+        """A GPU from its datasheet figures (`roofline.hardware_from_spec`: peak dense FP8 and
+        BF16 TFLOPS, HBM GB and GB/s, NVLink/xGMI and NIC GB/s per GPU and direction, GPUs
+        per node), its kernel curves a roofline of those figures times efficiencies."""
+        from eplb.evaluation.serving.config.roofline import hardware_from_spec
+
+        return hardware_from_spec(spec, **keys)
 
     def with_fit(self, fit: KernelFit) -> Hardware:
         """A copy with other fitted constants (used by the calibration script)."""
@@ -372,11 +410,58 @@ h200 = replace(
 HARDWARE: dict[str, Hardware] = {"h800": h800, "h100": h100, "h200": h200}
 
 
-def get_hardware(name: str) -> Hardware:
-    """The hardware preset called ``name``; `InputError` listing the presets otherwise."""
+def hardware_names() -> tuple[str, ...]:
+    """Every preset name: the measured ones (`HARDWARE`), then the datasheet (roofline) ones
+    (`config.datasheets.DATASHEETS`)."""
+    from eplb.evaluation.serving.config.datasheets import DATASHEETS
+
+    return (*HARDWARE, *(k for k in DATASHEETS if k not in HARDWARE))
+
+
+_READ: dict[tuple, Hardware] = {}  # hardware files read, by (path, mtime, size)
+
+
+def _from_file(path: Path) -> Hardware:
+    """A TOML file of datasheet figures: its ``[hardware]`` table, else its top level."""
+    from eplb.evaluation.serving.config import toml
+
+    data = toml.read(path)
+    table = data["hardware"] if isinstance(data.get("hardware"), Mapping) else data
     try:
+        return Hardware.from_spec(table)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def get_hardware(name: str | os.PathLike | Mapping | Hardware) -> Hardware:
+    """The GPU ``name`` stands for: a measured preset (`HARDWARE`), a datasheet preset
+    (`config.datasheets`), a TOML file of datasheet figures (at the top level or in a
+    ``[hardware]`` table) or such a table itself (`Hardware.from_spec`), or a `Hardware`;
+    `InputError` naming the presets otherwise."""
+    if isinstance(name, Hardware):
+        return name
+    if isinstance(name, Mapping):
+        return Hardware.from_spec(name)
+    if isinstance(name, str) and name in HARDWARE:
         return HARDWARE[name]
-    except (KeyError, TypeError):
-        raise InputError(
-            f"unknown hardware {name!r}; use one of {', '.join(sorted(HARDWARE))}"
-        ) from None
+    from eplb.evaluation.serving.config.datasheets import DATASHEETS
+
+    if isinstance(name, str) and name in DATASHEETS:
+        return DATASHEETS[name]
+    if isinstance(name, (str, os.PathLike)) and not isinstance(name, bool):
+        path = Path(name)
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):  # a name too long, a NUL byte
+            is_file = False
+        if is_file:
+            st = path.stat()
+            key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+            if key not in _READ:
+                _READ[key] = _from_file(path)
+            return _READ[key]
+    raise InputError(
+        f"unknown hardware {str(name)[:200]!r}; use one of {', '.join(hardware_names())}, a "
+        "TOML file of datasheet figures or a [hardware] table (docs/serving.md, \"Your model, "
+        "your GPU\")"
+    )

@@ -52,8 +52,8 @@ def check_config(config) -> None:
         eplb, at = config.eplb_for(phase), lambda key, ph=phase: config.eplb_path(ph, key)
         _finite(at("history_s"), float(eplb.history_s), MAX_SIM_S)
         _finite(at("rebalance_interval_s"), float(eplb.rebalance_interval_s), MAX_SIM_S)
-        # bytes per GPU if every slot moves (FP8)
-        moved = config.unit(phase).slots_per_gpu * model.moe_layers * model.expert_params
+        # bytes per GPU if every slot moves
+        moved = config.unit(phase).slots_per_gpu * model.moe_layers * model.expert_bytes
         worst = moved / (float(eplb.migration_gbps) * 1e9)
         if worst > MAX_OP_S:
             raise InputError(

@@ -17,7 +17,7 @@ from eplb.evaluation.serving.results.mix import (
     prefill_batches,
     prefill_ttft,
 )
-from eplb.evaluation.serving.steptime import RankBatch, step_time
+from eplb.evaluation.serving.steptime import RankBatch, kernels, step_time
 from eplb.evaluation.serving.steptime.batch import check_phase
 from eplb.evaluation.serving.steptime.chunking import pairs_per_token
 from eplb.placement import Placement
@@ -91,7 +91,9 @@ def steady_state(
       with every rank at the step's mean work) and ``step_s_p90``; ``step_s`` and
       ``breakdown`` are means over the steps.
 
-    ``placement=None`` means perfectly balanced routing; ``load: float[L, E]`` is the expert
+    ``curves``: what the kernel figures rest on (`steptime.kernels.labels`: ``measured``,
+    ``calibrated`` or ``roofline``). ``placement=None`` means perfectly balanced routing;
+    ``load: float[L, E]`` is the expert
     load routed through ``placement``, scaled to the step's tokens. A placement with empty
     slots on live GPUs (a replica budget, ``craft``) frees their expert weights: the unit's
     KV capacity grows by what they hold (`config.budget.with_placement_memory`); under
@@ -150,6 +152,7 @@ def steady_state(
     out.update(
         step_s=st.total_s,
         breakdown=dict(st.breakdown),
+        curves=kernels.labels(config.hardware_spec, config.model_spec),
         gpu_load_max_over_mean=float((st.gpu_load_max / st.gpu_load_mean).max()),
         balanced=placement is None,
     )
@@ -236,6 +239,7 @@ def _steady_mix(config, phase, mix, batch, placement, load, steps, seed, out) ->
         step_s_p90=float(np.quantile(times_a, 0.9)),
         dp_imbalance=step_s / float(np.mean(means)),
         breakdown=breakdown,
+        curves=kernels.labels(config.hardware_spec, config.model_spec),
         balanced=placement is None,
         mix=True,
         steps=int(steps),

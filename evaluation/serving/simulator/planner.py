@@ -120,7 +120,7 @@ class Planner:
         self.topology = topology
         self.seed = int(seed)
         self.unit_key = unit_key
-        self.expert_bytes = float(model.expert_params)  # FP8 weights: one byte per parameter
+        self.expert_bytes = float(model.expert_bytes)  # at the experts' data type
         self.calls = 0
         # routed experts a GPU may keep summed over layers (its expert weight memory) once the
         # initial placement left slots empty (`reserve`); None: every slot's weights held

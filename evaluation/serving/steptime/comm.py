@@ -8,8 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from eplb.evaluation import traffic
-from eplb.evaluation.serving.config.hardware import COMBINE_BYTES, DISPATCH_BYTES, Hardware
+from eplb.evaluation.serving.config.hardware import (
+    BENCH_TOP_K,
+    COMBINE_BYTES,
+    DISPATCH_BYTES,
+    Hardware,
+)
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.evaluation.serving.config.roofline import BENCH_HIDDEN
 from eplb.topology import Topology
 
 
@@ -36,12 +42,15 @@ class Comm:
                 float(np.interp(ep, xm, [r[4] for r in multi])) * 1e9,
             )
         else:
+            # the table's calls move ll_tokens x top-8 picks of hidden 7168: seconds per pick,
+            # scaled by the model's hidden size (bytes per pick)
             rows = hardware.ll_a2a
             x = np.log2([r[0] for r in rows])
-            per_pick = hardware.ll_tokens * model.top_k
+            per_pick = hardware.ll_tokens * BENCH_TOP_K
+            width = model.hidden / BENCH_HIDDEN
             self.ll = (
-                float(np.interp(ep, x, [r[1] for r in rows])) / per_pick,
-                float(np.interp(ep, x, [r[2] for r in rows])) / per_pick,
+                float(np.interp(ep, x, [r[1] for r in rows])) / per_pick * width,
+                float(np.interp(ep, x, [r[2] for r in rows])) / per_pick * width,
             )
         kw = dict(
             num_experts=model.num_experts,

@@ -1,5 +1,6 @@
 """GPU-side cost: each EP rank's routed-expert grouped GEMMs for the picks its slots receive
-(DeepGEMM's grouped tables through `ExpertCurve`; `TabulatedCurve` on the hot path)."""
+(DeepGEMM's grouped tables through `ExpertCurve`, or the roofline's `RooflineExpert`, as
+`kernels.expert_curve` picks; `TabulatedCurve` on the hot path)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import numpy as np
 
 from eplb.evaluation.serving.config.hardware import Hardware
 from eplb.evaluation.serving.config.model import ModelSpec
-from eplb.evaluation.serving.steptime.curves import ExpertCurve, TabulatedCurve
+from eplb.evaluation.serving.steptime.curves import TabulatedCurve
+from eplb.evaluation.serving.steptime.kernels import expert_curve
+from eplb.evaluation.serving.steptime.roofline import RooflineExpert
 from eplb.evaluation.serving.steptime.routing import per_gpu
 from eplb.topology import Topology
 
@@ -20,13 +23,14 @@ class GpuSide:
 
     def __init__(self, topology: Topology, model: ModelSpec, hardware: Hardware):
         self.topology, self.model = topology, model
-        self.expert = ExpertCurve(
-            hardware.grouped_gemm, model, efficiency=hardware.fit.grouped_scale
-        )
+        self.expert = expert_curve(hardware, model)
 
     @property
-    def expert_table(self) -> TabulatedCurve:
-        """The routed-expert curve as a `TabulatedCurve` (built on first use)."""
+    def expert_table(self) -> TabulatedCurve | RooflineExpert:
+        """The routed-expert curve as a `TabulatedCurve` (built on first use); a roofline
+        curve is itself (as cheap as a table, and exact at its kinks, which a table is not)."""
+        if isinstance(self.expert, RooflineExpert):
+            return self.expert
         table = self.__dict__.get("_expert_table")
         if table is None:
             table = self.__dict__["_expert_table"] = TabulatedCurve(self.expert)

@@ -1,6 +1,7 @@
-"""Rank-side cost: what each DP rank computes on its own batch, per micro-batch: MLA
-projections (``a1``), core attention (``a2``), the shared expert, the dense layers and the
-output head (docs/serving-calibration.md, "Rank side")."""
+"""Rank-side cost: what each DP rank computes on its own batch, per micro-batch: attention
+projections (``a1``; MLA's for DeepSeek-V3), core attention (``a2``, `attention`), the shared
+expert, the dense layers and the output head (docs/serving-calibration.md, "Rank side"). GEMM
+curves come from `kernels` (a measured table or the roofline)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,37 @@ import numpy as np
 
 from eplb.evaluation.serving.config.hardware import Hardware
 from eplb.evaluation.serving.config.model import ModelSpec
+from eplb.evaluation.serving.steptime.attention import AttentionTime
 from eplb.evaluation.serving.steptime.batch import RankBatch
-from eplb.evaluation.serving.steptime.curves import MEMO_HALVES, GemmCurve
+from eplb.evaluation.serving.steptime.curves import MEMO_HALVES
+from eplb.evaluation.serving.steptime.kernels import gemm_curve
+
+
+class LayerMix:
+    """A curve averaged over layer kinds: ``seconds(m) = sum of weight x curve.seconds(m)``
+    over ``parts`` (``(weight, curve)``); one part of weight 1 is that curve itself."""
+
+    def __init__(self, parts) -> None:
+        self.parts = list(parts)
+
+    def seconds(self, m) -> np.ndarray:
+        return sum(w * c.seconds(m) for w, c in self.parts)
+
+    def memo(self) -> np.ndarray:
+        table = self.__dict__.get("_memo")
+        if table is None:
+            table = self.__dict__["_memo"] = sum(w * c.memo() for w, c in self.parts)
+        return table
+
+
+def projections(model: ModelSpec, hardware: Hardware):
+    """The attention projections' curve: one `kernels.gemm_curve` per layer kind, averaged
+    over the layers (`LayerMix`; DeepSeek-V3's MLA is one kind, its curve itself)."""
+    groups = model.attention_layers
+    curves = [gemm_curve(hardware, g.shapes, dtype=model.weight_dtype) for g in groups]
+    if len(groups) == 1:
+        return curves[0]
+    return LayerMix((g.layers / model.num_layers, c) for g, c in zip(groups, curves, strict=True))
 
 
 class RankSide:
@@ -22,27 +52,22 @@ class RankSide:
     def __init__(self, phase: str, model: ModelSpec, hardware: Hardware, micro_batches: int):
         self.phase, self.model, self.hardware = phase, model, hardware
         self.micro_batches = micro_batches
-        eff = hardware.fit.dense_scale
-        h, i = model.hidden, model.moe_intermediate
-        self.mla = GemmCurve(hardware.dense_gemm, model.mla_shapes, efficiency=eff)
-        self.ffn = GemmCurve(
-            hardware.dense_gemm,
-            ((2 * i, h), (h, i)),
-            efficiency=eff,
+        h, i, dt = model.hidden, model.shared_width, model.weight_dtype
+        self.mla = projections(model, hardware)  # attention projections (MLA's for DeepSeek)
+        self.attn = AttentionTime(model, hardware)
+        # FFN shapes take DeepSeek-V3's rows of the measured table (gate+up as the expert's
+        # 4096 x 7168, down as the shared expert's 7168 x 2048 / the dense FFN's 7168 x 16384)
+        self.ffn = gemm_curve(
+            hardware, ((2 * i, h), (h, i)), dtype=dt,
             substitute={(2 * i, h): (4096, 7168), (h, i): (7168, 2048)},
         )
         di = model.dense_intermediate
-        self.dense_ffn = GemmCurve(
-            hardware.dense_gemm,
-            ((2 * di, h), (h, di)),
-            efficiency=eff,
+        self.dense_ffn = gemm_curve(
+            hardware, ((2 * di, h), (h, di)), dtype=dt,
             substitute={(2 * di, h): (4096, 7168), (h, di): (7168, 16384)},
         )
-        self.head_gemm = GemmCurve(
-            hardware.dense_gemm,
-            ((model.vocab, h),),
-            efficiency=eff,
-            scale=hardware.bf16_tflops / hardware.fp8_tflops,
+        self.head_gemm = gemm_curve(  # BF16 output head
+            hardware, ((model.vocab, h),), dtype="bf16",
             substitute={(model.vocab, h): (4096, 7168)},
         )
 
@@ -52,34 +77,14 @@ class RankSide:
         t = batch.tokens / mb
         a1 = self.mla.seconds(t)
         if self.phase == "prefill":
-            a2 = self.prefill_attention(batch.attention / mb, t)
+            a2 = self.attn.prefill(batch.attention / mb, t)
             if batch.kv_tokens.any():  # context-parallel KV exchange (pass-KV, overlapped)
                 kv = batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.rdma_gbps * 1e9)
                 a2 = np.maximum(a2, kv)
         else:
-            a2 = np.maximum(
-                batch.attention / mb * m.decode_flops_per_pair / (hw.mla_decode_tflops * 1e12),
-                batch.kv_tokens / mb * m.kv_bytes_per_token / (hw.mla_decode_gbps * 1e9),
-            )
+            a2 = self.attn.decode(batch.attention / mb, batch.kv_tokens / mb, t)
         shared = m.shared_experts * self.ffn.seconds(t)
         return a1, a2, shared
-
-    def prefill_attention(self, pairs, tokens) -> np.ndarray:
-        """Seconds of prefill core attention for ``pairs: float[G]`` attended pairs over
-        ``tokens: float[G]`` query tokens per rank: the preset's measured throughput at the
-        rank's effective prompt length ``2 x pairs / tokens`` (`Hardware.prefill_attention`;
-        else ``fit.prefill_attention_tflops``), times ``fit.engine_efficiency``."""
-        hw = self.hardware
-        flops = np.asarray(pairs, dtype=np.float64) * self.model.prefill_flops_per_pair
-        rows = hw.prefill_attention
-        if not rows:
-            tflops = hw.fit.prefill_attention_tflops
-        else:
-            tokens = np.asarray(tokens, dtype=np.float64)
-            length = 2.0 * flops / self.model.prefill_flops_per_pair / np.maximum(tokens, 1.0)
-            tflops = np.interp(np.log2(np.maximum(length, 1.0)),
-                               np.log2([r[0] for r in rows]), [r[1] for r in rows])
-        return flops / (tflops * hw.fit.engine_efficiency * 1e12)
 
     def dense(self, batch: RankBatch, a1: np.ndarray, a2: np.ndarray) -> np.ndarray:
         """``float64[G]``: seconds of the dense layers (both micro-batches) per rank, from one
@@ -103,13 +108,17 @@ class RankSide:
         else computed."""
         m, hw, mb = self.model, self.hardware, self.micro_batches
         out = np.empty((5, batch.tokens.size))
-        a2 = np.divide(batch.attention, mb, out=out[1])
-        a2 *= m.decode_flops_per_pair
-        a2 /= hw.mla_decode_tflops * 1e12
-        kv = batch.kv_tokens / mb
-        kv *= m.kv_bytes_per_token
-        kv /= hw.mla_decode_gbps * 1e9
-        np.maximum(a2, kv, out=a2)
+        if self.attn.plain:
+            a2 = np.divide(batch.attention, mb, out=out[1])
+            a2 *= self.attn.decode_flops
+            a2 /= hw.mla_decode_tflops * 1e12
+            kv = batch.kv_tokens / mb
+            kv *= self.attn.kv_bytes
+            kv /= hw.mla_decode_gbps * 1e9
+            np.maximum(a2, kv, out=a2)
+        else:
+            out[1] = self.attn.decode(batch.attention / mb, batch.kv_tokens / mb,
+                                      batch.tokens / mb)
         h = batch.tokens * (2.0 / mb)
         j = h.astype(np.intp)
         h2 = batch.logits * 2.0
