@@ -20,6 +20,7 @@ this run; ``--steps N``: steps per point, default 4).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +35,9 @@ from eplb.evaluation.serving.steptime.curves import LinearCurve
 from eplb.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
-DUMPS = ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang"
+# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
+DUMPS = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
+DUMPS = DUMPS / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "serving.md"
 TOKENS = {"decode": (4, 32, 128, 256), "prefill": (256, 512, 1024, 4096)}
 STEM = {"decode": "decode_in1000out1000", "prefill": "prefill_in1024"}

@@ -88,7 +88,7 @@ def presets_table() -> str:
             continue
         source = (hw.sources[0] if hw.roofline is not None else
                   "NVIDIA SXM datasheet figures (config/hardware.py); kernel tables: "
-                  + ", ".join(x.split(" ")[0] for x in hw.sources))
+                  + ", ".join(dict.fromkeys(x.split(" ")[0] for x in hw.sources)))
         lines.append(f"| {name} | {hw.curves} | {hw.fp8_tflops:g} / {hw.bf16_tflops:g} | "
                      f"{hw.hbm_gb:g} | {hw.hbm_gbps:g} | {hw.nvlink_gbps:g} | {hw.rdma_gbps:g} | "
                      f"{hw.gpus_per_node} | {source} |")
@@ -105,8 +105,9 @@ def efficiency_table() -> str:
             lines.append(f"| `{f.name}` | {getattr(HOPPER, f.name):.4g} | "
                          f"{getattr(d, f.name):.4g} |")
     fit = hw_mod.FITTED
-    lines += ["", f"Stack constants read by name from `hardware.FITTED` (calibrated on SGLang's "
-              f"H100 run): `gemm_efficiency` {fit.gemm_efficiency:g} (multiplies both roofs), "
+    lines += ["", "Stack constants read by name from `hardware.FITTED`: `engine_efficiency` "
+              f"{fit.engine_efficiency:g} (fitted end to end on SGLang's H100 run; multiplies "
+              "both roofs and prefill attention), pinned by SGLang's H100 kernel tables: "
               f"`layer_overhead_s` {fit.layer_overhead_s * 1e6:g} us, prefill attention at "
               f"{fit.prefill_attention_tflops:g} / 989 = "
               f"{fit.prefill_attention_tflops / 989:.3f} of the BF16 peak."]

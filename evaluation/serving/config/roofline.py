@@ -5,11 +5,11 @@ bandwidths times efficiencies (`Efficiency`), for GPUs no kernel table was measu
 benchmark on H800 over the H800 datasheet figure (DeepGEMM, FlashMLA, DeepEP;
 `derive_hopper` recomputes them from the measured preset's tables, and
 `scripts/roofline_check.py --check` fails when the stored ones drift by more than 1%). On top,
-the serving-stack constants fitted on SGLang's H100 run (`hardware.FITTED`:
-``gemm_efficiency``, ``layer_overhead_s``, and ``prefill_attention_tflops`` as a fraction of
-the H100 BF16 peak) are read by name, so a roofline preset carries the Hopper calibration to
-another GPU without refitting. `hardware_from_spec` builds such a `Hardware`; its kernel curves
-(`steptime.roofline`) are labelled ``roofline`` wherever they are printed."""
+the serving-stack constants of SGLang's H100 run (`hardware.FITTED`: the fitted
+``engine_efficiency``, the pinned ``layer_overhead_s`` and ``prefill_attention_tflops`` as a
+fraction of the H100 BF16 peak) are read by name, so a roofline preset carries the Hopper
+calibration to another GPU without refitting. `hardware_from_spec` builds such a `Hardware`;
+its kernel curves (`steptime.roofline`) are labelled ``roofline`` wherever they are printed."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Efficiency:
     - ``ll_nvlink`` / ``ll_rdma``: the decode (low-latency) kernels, the same fractions, with
       ``ll_latency_s`` seconds per call on top.
 
-    The serving-stack factors (``gemm_efficiency``, the prefill-attention fraction, the
+    The serving-stack factors (``engine_efficiency``, the prefill-attention fraction, the
     per-layer overhead) are not here: they come from `hardware.FITTED` by name.
     """
 
@@ -172,7 +172,7 @@ def comm_rows(nvlink_gbps: float, nic_gbps: float, gpus_per_node: int, eff: Effi
 
 def stack_fit(bf16_tflops: float, fit: KernelFit = FITTED) -> KernelFit:
     """The serving-stack constants fitted on H100 carried to a GPU of ``bf16_tflops``:
-    ``gemm_efficiency`` and ``layer_overhead_s`` as they are, prefill attention at the same
+    ``engine_efficiency`` and ``layer_overhead_s`` as they are, prefill attention at the same
     fraction of the BF16 peak (``prefill_attention_tflops / 989``)."""
     return replace(fit, prefill_attention_tflops=fit.prefill_attention_tflops
                    / H100_BF16_TFLOPS * bf16_tflops)
