@@ -25,8 +25,9 @@ What is checked, per output:
   reason when no rate met it).
 - counterfactual and every output: no interval of a fraction outside [0, 1], no byte count
   as a bare number (``825,181,077,504.0 bytes``) or an exponent (``8.769e+04 GB``).
-- ``advise``: each row's gain equals its tok/s over the first row's; the tokens per rank in
-  the header equal the table's (issue 34 part 4: advise caps them to the KV cache).
+- ``advise``: each row's gain equals its tok/s over the first row's; the per-rank figure in
+  the operating-point line equal the table's (tokens per rank in prefill, running requests
+  per rank in decode, after advise's KV-cache cap: issue 34 part 4).
 
 Run: ``python scripts/serving_examples.py [--write-docs | --check] [--only NAME,...]
 [--tiny]``; ``--tiny`` runs the same examples and checks on a one-node cluster and 160
@@ -58,9 +59,6 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOC = ROOT / "docs" / "serving.md"
 TARGET = 0.9  # the --goodput of the capacity example
-# checks another part of issue 34 fixes (advise, part 4): reported as pending, not failed,
-# until that lands (then delete the tag here)
-PENDING = "(issue 34 part 4)"
 GROWTH_SHARE = 0.05  # the verdict's rule (evaluation/serving/results/verdict.py), restated
 GRID = 256
 
@@ -128,7 +126,7 @@ class Outcome:
 
     @property
     def failed(self) -> list[str]:
-        return [w for ok, w in self.checks if not ok and PENDING not in w]
+        return [w for ok, w in self.checks if not ok]
 
 
 # ------------------------------------------------------------------ running
@@ -397,11 +395,15 @@ def check_advise(res: Outcome) -> None:
     want = 100 * (tok / tok.iloc[0] - 1)
     res.check(np.allclose(gain, want, atol=0.05 + 0.002 * want.abs().max()),
               "each row's gain is its tok/s over the first row's")
-    head = re.search(r", (\d+) tokens per rank", res.stdout)
-    rank = number(t[cols["tokens_per_rank"]].iloc[0])
-    res.check(head is not None and float(head.group(1)) == rank,
-              f"header tokens per rank ({head.group(1) if head else '?'}) = the table's "
-              f"({rank:g}) (issue 34 part 4)")
+    # the operating-point line: prefill tokens per rank, decode running requests per rank
+    # (`advise.operating_line`; the table's column is named for the same unit)
+    head = re.search(r"^operating point: \w+, ([\d,]+) (?:tokens|running requests) per rank",
+                     res.stdout, re.M)
+    col = cols.get("tokens_per_rank") or cols.get("requests_per_rank")
+    rank = number(t[col].iloc[0]) if col else math.nan
+    res.check(head is not None and number(head.group(1)) == rank,
+              f"header per rank ({head.group(1) if head else '?'}) = the table's "
+              f"{col or 'tokens/requests_per_rank (missing)'} ({rank:g})")
 
 
 # ------------------------------------------------------------------ docs
@@ -563,16 +565,14 @@ def run_all(tiny: bool = False, only: set[str] | None = None, shared: Path | Non
 
 
 def report(outcomes: list[Outcome]) -> int:
-    bad = pending = 0
+    bad = 0
     for res in outcomes:
         print(f"\n$ {res.command}   ({res.wall_s:.1f} s)")
         for ok, what in res.checks:
-            later = not ok and PENDING in what
-            print(f"  [{'ok' if ok else 'pending' if later else 'FAIL'}] {what}")
-            bad += not ok and not later
-            pending += later
-    passed = sum(len(r.checks) for r in outcomes) - bad - pending
-    print(f"\n{passed} checks passed, {bad} failed, {pending} pending {PENDING}")
+            print(f"  [{'ok' if ok else 'FAIL'}] {what}")
+            bad += not ok
+    passed = sum(len(r.checks) for r in outcomes) - bad
+    print(f"\n{passed} checks passed, {bad} failed")
     return bad
 
 

@@ -76,3 +76,23 @@ def test_a_contradiction_is_caught(examples, tmp_path):
     bad = examples.Outcome("x", "x", 0, "825,181,077,504.0 bytes and 8.769e+04 GB", "", 0.0)
     examples.check_text(bad)
     assert bad.failed
+
+
+@pytest.mark.parametrize("phase, per_rank", [("decode", "100000"), ("prefill", "4096")])
+def test_advise_check_reads_the_operating_point(examples, phase, per_rank):
+    """check_advise compares the operating-point line with the table's per-rank column under
+    both phases' names (decode: running requests per rank, issue 34 part 4 renamed it; the
+    check looked for a ``tokens_per_rank`` column only and crashed on the README's decode
+    advise), and fails when the header's number is not the table's."""
+    data = Path(__file__).resolve().parents[1] / "traces" / "data"
+    cmd = (f"eplb advise {data / 'deepseek-v3-calibrated.npz'} --topology 2x8 --slots 288 "
+           f"--phase {phase} --tokens-per-rank {per_rank} --levers rebalance")
+    res = examples.run("advise", cmd, data, here)
+    examples.check_advise(res)
+    assert res.checks and not res.failed, (res.failed, res.stderr[-2000:])
+    line = next(x for x in res.stdout.splitlines() if x.startswith("operating point: "))
+    ran = line.split(", ")[1].split()[0]
+    lied = examples.Outcome("advise", cmd, 0, res.stdout.replace(line, line.replace(
+        f", {ran} ", f", {int(ran.replace(',', '')) + 1} ", 1)), "", 0.0)
+    examples.check_advise(lied)
+    assert any("header per rank" in f for f in lied.failed), lied.failed
