@@ -297,7 +297,8 @@ def sglang(minutes: float) -> str:
         f"benchmark), offered {rate:.0f} req/s (1.3x the steady-state capacity), "
         f"{minutes:g} simulated minutes, measured after the first fifth. Calibrated "
         "DeepSeek-V3 prefill routing with per-step noise. The perfect-EPLB figure is the "
-        "point the step-time constants were fitted to (59,349 in steady state), so its "
+        f"point the step-time constants were fitted to ({_fmt(ss['input_tok_s_per_node'])} "
+        "in steady state), so its "
         "error is not a prediction; the default-placement figure and the ratio are."
     )
     return head + "\n\n" + "\n".join(lines)
