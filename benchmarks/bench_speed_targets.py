@@ -63,6 +63,10 @@ for _alt in (Path("/work/shared/traces"), Path("/work/shared/requests")):
         REQUESTS = _alt
 
 FLEET = (24, 7)  # Day-6's fleet in units of the preset's sizes (presets.deepseek_day6)
+# the runs stop when arrivals stop (no drain): CPU per simulated second is extrapolated to the
+# hour, and a drain after the measured seconds (up to 600 s of a backlog at the fleet's rate)
+# would be counted `3600 / seconds` times over
+ARRIVALS_ONLY = 0.0
 BUDGET = {"fleet_cpu_s": 300.0, "mooncake_x": 300.0, "lp_ratio": 1.3, "startup_s": 1.0}
 
 
@@ -129,7 +133,7 @@ def bench_fleet(seconds: float, gen_requests: int) -> None:
           f"its session layout {new_s:.2f} s against {old_s:.2f} s before issue 36 "
           f"(x{old_s / new_s:.1f} faster; identical: {same})")
     setup_s, sim = cpu(lambda: serving.simulator.loop.Simulation(cfg, wl, 0, seconds, False,
-                                                                  10.0))
+                                                                  10.0, drain_s=ARRIVALS_ONLY))
     run_s, res = cpu(sim.run)
     per_hour = gen_hour + run_s * 3600 / seconds + setup_s
     s = res.summary(window=(seconds / 3, seconds))
@@ -180,6 +184,7 @@ def bench_lp(minutes: float) -> None:
     for name, cfg in (("even", base), ("lp", base.replace(dispatch="lp")),
                       ("lp, no overhead", base.replace(dispatch="lp", lp_overhead_s=0.0))):
         run_s, res = cpu(lambda c=cfg: serving.simulate(c, wl, seed=0, duration_s=seconds,
+                                                        drain_s=ARRIVALS_ONLY,
                                                         progress=False))
         out[name] = (run_s, len(res.steps))
         print(f"   {name:16s} {run_s:6.1f} s CPU, {len(res.steps):,} steps")
@@ -279,8 +284,10 @@ def sub_cluster_task(task: dict) -> dict:
     n = int(task["rate"] * task["seconds"] * 1.02) + 50
     wl = day6.day6_workload(n, task["rate"], mix="published", seed=task["seed"])
     res = serving.simulate(cfg, wl, seed=task["seed"], duration_s=task["seconds"],
+                           drain_s=ARRIVALS_ONLY,
                            progress=False)
-    return {"cpu_s": time.process_time() - t, "requests": len(res.requests)}
+    return {"cpu_s": time.process_time() - t, "requests": len(res.requests),
+            "end_s": res.meta["end_s"]}
 
 
 def _warm() -> None:
