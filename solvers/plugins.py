@@ -194,6 +194,9 @@ def load_entry_points() -> None:
         with _loading(label):
             try:
                 obj = ep.load()
+                if not callable(obj) and not inspect.ismodule(obj):
+                    raise InputError(f"it names a {type(obj).__name__} object, neither a policy "
+                                     "function nor a module that registers policies")
                 if callable(obj) and not inspect.ismodule(obj):
                     spec_fn = _REGISTRY.get(ep.name).fn if ep.name in _REGISTRY else None
                     if spec_fn is None:

@@ -357,3 +357,15 @@ def test_an_entry_points_policy_that_raises_names_its_package(fresh):
                        r"h38_raise = h38raise_mod:policy\) failed: IndexError: out of range"):
         solvers.solve("h38_raise", LOAD, TOPO)
     assert isinstance(PolicyError("x"), EplbError)
+
+
+def test_an_entry_point_naming_no_function_is_named_with_its_package(fresh):
+    """An entry point that resolves to a constant (``pkg:NAME`` with ``NAME = 3``) was dropped
+    silently: asking for it said "unknown solver" without naming the package."""
+    _dist(fresh, "h38const", {"h38_const": "h38const_mod:NOT_A_POLICY"},
+          {"h38const_mod": "NOT_A_POLICY = 3\n"})
+    assert "h38_const" not in solvers.available()
+    with pytest.raises(InputError, match=r"solver 'h38_const' cannot be used: package h38const "
+                       r"0.1, entry point h38_const = h38const_mod:NOT_A_POLICY fails to load "
+                       r"\(InputError: it names a int object, neither a policy function"):
+        solvers.solve("h38_const", LOAD, TOPO)
