@@ -122,3 +122,15 @@ def test_simulate_config_names_the_file_and_its_verb(files, name, what):
     assert code == 2 and what in err and "not a cluster config" in err
     code, _, err = run_cli("simulate", "--print-config", files[name])
     assert code == 2 and what in err and "not a cluster config" in err
+
+
+def test_execute_and_replay_name_the_file_and_its_verb(files):
+    """``eplb execute TRACE`` said "missing array 'phy2log'"; ``replay`` and ``execute
+    --trace`` read a request trace as a truncated expert-load file."""
+    code, _, err = run_cli("execute", TRACE_FILE)
+    assert code == 2 and "expert-load trace" in err and "not a placement file" in err
+    code, _, err = run_cli("execute", files["native"], "--trace", files["mooncake"])
+    assert code == 2 and "Mooncake request trace" in err and "not an expert-load trace" in err
+    code, _, err = run_cli("replay", files["native"], "--topology", "4x8", "--slots", 288,
+                           "--interval", 1)
+    assert code == 2 and "eplb placement" in err and "not an expert-load trace" in err
