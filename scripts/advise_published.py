@@ -181,6 +181,7 @@ def _fitted_requests(model: ModelSpec, hw: str, topo: Topology, requests: int,
 
 
 def _placed(model: ModelSpec, load: np.ndarray, topo: Topology):
+    """`deepseek`'s placement of ``load: float[L, E]`` on ``topo`` (the model's groups)."""
     return solvers.solve("deepseek", load, topo, num_groups=model.num_groups, seed=0)
 
 
