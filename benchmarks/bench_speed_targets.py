@@ -48,14 +48,15 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from eplb.data_dirs import requests_dir, traces_dir  # noqa: E402
 from eplb.evaluation import serving  # noqa: E402
 from eplb.evaluation.serving.config import UnitConfig  # noqa: E402
 from eplb.evaluation.serving.workload import day6, synth  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-DATA = Path(os.environ.get("EPLB_DATA", REPO.parent / "shared" / "traces"))
-REQUESTS = Path(os.environ.get("EPLB_REQUESTS", REPO.parent / "shared" / "requests"))
+DATA = traces_dir()
+REQUESTS = requests_dir()
 for _alt in (Path("/work/shared/traces"), Path("/work/shared/requests")):
     if not DATA.is_dir() and _alt.name == "traces" and _alt.is_dir():
         DATA = _alt

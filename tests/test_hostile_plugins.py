@@ -256,11 +256,18 @@ def test_meta_with_sets_and_nan_is_written_as_strict_json(small, policies):  # n
     assert doc["meta"]["score"] is None and doc["meta"]["top"] is None
 
 
-def test_compare_fails_when_a_policy_fails(small, policies):  # noqa: F811
+def test_compare_fails_when_a_policy_fails(small, fresh):  # noqa: F811
+    # a plugin module, so the policy exists in the workers whether they fork or spawn (this
+    # process may run other threads, and then workers spawn: runners._mp)
+    _module(fresh, "h38_raising", """
+        @solvers.register("h38_raising")
+        def policy(load, topology):
+            raise KeyError("this policy always fails")
+    """)
     cmd = ["compare", "t.npz", "--topologies", "2x4:32", "--quiet", "--workers", "2",
-           "-o", "c.csv"]
-    rc, _, err = run_cli(*cmd, "--solvers", "h38_raises,greedy")
-    one_error(rc, err, "1 of 2 runs failed, nothing written", "h38_raises", "KeyError")
+           "--plugin", "h38_raising", "-o", "c.csv"]
+    rc, _, err = run_cli(*cmd, "--solvers", "h38_raising,greedy")
+    one_error(rc, err, "1 of 2 runs failed, nothing written", "h38_raising", "KeyError")
     assert not (small / "c.csv").exists()
     assert run_cli(*cmd, "--solvers", "greedy")[0] == 0  # a refusal-free sweep exits 0
 
