@@ -16,7 +16,6 @@ what this run writes).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/hf_configs.py: the config.json fixtures
 
 from eplb import solvers  # noqa: E402
+from eplb.data_dirs import traces_dir  # noqa: E402
 from eplb.evaluation.serving.advise import _load_of, advise  # noqa: E402
 from eplb.evaluation.serving.config import kv_capacity_tokens  # noqa: E402
 from eplb.evaluation.serving.config.hardware import (  # noqa: E402
@@ -39,9 +39,8 @@ from eplb.evaluation.serving.steptime import RankBatch, StepModel  # noqa: E402
 from eplb.topology import Topology  # noqa: E402
 from tests import hf_configs as H  # noqa: E402
 
-# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
-DUMPS = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
-DUMPS = DUMPS / "deepseek-v3-sglang"
+# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces (`eplb.data_dirs`)
+DUMPS = traces_dir() / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "advise.md"
 E_SLOTS = 256  # deepseek_v3's routed experts
 
