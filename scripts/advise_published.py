@@ -242,15 +242,21 @@ def atom_prefill() -> list[dict]:
     """ROCm ATOM #1210: DeepSeek-V4-Pro on 1 x 8 MI355X (EP8, DP attention), prefill of
     8,192-token prompts at 8,192 tokens per rank (`--max-num-batched-tokens 8192`), on each
     prefill dump reshaped to V4 (`nearest_load`): before the trivial layout on 384 slots; after
-    `deepseek` on 384 (rearrange) and on 448 slots (64 redundant); perfect balance beside."""
+    `deepseek` on 384 (rearrange) and on 448 slots (64 redundant), `biased` on 448 (ATOM's
+    policy of the same name, `solvers.policies.biased`); perfect balance beside."""
     out = []
     for name in PREFILL:
         t = advise(nearest_load(dump_loads()[name], V4), "1x8", V4.num_experts,
                    phase="prefill", hardware="mi355x", model=V4, tokens_per_rank=8192,
                    input_tokens=8192, redundant=(64,),
                    levers=["today", "rebalance", "redundant", "bound"]).table.set_index("lever")
+        b = advise(nearest_load(dump_loads()[name], V4), "1x8", V4.num_experts,
+                   phase="prefill", hardware="mi355x", model=V4, tokens_per_rank=8192,
+                   input_tokens=8192, redundant=(64,), solver="biased",
+                   levers=["today", "redundant"]).table.set_index("lever")
         out.append({"rearrange": float(t.loc["rebalance", "gain_pct"]) / 100,
                     "N=64": float(t.loc["redundant", "gain_pct"]) / 100,
+                    "biased": float(b.loc["redundant", "gain_pct"]) / 100,
                     "bound": float(t.loc["bound", "gain_pct"]) / 100,
                     "balance": float(t.loc["today", "balance"])})
     return out
@@ -392,12 +398,14 @@ def new_rows() -> list[str]:
             f"published gain is above perfect balance on these loads; perfect balance gains it "
             f"from a trivial-layout max/mean of {_span_x(atom_needed_balance(PUB_ATOM[key]))} "
             f"| - |")
+    pred = [a["biased"] for a in atom]
     rows.append(
-        f"| ROCm ATOM EPLB, `biased` 64 redundant (same PR) | as above; `biased` (the top "
-        f"experts replicated on every GPU) is no solver here | {_pct(PUB_ATOM['biased'])} "
-        f"(-> 8.68 req/s) | not predicted (no such policy); perfect balance bounds every "
-        f"placement at {_span(bound)}; it gains +34% from a trivial-layout max/mean of "
-        f"{_span_x(atom_needed_balance(PUB_ATOM['biased']))} | - | - |")
+        f"| ROCm ATOM EPLB, `biased` 64 redundant (same PR) | as above; after: `biased` on 448 "
+        f"slots (the top experts replicated on every GPU, as ATOM's policy) | "
+        f"{_pct(PUB_ATOM['biased'])} (-> 8.68 req/s) | {_span(pred)} (perfect balance "
+        f"{_span(bound)}) | {_vs(pred, PUB_ATOM['biased'])}: above perfect balance on these "
+        f"loads; perfect balance gains it from a trivial-layout max/mean of "
+        f"{_span_x(atom_needed_balance(PUB_ATOM['biased']))} | - |")
     rows.append(
         f"| vLLM offline EPLB (vllm-project/vllm#41141; three datasets) | 1 x 8 B200 (roofline "
         f"preset), DP8 + EP, Qwen3.5-397B-A17B config with NVFP4 experts, the dumps reshaped to "
