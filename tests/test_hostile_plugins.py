@@ -233,6 +233,18 @@ def test_a_policy_past_its_time_limit_is_stopped(policies, monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def test_a_policy_without_a_time_limit_gets_the_default(policies, monkeypatch):
+    """No verb that solves runs forever: with no time limit given a third-party policy gets
+    `plugins.DEFAULT_LIMIT_S` and the message says it was the default."""
+    monkeypatch.setattr(plugins, "GRACE", (1.0, 0.2))
+    monkeypatch.setattr(plugins, "DEFAULT_LIMIT_S", 0.1)
+    start = time.monotonic()
+    with pytest.raises(SolverTimeout, match=r"time limit of 0.1 s \(the default for third-party"):
+        solvers.solve("h38_spins", LOAD, TOPO)
+    assert time.monotonic() - start < 5
+    assert solvers.solve("greedy", LOAD, TOPO).phy2log.shape == (2, 32)  # built-ins unbounded
+
+
 def test_advise_takes_a_time_limit(policies, monkeypatch):
     from eplb.evaluation.serving.advise import advise
 
