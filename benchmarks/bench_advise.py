@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 
 from eplb import traces
+from eplb.data_dirs import traces_dir
 from eplb.evaluation.serving import ClusterConfig, UnitConfig, steady_state
 from eplb.evaluation.serving.simulator.planner import trivial_placement
 
-DUMPS = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "deepseek-v3-sglang"
+DUMPS = traces_dir() / "deepseek-v3-sglang"
 SHAPES = {"prefill": ("4x8", 4), "decode": ("18x8", 18)}
 TARGET_S = 30.0
 

@@ -23,17 +23,16 @@ Run: ``python benchmarks/bench_craft_greedy.py`` (numbers in docs/solvers.md, "c
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from eplb import Topology, solvers, traces
+from eplb.data_dirs import traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = (Path(os.environ["EPLB_DATA"]) if os.environ.get("EPLB_DATA")
-          else ROOT.parent / "shared" / "traces")  # docs/data.md
+SHARED = traces_dir()  # $EPLB_DATA or ../shared/traces (docs/data.md)
 TOPOLOGIES = {"4x8:288": Topology(4, 8, 9), "18x8:288": Topology(18, 8, 2),
               "8x8:320": Topology(8, 8, 5)}
 

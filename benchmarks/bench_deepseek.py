@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 from eplb import Topology, solvers, traces
+from eplb.data_dirs import traces_dir
 from eplb.testing.deepseek_reference import rebalance as loop_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
-SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang" / "prefill_in1024.json"
+SHARED = traces_dir() / "deepseek-v3-sglang" / "prefill_in1024.json"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
 
 

@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from eplb import Topology, solvers, traces
+from eplb.data_dirs import traces_dir
 from eplb.evaluation.replay import replay
 from eplb.format import text_table
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "traces" / "data" / "deepseek-v3-calibrated.npz"
-REAL = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
+REAL = traces_dir() / "deepseek-v3-sglang"
 MODES: list[tuple[str, dict]] = [
     ("fresh + relabel", {}),
     ("tolerance 0.002", {"tolerance": 0.002}),

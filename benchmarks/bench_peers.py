@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from eplb import Placement, Topology, solvers, traces  # noqa: E402
+from eplb.data_dirs import traces_dir  # noqa: E402
 from eplb.solvers.primitives.layout import max_load  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ from docblock import update_doc  # noqa: E402
 from peers import sglang_deepseek, sglang_deepseek_vec, vllm_default  # noqa: E402
 
 DOC = REPO / "docs" / "solvers.md"
-SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
+SHARED = traces_dir() / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
 CONFIGS = [("4x8:288", Topology(4, 8, 9)), ("18x8:288", Topology(18, 8, 2)),
            ("8x8:320", Topology(8, 8, 5))]

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 from eplb import Topology, solvers, traces
+from eplb.data_dirs import traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = sorted((ROOT.parent / "shared" / "traces" / "deepseek-v3-sglang").glob("*.json"))
+DEFAULT = sorted((traces_dir() / "deepseek-v3-sglang").glob("*.json"))
 DEFAULT += [ROOT / "traces" / "data" / "deepseek-v3-calibrated.npz"]
 
 

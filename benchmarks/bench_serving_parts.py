@@ -31,12 +31,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 
+from eplb.data_dirs import requests_dir  # noqa: E402
 from eplb.evaluation.serving import balancers as B  # noqa: E402
 from eplb.evaluation.serving import workload as W  # noqa: E402
 from eplb.evaluation.serving.balancers import RankState, RequestBatch  # noqa: E402
 from eplb.evaluation.serving.kvcache import KVStore, RankCaches  # noqa: E402
 
-MOONCAKE = REPO.parent / "shared" / "requests" / "mooncake_conversation.jsonl"
+MOONCAKE = requests_dir() / "mooncake_conversation.jsonl"
 if not MOONCAKE.exists():
     MOONCAKE = Path("/work/shared/requests/mooncake_conversation.jsonl")
 

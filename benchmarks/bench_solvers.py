@@ -36,6 +36,7 @@ from eplb import (
     solvers,
     traces,
 )
+from eplb.data_dirs import traces_dir
 from eplb.solvers.analysis.bounds import lower_bound
 from eplb.solvers.primitives import pairing_exact
 from eplb.solvers.primitives.even_split import place_even
@@ -47,7 +48,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import baseline_greedy  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "traces" / "deepseek-v3-sglang"
+SHARED = traces_dir() / "deepseek-v3-sglang"
 BUNDLED = REPO / "traces" / "data" / "zipf-58x256.npz"
 PREFILL = Topology(4, 8, 9)
 DECODE = Topology(18, 8, 2)

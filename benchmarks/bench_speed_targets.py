@@ -48,14 +48,15 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from eplb.data_dirs import requests_dir, traces_dir  # noqa: E402
 from eplb.evaluation import serving  # noqa: E402
 from eplb.evaluation.serving.config import UnitConfig  # noqa: E402
 from eplb.evaluation.serving.workload import day6, synth  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-DATA = Path(os.environ.get("EPLB_DATA", REPO.parent / "shared" / "traces"))
-REQUESTS = Path(os.environ.get("EPLB_REQUESTS", REPO.parent / "shared" / "requests"))
+DATA = traces_dir()
+REQUESTS = requests_dir()
 for _alt in (Path("/work/shared/traces"), Path("/work/shared/requests")):
     if not DATA.is_dir() and _alt.name == "traces" and _alt.is_dir():
         DATA = _alt
@@ -63,6 +64,10 @@ for _alt in (Path("/work/shared/traces"), Path("/work/shared/requests")):
         REQUESTS = _alt
 
 FLEET = (24, 7)  # Day-6's fleet in units of the preset's sizes (presets.deepseek_day6)
+# the runs stop when arrivals stop (no drain): CPU per simulated second is extrapolated to the
+# hour, and a drain after the measured seconds (up to 600 s of a backlog at the fleet's rate)
+# would be counted `3600 / seconds` times over
+ARRIVALS_ONLY = 0.0
 BUDGET = {"fleet_cpu_s": 300.0, "mooncake_x": 300.0, "lp_ratio": 1.3, "startup_s": 1.0}
 
 
@@ -129,7 +134,7 @@ def bench_fleet(seconds: float, gen_requests: int) -> None:
           f"its session layout {new_s:.2f} s against {old_s:.2f} s before issue 36 "
           f"(x{old_s / new_s:.1f} faster; identical: {same})")
     setup_s, sim = cpu(lambda: serving.simulator.loop.Simulation(cfg, wl, 0, seconds, False,
-                                                                  10.0))
+                                                                  10.0, drain_s=ARRIVALS_ONLY))
     run_s, res = cpu(sim.run)
     per_hour = gen_hour + run_s * 3600 / seconds + setup_s
     s = res.summary(window=(seconds / 3, seconds))
@@ -180,6 +185,7 @@ def bench_lp(minutes: float) -> None:
     for name, cfg in (("even", base), ("lp", base.replace(dispatch="lp")),
                       ("lp, no overhead", base.replace(dispatch="lp", lp_overhead_s=0.0))):
         run_s, res = cpu(lambda c=cfg: serving.simulate(c, wl, seed=0, duration_s=seconds,
+                                                        drain_s=ARRIVALS_ONLY,
                                                         progress=False))
         out[name] = (run_s, len(res.steps))
         print(f"   {name:16s} {run_s:6.1f} s CPU, {len(res.steps):,} steps")
@@ -279,8 +285,10 @@ def sub_cluster_task(task: dict) -> dict:
     n = int(task["rate"] * task["seconds"] * 1.02) + 50
     wl = day6.day6_workload(n, task["rate"], mix="published", seed=task["seed"])
     res = serving.simulate(cfg, wl, seed=task["seed"], duration_s=task["seconds"],
+                           drain_s=ARRIVALS_ONLY,
                            progress=False)
-    return {"cpu_s": time.process_time() - t, "requests": len(res.requests)}
+    return {"cpu_s": time.process_time() - t, "requests": len(res.requests),
+            "end_s": res.meta["end_s"]}
 
 
 def _warm() -> None:

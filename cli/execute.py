@@ -79,8 +79,8 @@ def _check_layer(placement, trace, layer_id: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
+    from eplb.cli.recognise import read_placement_as, read_trace_as
     from eplb.evaluation.execute import execute_trace
-    from eplb.io import read_placement
 
     # the flags' own messages, before any work; execute_trace() checks the same by parameter
     hidden_assumed = args.hidden is None
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         topology = topology_hint(args.topology, None)  # a runtime file's slots are its own
     elif args.topology:
         topology = topology_from(args)
-    placement = read_placement(args.placement, topology=topology, num_experts=args.experts)
+    placement = read_placement_as(args.placement, topology=topology, num_experts=args.experts)
     check_topology_hint(placement, topology, args.placement)
     topo = placement.topology
     E, G = placement.num_experts, topo.num_gpus
@@ -109,10 +109,9 @@ def run(args: argparse.Namespace) -> int:
                fix="use a smaller --hidden or --ffn")
     trace = None
     if args.trace:
-        from eplb import traces  # lazy: only with --trace
         from eplb.evaluation.align import moe_rows
 
-        trace = traces.read(args.trace)
+        trace = read_trace_as(args.trace)
         # a vLLM file is keyed by MoE-layer index: its rows take the trace's model layer ids
         placement = moe_rows(placement, trace)
     if args.layer is not None or trace is not None:

@@ -16,6 +16,7 @@ from eplb.errors import EplbError, InputError
 HEAD = 65536  # bytes read to tell a kind (a summary's keys, a TOML's tables)
 
 TRACE, PLACEMENT, REQUESTS, CLUSTER, RESULT = "trace", "placement", "requests", "cluster", "result"
+SUMMARY = "summary"
 # who takes each kind (what the message names)
 TAKES = {
     TRACE: "eplb solve / compare / trace info / replay / advise take it (as LOAD or TRACE), and "
@@ -25,6 +26,8 @@ TAKES = {
     REQUESTS: "eplb workload info and eplb simulate --workload take it",
     CLUSTER: "eplb simulate CONFIG takes it",
     RESULT: "it is an output of eplb, not an input: open it with pandas or a viewer",
+    SUMMARY: "eplb advise --from-summary takes it (or its folder); otherwise it is an output "
+             "of eplb: open it with a viewer",
 }
 
 
@@ -94,7 +97,7 @@ def _json_kind(text: str) -> Kind | None:
     if '"logical_count"' in text[:4096]:
         return Kind(TRACE, "an SGLang expert-distribution dump (logical_count)")
     if '"ttft_p50_s"' in text or '"tok_s_per_node"' in text:
-        return Kind(RESULT, "a serving result summary (eplb simulate's summary.json)")
+        return Kind(SUMMARY, "a serving result summary (eplb simulate's summary.json)")
     if re.search(r'"columns"\s*:', text) and re.search(r'"rows"\s*:', text):
         return Kind(RESULT, "a result table as JSON (eplb advise --json)")
     return None
@@ -205,3 +208,34 @@ def read_placement_as(path, **kw):
         return read_placement(path, **kw)
     except EplbError as exc:
         raise explain(path, PLACEMENT, exc) from None
+
+
+def read_workload_as(path, **kw):
+    """`workload.read`, its errors on a file of another kind replaced by `explain`'s."""
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
+
+    try:
+        return W.read(path, **kw)
+    except EplbError as exc:
+        raise explain(path, REQUESTS, exc) from None
+
+
+def workload_spec_as(spec, **kw):
+    """`workload.from_spec` (a file or ``synth:...``), a file's errors explained as above."""
+    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
+
+    try:
+        return W.from_spec(spec, **kw)
+    except EplbError as exc:
+        raise explain(spec, REQUESTS, exc) from None
+
+
+def load_cluster_as(text):
+    """`ClusterConfig.load` (a TOML file or a preset name), a file's errors explained as
+    above."""
+    from eplb.evaluation.serving import ClusterConfig  # lazy: keeps eplb --help fast
+
+    try:
+        return ClusterConfig.load(text)
+    except EplbError as exc:
+        raise explain(text, CLUSTER, exc) from None

@@ -51,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the library loads only when the verb runs, which keeps eplb --help fast
-    from eplb import solvers, traces
+    from eplb import solvers
+    from eplb.cli.recognise import read_trace_as
     from eplb.dispatch import check_policy
     from eplb.evaluation.replay import EXPERT_BYTES, replay, replay_summary, replay_topology
     from eplb.evaluation.tables import write_csv
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         check_policy(args.dispatch)
     if args.history < 0:
         raise InputError(f"--history must be >= 0 (0 = all past windows), got {args.history}")
-    trace = traces.read(args.trace)
+    trace = read_trace_as(args.trace)
     topo = replay_topology(trace.num_experts, args.topology, args.slots,
                            nvlink_gbps=args.nvlink_gbps, rdma_gbps=args.rdma_gbps)
     groups = args.groups if args.groups is not None else trace.meta.get("num_groups")

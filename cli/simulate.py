@@ -23,6 +23,7 @@ from pathlib import Path
 from eplb.atomic import atomic_directory, check_output_dir
 from eplb.cli import option_groups as og
 from eplb.cli.common import fraction_arg, stop_tol_arg
+from eplb.cli.recognise import load_cluster_as, workload_spec_as
 from eplb.errors import InputError
 
 PRESETS = ("deepseek_day6", "sglang_96xh100")  # named in --help; the library checks
@@ -145,7 +146,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def load_workload(args: argparse.Namespace, block_size: int):
     from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    wl = W.from_spec(args.workload, block_size=block_size)
+    wl = workload_spec_as(args.workload, block_size=block_size)
     if args.head is not None:
         if args.head < 1:
             raise InputError(f"--head must be >= 1, got {args.head}")
@@ -228,14 +229,13 @@ def _floats(text: str, what: str) -> list[float]:
 
 def _configs(args: argparse.Namespace) -> dict:
     """``{name: ClusterConfig}``: each CONFIG with --set applied, then each --variant."""
-    from eplb.evaluation.serving import ClusterConfig  # lazy: keeps --help fast
     from eplb.evaluation.serving.config import overrides  # lazy: keeps --help fast
 
     if not args.config:
         raise InputError("give a CONFIG (a TOML file or a preset: " + ", ".join(PRESETS) + ")")
     named: dict = {}
     for text in args.config:
-        cfg = overrides.apply(ClusterConfig.load(text), _overrides(args))
+        cfg = overrides.apply(load_cluster_as(text), _overrides(args))
         name, k = cfg.name, 2
         while name in named:
             name, k = f"{cfg.name}#{k}", k + 1
@@ -256,10 +256,9 @@ def _configs(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.print_config is not None:
-        from eplb.evaluation.serving import ClusterConfig  # lazy: keeps --help fast
         from eplb.evaluation.serving.config import overrides  # lazy: keeps --help fast
 
-        cfg = overrides.apply(ClusterConfig.load(args.print_config), _overrides(args))
+        cfg = overrides.apply(load_cluster_as(args.print_config), _overrides(args))
         print(cfg.to_toml(), end="")
         return 0
     if args.workload is None:

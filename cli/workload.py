@@ -8,6 +8,7 @@ import math
 
 from eplb.cli import option_groups as og
 from eplb.cli.common import check_outputs, say_dropped
+from eplb.cli.recognise import read_workload_as
 from eplb.errors import InputError
 from eplb.format import json_text, text_table
 
@@ -195,9 +196,8 @@ def _num(x, digits: int = 0) -> str:
 
 # ------------------------------------------------------------------ info
 def run_info(args: argparse.Namespace) -> int:
-    from eplb.evaluation.serving import workload as W  # lazy: keeps eplb --help fast
 
-    wl = W.read(args.file, format=args.format, block_size=args.block_size)
+    wl = read_workload_as(args.file, format=args.format, block_size=args.block_size)
     s = wl.summary()
     if args.json:
         print(json_text({"file": args.file, **s, "meta": wl.meta}, indent=1))
@@ -254,7 +254,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
     check_outputs({"--lengths-from": args.lengths_from}, {"-o": args.output})
     fmt = W.write_format(args.output, args.format)
-    lengths = W.read(args.lengths_from) if args.lengths_from else None
+    lengths = read_workload_as(args.lengths_from) if args.lengths_from else None
     wl = W.synthesize(
         args.requests,
         rate=args.rate,
@@ -295,7 +295,7 @@ def run_convert(args: argparse.Namespace) -> int:
         raise InputError("--poisson needs --rate or --speedup")
     if args.head is not None and args.head < 1:
         raise InputError(f"--head must be >= 1, got {args.head}")
-    wl = W.read(args.input, format=args.in_format, block_size=args.block_size)
+    wl = read_workload_as(args.input, format=args.in_format, block_size=args.block_size)
     if args.head is not None:
         wl = wl.head(args.head)
     if args.rate is not None or args.speedup is not None:

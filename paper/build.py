@@ -41,6 +41,7 @@ from eplb import (
     traces,
 )
 from eplb.atomic import atomic_write_text, publish_tree, recover_publish
+from eplb.data_dirs import traces_dir
 from eplb.evaluation import metrics, pareto, plots, replay, traffic
 from eplb.evaluation.tables import markdown
 from eplb.solvers.analysis.bounds import lower_bound
@@ -922,9 +923,7 @@ def day6_nvlink_gbps() -> float:
 
 
 def default_data() -> Path:
-    root = os.environ.get("EPLB_DATA")
-    base = Path(root).expanduser() if root else REPO.parent / "shared" / "traces"
-    return base / "deepseek-v3-sglang"
+    return traces_dir() / "deepseek-v3-sglang"
 
 
 def publish(staging: Path, out: Path) -> None:

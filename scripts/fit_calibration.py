@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,12 +32,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from eplb.data_dirs import traces_dir  # noqa: E402
 from eplb.traces import calibration, summary  # noqa: E402
 from eplb.traces.readers import read  # noqa: E402
 
-# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
-DEFAULT_DATA = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
-DEFAULT_DATA = DEFAULT_DATA / "deepseek-v3-sglang"
+DEFAULT_DATA = traces_dir() / "deepseek-v3-sglang"
 LEVELS = [0.0, 0.001, 0.005, 0.01, 0.02, 0.05, *np.round(np.arange(0.1, 0.91, 0.05), 2).tolist(),
           0.95, 0.98, 0.99, 0.995, 0.999, 1.0]
 G, E, K, TOPK_GROUPS = 8, 256, 8, 4

@@ -20,7 +20,6 @@ this run; ``--steps N``: steps per point, default 4).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 from docblock import update_doc
 
 from eplb import solvers, traces
+from eplb.data_dirs import traces_dir
 from eplb.evaluation import serving
 from eplb.evaluation.serving import RankBatch, StepModel
 from eplb.evaluation.serving.config.hardware import get_hardware
@@ -35,9 +35,7 @@ from eplb.evaluation.serving.steptime.curves import LinearCurve
 from eplb.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
-# the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
-DUMPS = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
-DUMPS = DUMPS / "deepseek-v3-sglang"
+DUMPS = traces_dir() / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "serving.md"
 TOKENS = {"decode": (4, 32, 128, 256), "prefill": (256, 512, 1024, 4096)}
 STEM = {"decode": "decode_in1000out1000", "prefill": "prefill_in1024"}

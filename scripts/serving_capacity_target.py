@@ -43,20 +43,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 from pathlib import Path
 
 from docblock import update_doc
 
 from eplb import runners
+from eplb.data_dirs import requests_dir
 from eplb.evaluation.serving import ClusterConfig, rescale, simulate, steady_state, workload
 from eplb.evaluation.serving.config.overrides import apply
 from eplb.evaluation.serving.results.mix import LengthMix
 from eplb.evaluation.serving.results.steady import slo_rate
 
 ROOT = Path(__file__).resolve().parent.parent
-# the shared request traces: $EPLB_REQUESTS (as the tests read it) or ../shared/requests
-SHARED = Path(os.environ.get("EPLB_REQUESTS") or ROOT.parent / "shared" / "requests")
+SHARED = requests_dir()  # $EPLB_REQUESTS, else ../shared/requests
 DOC = ROOT / "docs" / "serving-calibration.md"
 TARGET = 0.15  # issue 34's target: simulator 90%-goodput rate within 15% of steady_state
 GOODPUT = 0.9

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
+from eplb.data_dirs import requests_dir
 from eplb.evaluation.serving import ClusterConfig, rescale, simulate, workload
 
-TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "requests"
+TRACE = requests_dir()
 BANDS = ((0, 4_000), (4_000, 8_000), (8_000, 16_000), (16_000, 32_000), (32_000, 10**9))
 
 

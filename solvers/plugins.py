@@ -34,6 +34,9 @@ from eplb.errors import EplbError, InputError, PolicyError, SolverTimeout
 ENTRY_POINT_GROUP = "eplb.solvers"
 RETURNED = "returned no valid placement"  # a third-party policy's bad result (compare: a failure)
 GRACE = (1.5, 2.0)  # a policy past ``time_limit`` is stopped at 1.5 x the limit + 2 s
+# wall seconds a third-party policy gets when no time limit is given: no verb that solves runs
+# forever on a policy that never returns (eplb's own policies end by construction)
+DEFAULT_LIMIT_S = 3600.0
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
 
 _loaded: list[bool] = []  # entry points loaded in this process
@@ -194,6 +197,9 @@ def load_entry_points() -> None:
         with _loading(label):
             try:
                 obj = ep.load()
+                if not callable(obj) and not inspect.ismodule(obj):
+                    raise InputError(f"it names a {type(obj).__name__} object, neither a policy "
+                                     "function nor a module that registers policies")
                 if callable(obj) and not inspect.ismodule(obj):
                     spec_fn = _REGISTRY.get(ep.name).fn if ep.name in _REGISTRY else None
                     if spec_fn is None:
@@ -211,9 +217,10 @@ def load_entry_points() -> None:
 @contextlib.contextmanager
 def running(name: str, origin: str, time_limit: float | None) -> Iterator[None]:
     """Run third-party policy ``name`` (from ``origin``): past ``time_limit`` (wall seconds,
-    stopped at `GRACE`) it raises `SolverTimeout`; anything else it raises but an `EplbError`
-    becomes a `PolicyError` naming the policy and ``origin``. Built-in policies (``origin``
-    "") run as they are. The time limit needs the main thread (a signal timer)."""
+    `DEFAULT_LIMIT_S` when None; stopped at `GRACE`) it raises `SolverTimeout`; anything else
+    it raises but an `EplbError` becomes a `PolicyError` naming the policy and ``origin``.
+    Built-in policies (``origin`` "") run as they are. The time limit needs the main thread
+    (a signal timer)."""
     if not origin:
         yield
         return
@@ -235,7 +242,9 @@ class _Overran(BaseException):
 
 @contextlib.contextmanager
 def _time_bound(name: str, origin: str, time_limit: float | None) -> Iterator[None]:
-    hard = None if time_limit is None else GRACE[0] * float(time_limit) + GRACE[1]
+    given = time_limit is not None
+    time_limit = float(time_limit) if given else DEFAULT_LIMIT_S
+    hard = GRACE[0] * time_limit + GRACE[1]
     if hard is None or hard > 1e8 or not hasattr(signal, "setitimer") \
             or threading.current_thread() is not threading.main_thread():
         yield
@@ -257,10 +266,12 @@ def _time_bound(name: str, origin: str, time_limit: float | None) -> Iterator[No
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _Overran:  # also one that fired while the policy was returning
+        which = "" if given else (" (the default for third-party policies; --time-limit / "
+                                  "time_limit= gives another)")
         raise SolverTimeout(f"solver {name!r} ({origin}) ran past its time limit of "
-                            f"{time_limit:g} s and was stopped after {hard:.3g} s; the policy "
-                            "does not honour time_limit (fix it, give it more time or choose "
-                            "another solver)") from None
+                            f"{time_limit:g} s{which} and was stopped after {hard:.3g} s; the "
+                            "policy does not honour time_limit (fix it, give it more time or "
+                            "choose another solver)") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)

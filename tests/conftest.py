@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from eplb.data_dirs import requests_dir, traces_dir
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = (Path(os.environ["EPLB_DATA"]).expanduser() if os.environ.get("EPLB_DATA")
-                 else REPO.parent / "shared" / "traces")
+SHARED_TRACES = traces_dir()  # $EPLB_DATA, else ../shared/traces
 BUNDLED = REPO / "traces" / "data"
 
 settings.register_profile(
@@ -57,8 +58,7 @@ def deepseek_jsons(shared_traces: Path) -> list[Path]:
 
 
 # request traces (Mooncake, Azure): $EPLB_REQUESTS when set, else ../shared/requests
-SHARED_REQUESTS = (Path(os.environ["EPLB_REQUESTS"]).expanduser() if os.environ.get("EPLB_REQUESTS")
-                   else REPO.parent / "shared" / "requests")
+SHARED_REQUESTS = requests_dir()
 
 
 @pytest.fixture(scope="session")

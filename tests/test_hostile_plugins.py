@@ -233,6 +233,18 @@ def test_a_policy_past_its_time_limit_is_stopped(policies, monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def test_a_policy_without_a_time_limit_gets_the_default(policies, monkeypatch):
+    """No verb that solves runs forever: with no time limit given a third-party policy gets
+    `plugins.DEFAULT_LIMIT_S` and the message says it was the default."""
+    monkeypatch.setattr(plugins, "GRACE", (1.0, 0.2))
+    monkeypatch.setattr(plugins, "DEFAULT_LIMIT_S", 0.1)
+    start = time.monotonic()
+    with pytest.raises(SolverTimeout, match=r"time limit of 0.1 s \(the default for third-party"):
+        solvers.solve("h38_spins", LOAD, TOPO)
+    assert time.monotonic() - start < 5
+    assert solvers.solve("greedy", LOAD, TOPO).phy2log.shape == (2, 32)  # built-ins unbounded
+
+
 def test_advise_takes_a_time_limit(policies, monkeypatch):
     from eplb.evaluation.serving.advise import advise
 
@@ -256,11 +268,18 @@ def test_meta_with_sets_and_nan_is_written_as_strict_json(small, policies):  # n
     assert doc["meta"]["score"] is None and doc["meta"]["top"] is None
 
 
-def test_compare_fails_when_a_policy_fails(small, policies):  # noqa: F811
+def test_compare_fails_when_a_policy_fails(small, fresh):  # noqa: F811
+    # a plugin module, so the policy exists in the workers whether they fork or spawn (this
+    # process may run other threads, and then workers spawn: runners._mp)
+    _module(fresh, "h38_raising", """
+        @solvers.register("h38_raising")
+        def policy(load, topology):
+            raise KeyError("this policy always fails")
+    """)
     cmd = ["compare", "t.npz", "--topologies", "2x4:32", "--quiet", "--workers", "2",
-           "-o", "c.csv"]
-    rc, _, err = run_cli(*cmd, "--solvers", "h38_raises,greedy")
-    one_error(rc, err, "1 of 2 runs failed, nothing written", "h38_raises", "KeyError")
+           "--plugin", "h38_raising", "-o", "c.csv"]
+    rc, _, err = run_cli(*cmd, "--solvers", "h38_raising,greedy")
+    one_error(rc, err, "1 of 2 runs failed, nothing written", "h38_raising", "KeyError")
     assert not (small / "c.csv").exists()
     assert run_cli(*cmd, "--solvers", "greedy")[0] == 0  # a refusal-free sweep exits 0
 
@@ -357,3 +376,15 @@ def test_an_entry_points_policy_that_raises_names_its_package(fresh):
                        r"h38_raise = h38raise_mod:policy\) failed: IndexError: out of range"):
         solvers.solve("h38_raise", LOAD, TOPO)
     assert isinstance(PolicyError("x"), EplbError)
+
+
+def test_an_entry_point_naming_no_function_is_named_with_its_package(fresh):
+    """An entry point that resolves to a constant (``pkg:NAME`` with ``NAME = 3``) was dropped
+    silently: asking for it said "unknown solver" without naming the package."""
+    _dist(fresh, "h38const", {"h38_const": "h38const_mod:NOT_A_POLICY"},
+          {"h38const_mod": "NOT_A_POLICY = 3\n"})
+    assert "h38_const" not in solvers.available()
+    with pytest.raises(InputError, match=r"solver 'h38_const' cannot be used: package h38const "
+                       r"0.1, entry point h38_const = h38const_mod:NOT_A_POLICY fails to load "
+                       r"\(InputError: it names a int object, neither a policy function"):
+        solvers.solve("h38_const", LOAD, TOPO)

@@ -521,6 +521,13 @@ def test_bound_row_says_it_is_perfect_balance_not_a_placement(small, tmp_path, c
     assert not any(ln.startswith("bound:") for ln in capsys.readouterr().out.splitlines())
 
 
+
+def _operating_line(text: str) -> str:
+    """The header's operating-point line (after the line saying what the curves rest on)."""
+    lines = text.splitlines()
+    assert lines[2].startswith("operating point:"), lines[:3]
+    return lines[2]
+
 def test_kv_capped_operating_point_is_stated():
     """A decode batch the KV cache cannot hold runs capped, and says so: the header, a note
     and the meta name what was asked and what ran (issue 34: asked 256, ran 135)."""
@@ -532,7 +539,7 @@ def test_kv_capped_operating_point_is_stated():
     assert op["kv_limited"] and op["unit"] == "requests"
     assert ran == op["kv_capacity_requests"] == op["kv_tokens_per_gpu"] // 4096
     text = a.to_text()
-    head = text.splitlines()[1]
+    head = _operating_line(text)
     assert f"asked 100,000, the KV cache holds {ran:,}" in head and "KV-limited" in head
     assert any(n.startswith(f"operating point: asked 100,000 requests per rank, ran {ran:,}")
                for n in a.meta["notes"])
@@ -540,7 +547,7 @@ def test_kv_capped_operating_point_is_stated():
     b = advise(_load(0), "2x8", 256, phase="decode", tokens_per_rank=4, redundant=(),
                levers=["today"], max_tokens=8)
     assert not b.meta["operating_point"]["kv_limited"]
-    assert "not KV-limited" in b.to_text().splitlines()[1]
+    assert "not KV-limited" in _operating_line(b.to_text())
     assert not any(n.startswith("operating point") for n in b.meta["notes"])
 
 
@@ -607,7 +614,7 @@ def test_advise_takes_the_operating_point_a_simulation_measured(tmp_path):
     op = a.meta["operating_point"]
     assert op["asked"] == max(1, round(dec["per_rank"]))
     assert op["context_tokens"] == round(dec["context_tokens"])
-    assert str(out) in op["source"] and str(out) in a.to_text().splitlines()[1]
+    assert str(out) in op["source"] and str(out) in _operating_line(a.to_text())
     with pytest.raises(InputError, match="not found"):
         from_run(tmp_path)
     dump = _dump(tmp_path)

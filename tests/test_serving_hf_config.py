@@ -94,7 +94,15 @@ def test_gqa_prefill_flops_and_decode_kv_bytes_are_the_hand_arithmetic():
     pre = StepModel("prefill", topo, model=spec, hardware=h800)
     b = RankBatch.uniform("prefill", 8, tokens=4096, context=2048)
     pairs = 4096 * (2048 + 1) / 2 / 2  # per rank and micro-batch
-    want = pairs * flops_per_pair / (h800.fit.prefill_attention_tflops * 1e12)
+    # the measured prefill-attention TFLOPS at the effective prompt length 2 x pairs / tokens
+    # (2,049 here: between the table's 2,048 and 4,096 rows, interpolated in log2), times the
+    # engine efficiency (hardware.KernelFit)
+    rows = dict(h800.prefill_attention)
+    length = 2 * pairs / 2048
+    assert 2048 < length < 4096
+    w = np.log2(length / 2048)  # log2(4096 / 2048) = 1
+    tflops = rows[2048] * (1 - w) + rows[4096] * w
+    want = pairs * flops_per_pair / (tflops * h800.fit.engine_efficiency * 1e12)
     assert pre.rank.stages(b)[1] == pytest.approx(np.full(8, want), rel=1e-12)
     dec = StepModel("decode", topo, model=spec, hardware=h800)
     b = RankBatch.uniform("decode", 8, tokens=64, context=4096)

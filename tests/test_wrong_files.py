@@ -10,7 +10,7 @@ import json
 import pytest
 
 from eplb import Topology, solvers, traces
-from eplb.cli.recognise import CLUSTER, PLACEMENT, REQUESTS, RESULT, TRACE, kind_of
+from eplb.cli.recognise import CLUSTER, PLACEMENT, REQUESTS, RESULT, SUMMARY, TRACE, kind_of
 from eplb.io import write_placement
 from tests._cli import run_cli
 from tests.conftest import BUNDLED
@@ -49,7 +49,7 @@ def files(tmp_path_factory):
 
 def test_kinds_are_recognised(files):
     want = {"mooncake": REQUESTS, "azure": REQUESTS, "native": PLACEMENT, "sglang": PLACEMENT,
-            "trtllm": PLACEMENT, "npz": PLACEMENT, "cluster": CLUSTER, "summary": RESULT,
+            "trtllm": PLACEMENT, "npz": PLACEMENT, "cluster": CLUSTER, "summary": SUMMARY,
             "results": RESULT}
     assert {k: kind_of(files[k]).group for k in want} == want
     assert kind_of(TRACE_FILE).group == TRACE
@@ -89,3 +89,48 @@ def test_evaluate_names_a_request_trace_and_a_trace_as_placement(files):
     assert code == 2 and "Mooncake request trace" in err
     code, _, err = run_cli("evaluate", files["cluster"], TRACE_FILE)
     assert code == 2 and "cluster config" in err and "not a placement file" in err
+
+
+def test_solve_names_the_verb_that_takes_a_summary(files):
+    """A simulate summary.json is an input of ``advise --from-summary``, not only an output."""
+    code, _, err = run_cli("solve", files["summary"], "--topology", "4x8", "--slots", 288)
+    assert code == 2 and "eplb advise --from-summary" in err
+
+
+@pytest.mark.parametrize(("name", "what"), [
+    ("native", "eplb placement"), ("npz", "eplb placement"), ("cluster", "cluster config"),
+    ("trace", "expert-load trace"),
+])
+def test_workload_readers_name_the_file_and_its_verb(files, name, what):
+    """``eplb workload info`` and ``simulate --workload`` given another kind of file said "line
+    1 has no 'timestamp'" or "unknown workload format"."""
+    path = TRACE_FILE if name == "trace" else files[name]
+    code, _, err = run_cli("workload", "info", path)
+    assert code == 2 and what in err and "not a request workload" in err
+    code, _, err = run_cli("simulate", "deepseek_day6", "--workload", path, "-o",
+                           files["native"].parent / "never")
+    assert code == 2 and what in err and "not a request workload" in err
+
+
+@pytest.mark.parametrize(("name", "what"), [
+    ("native", "eplb placement"), ("mooncake", "Mooncake request trace"),
+])
+def test_simulate_config_names_the_file_and_its_verb(files, name, what):
+    """``eplb simulate PLACEMENT`` said "is not valid TOML"."""
+    code, _, err = run_cli("simulate", files[name], "--workload", files["mooncake"], "-o",
+                           files["native"].parent / "never")
+    assert code == 2 and what in err and "not a cluster config" in err
+    code, _, err = run_cli("simulate", "--print-config", files[name])
+    assert code == 2 and what in err and "not a cluster config" in err
+
+
+def test_execute_and_replay_name_the_file_and_its_verb(files):
+    """``eplb execute TRACE`` said "missing array 'phy2log'"; ``replay`` and ``execute
+    --trace`` read a request trace as a truncated expert-load file."""
+    code, _, err = run_cli("execute", TRACE_FILE)
+    assert code == 2 and "expert-load trace" in err and "not a placement file" in err
+    code, _, err = run_cli("execute", files["native"], "--trace", files["mooncake"])
+    assert code == 2 and "Mooncake request trace" in err and "not an expert-load trace" in err
+    code, _, err = run_cli("replay", files["native"], "--topology", "4x8", "--slots", 288,
+                           "--interval", 1)
+    assert code == 2 and "eplb placement" in err and "not an expert-load trace" in err
