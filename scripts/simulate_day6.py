@@ -75,7 +75,9 @@ def calibrate(minutes: float, workers: int) -> str:
     span = 60.0 * minutes
     p_rate = 1.3 * cap
     wl = day6.day6_workload(int(p_rate * span) + 100, p_rate, mix="published", seed=0)
-    res = serving.simulate(cfg, wl, seed=0, duration_s=span, progress=True)
+    # only the prefill steps before span are read: no drain (since --duration drains, an
+    # overloaded unit would run up to another 15 simulated minutes for nothing)
+    res = serving.simulate(cfg, wl, seed=0, duration_s=span, drain_s=0.0, progress=True)
     pre = res.summary(window=(span / 3, span))
     # (b) decode at 20-22 tok/s per request: five prefill units (more than enough) feed one
     # decode unit; sweep the rate, interpolate the throughput where a request gets 21 tok/s
