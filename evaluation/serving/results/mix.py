@@ -105,25 +105,8 @@ def prefill_batches(
     for step in range(warmup + steps):
         if admission == "rank_queues":
             _fill(queues, new, cached, budget, rng)
-            chunks, _ = plan(queues, 0.0, budget, K, chunking)
-            if step >= warmup:
-                out.append(to_batch(chunks, G))
-            _apply(chunks)
-            for r in range(G):
-                queues[r] = [e for e in queues[r] if e[TODO] > 0]
-            continue
-        # the simulator's admission (`balancers.RankState`, FCFS): the waiting head goes to
-        # the rank with the fewest tokens left among those where it stays within the budget
-        # (or that hold none); the queue waits behind it when no rank has room
-        left = np.array([sum(e[TODO] for e in q) for q in queues], dtype=np.float64)
-        while True:
-            ok = (left == 0) | (left + new[head] <= budget)
-            if not ok.any():
-                break
-            r = int(np.flatnonzero(ok)[left[ok].argmin()])
-            queues[r].append([head, int(new[head]), 0, int(cached[head]), 0.0])
-            left[r] += new[head]
-            head = int(rng.integers(n))
+        else:
+            head = _admit_fcfs(queues, new, cached, budget, rng, head)
         chunks, _ = plan(queues, 0.0, budget, K, chunking)
         if step >= warmup:
             out.append(to_batch(chunks, G))
@@ -131,6 +114,22 @@ def prefill_batches(
         for r in range(G):
             queues[r] = [e for e in queues[r] if e[TODO] > 0]
     return out
+
+
+def _admit_fcfs(queues, new, cached, budget, rng, head: int) -> int:
+    """``global_queue`` admission (`balancers.RankState`, FCFS): the waiting head goes to the
+    rank with the fewest tokens left among those where it stays within the budget (or that
+    hold none); the queue waits behind it when no rank has room. Returns the next head."""
+    n = new.size
+    left = np.array([sum(e[TODO] for e in q) for q in queues], dtype=np.float64)
+    while True:
+        ok = (left == 0) | (left + new[head] <= budget)
+        if not ok.any():
+            return head
+        r = int(np.flatnonzero(ok)[left[ok].argmin()])
+        queues[r].append([head, int(new[head]), 0, int(cached[head]), 0.0])
+        left[r] += new[head]
+        head = int(rng.integers(n))
 
 
 def _fill(queues: list[list[list]], new: np.ndarray, cached: np.ndarray, budget: int,
