@@ -273,9 +273,9 @@ def request_metrics(result, replayed: pd.DataFrame, window=None) -> dict[str, fl
     return out
 
 
-def operating_columns(result, config: ClusterConfig) -> dict[str, float]:
-    """`OPERATING` of the driver's run (`operating_point.measured`)."""
-    ops = measured(result.steps, result.requests, config)
+def operating_columns(ops: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """`OPERATING` of the driver's run from its measured points (`operating_point.measured`:
+    ``{phase: point}``)."""
     pre, dec = ops.get("prefill", {}), ops.get("decode", {})
     return {"prefill_tokens_per_rank": pre.get("per_rank", math.nan),
             "decode_requests_per_rank": dec.get("per_rank", math.nan),
@@ -322,8 +322,8 @@ def run_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     dp_ref = ref[0]["dp_wait_s"].to_numpy()
     rows, frames = [], []
     result = log["_result"]
-    operating = operating_columns(result, driver)
     points = measured(result.steps, result.requests, driver)
+    operating = operating_columns(points)
     for name, cfg in named.items():
         t0 = time.perf_counter()
         steps, rebal = done[name] if name in done else replay(cfg, log, seed)
