@@ -31,7 +31,6 @@ The same comparison from the CLI (without the Qwen top_k note and the single-tra
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,14 +39,14 @@ import pandas as pd
 
 from eplb import solvers, traces
 from eplb.atomic import atomic_write_text
+from eplb.data_dirs import traces_dir
 from eplb.errors import EplbError
 from eplb.evaluation import plots
 from eplb.evaluation.compare import compare, parse_topologies
 from eplb.evaluation.pareto import sweep
 from eplb.evaluation.tables import markdown, slug, write_csv
 
-SHARED = (Path(os.environ["EPLB_DATA"]) if os.environ.get("EPLB_DATA")
-          else Path(__file__).resolve().parents[2] / "shared" / "traces")
+SHARED = traces_dir()  # $EPLB_DATA or ../shared/traces
 
 
 def load_traces(root: Path) -> dict[str, traces.Trace]:

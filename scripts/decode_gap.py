@@ -15,7 +15,6 @@ run; ``--steps N``: sampled steps of the per-step variant, default 20).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from docblock import update_doc
 from pin_kernels import pin_grouped
 
 from eplb import solvers
+from eplb.data_dirs import traces_dir
 from eplb.evaluation.serving.advise import _load_of
 from eplb.evaluation.serving.config import UnitConfig
 from eplb.evaluation.serving.config.hardware import DEEPGEMM_GROUPED, get_hardware
@@ -42,8 +42,7 @@ from eplb.evaluation.serving.steptime.routing import per_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 # the SGLang dumps: $EPLB_DATA (as the tests read it) or ../shared/traces
-DUMPS = Path(os.environ.get("EPLB_DATA") or ROOT.parent / "shared" / "traces")
-DUMPS = DUMPS / "deepseek-v3-sglang"
+DUMPS = traces_dir() / "deepseek-v3-sglang"
 DOC = ROOT / "docs" / "advise.md"
 DECODE = {"decode_in2000out100.json": (2000, 100), "decode_in1000out1000.json": (1000, 1000)}
 PUBLISHED = 1.54  # SGLang's decode EPLB speedup 2.54x as a gain

@@ -55,6 +55,8 @@ import numpy as np
 import pandas as pd
 from docblock import update_doc
 
+from eplb.data_dirs import requests_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOC = ROOT / "docs" / "serving.md"
@@ -522,8 +524,7 @@ def write_tiny_config(cwd: Path) -> None:
 def run_all(tiny: bool = False, only: set[str] | None = None, shared: Path | None = None,
             runner=None) -> tuple[list[Outcome], dict]:
     """Run the examples in order, check each; returns the outcomes and the parsed figures."""
-    shared = shared or Path(os.environ.get("EPLB_REQUESTS", ROOT.parent / "shared" /
-                                           "requests")).resolve().parent
+    shared = shared or requests_dir().resolve().parent
     cwd = scratch(shared)
     try:
         if tiny:

@@ -15,7 +15,6 @@ Run: ``python scripts/three_answers.py [--check]`` (a few minutes on 2 cores).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from docblock import update_doc
 
+from eplb.data_dirs import requests_dir
 from eplb.evaluation import serving
 from eplb.evaluation.serving.advise import advise
 from eplb.evaluation.serving.config import ClusterConfig, EplbConfig
@@ -33,7 +33,7 @@ from eplb.evaluation.serving.workload import readers
 from eplb.evaluation.serving.workload.synth import rescale
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUESTS = Path(os.environ.get("EPLB_REQUESTS") or ROOT.parent / "shared" / "requests")
+REQUESTS = requests_dir()
 TRACE = REQUESTS / "azure_code_2023.csv"
 DOC = ROOT / "docs" / "advise.md"
 HEAD, RATE, SEEDS = 2400, 40.0, (0, 1)
