@@ -29,7 +29,10 @@ class AttentionTime:
         self.prefill_flops, self.decode_flops = first.prefill_flops, first.decode_flops
         self.kv_bytes = first.kv_bytes
         self.prefill_tflops = hardware.fit.prefill_attention_tflops
-        self.prefill_rows = hardware.prefill_attention  # (prompt tokens, TFLOPS) rows or ()
+        rows = hardware.prefill_attention  # (prompt tokens, TFLOPS) rows or ()
+        # the length table in log2 of the prompt tokens, built once (every prefill step reads it)
+        self.prefill_x = np.log2([r[0] for r in rows]) if rows else None
+        self.prefill_y = np.array([r[1] for r in rows], dtype=np.float64) if rows else None
         self.engine = hardware.fit.engine_efficiency
         self.decode_tflops, self.decode_gbps = hardware.mla_decode_tflops, hardware.mla_decode_gbps
 
@@ -50,13 +53,11 @@ class AttentionTime:
         """FLOP/s of prefill attention per rank: the table's TFLOPS interpolated in log2 of the
         effective prompt length ``2 x pairs / tokens`` (flat beyond its rows), else the
         constant; times the engine efficiency."""
-        rows = self.prefill_rows
-        if not rows:
+        if self.prefill_x is None:
             return self.prefill_tflops * self.engine * 1e12
         tokens = np.asarray(tokens, dtype=np.float64)
         length = 2.0 * np.asarray(pairs, dtype=np.float64) / np.maximum(tokens, 1.0)
-        tflops = np.interp(np.log2(np.maximum(length, 1.0)), np.log2([r[0] for r in rows]),
-                           [r[1] for r in rows])
+        tflops = np.interp(np.log2(np.maximum(length, 1.0)), self.prefill_x, self.prefill_y)
         return tflops * self.engine * 1e12
 
     def decode(self, pairs: np.ndarray, kv: np.ndarray, tokens: np.ndarray) -> np.ndarray:
